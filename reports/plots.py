@@ -1,0 +1,177 @@
+"""The report's figures: scaling curves, lost time by cause, MFU, hardware, one step's waterfall.
+
+Every plot function takes the table it draws (from ``reports.scaling`` / ``reports.tables``) and
+``ax=None``; with no Axes it makes its own ``matplotlib.figure.Figure`` (Agg canvas, no pyplot and
+so no global figure state) and returns the Axes it drew on. ``png_bytes`` renders a figure.
+It does not compute the numbers it draws, nor write files (``reports.report``).
+"""
+
+from __future__ import annotations
+
+import io
+from typing import Mapping
+
+import pandas as pd
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
+
+from reports.scaling import IDEAL, LOSS_CAUSES, SEGMENTS, lost_time_fractions
+from reports.tables import BEST_SERIES, NAIVE_SERIES
+
+SEGMENT_COLORS: Mapping[str, str] = {
+    "ideal_compute": "#4c9a4c", "compute_inefficiency": "#f2b134", "exposed_tp": "#3b6fb6",
+    "exposed_cp": "#6fa8dc", "exposed_ep": "#8e7cc3", "exposed_pp": "#c27ba0",
+    "exposed_dp": "#d9534f", "bubble": "#999999", "optimizer": "#7f6000", "other": "#d0d0d0",
+}
+"""Colour of each lost-time segment, shared by the bars and the waterfall."""
+
+MAX_LABELLED_SERIES = 8
+"""Beyond this many other plan series, the extra curves are drawn grey without legend entries."""
+
+
+def new_axes(width: float = 7.5, height: float = 4.4) -> Axes:
+    """A fresh Axes on its own Agg-backed Figure (inches)."""
+    fig = Figure(figsize=(width, height), dpi=110, layout="constrained")
+    FigureCanvasAgg(fig)
+    return fig.subplots()
+
+
+def png_bytes(ax: Axes) -> bytes:
+    """The PNG image of the figure that holds ``ax``."""
+    buffer = io.BytesIO()
+    ax.figure.savefig(buffer, format="png")
+    return buffer.getvalue()
+
+
+def _style(series: str, cluster_index: int, n_clusters: int,
+           other_index: int) -> dict[str, object]:
+    """Line style of one curve: best solid, naive DP dashed, other plans thin."""
+    color = f"C{cluster_index % 10}" if n_clusters > 1 else None
+    match series:
+        case "best":
+            return {"color": color or "C0", "lw": 2.4, "marker": "o", "ls": "-"}
+        case "naive_dp":
+            return {"color": color or "C3", "lw": 2.0, "marker": "s", "ls": "--"}
+        case _:
+            hidden = other_index >= MAX_LABELLED_SERIES
+            return {"color": "#bbbbbb" if hidden else (color or f"C{(other_index + 4) % 10}"),
+                    "lw": 1.0, "marker": ".", "ls": ":", "hidden": hidden}
+
+
+def _draw_curves(curves: pd.DataFrame, column: str, ax: Axes) -> None:
+    """One line per (cluster, series) of ``column`` against GPU count."""
+    clusters = sorted(curves["cluster"].unique())
+    others = sorted(set(curves["series"]) - {BEST_SERIES, NAIVE_SERIES})
+    order = [s for s in (BEST_SERIES, NAIVE_SERIES) if s in set(curves["series"])] + others
+    for ci, cluster in enumerate(clusters):
+        for series in order:
+            rows = curves[(curves["cluster"] == cluster) & (curves["series"] == series)]
+            if rows.empty:
+                continue
+            style = _style(series, ci, len(clusters), others.index(series) if series in others
+                           else 0)
+            hidden = style.pop("hidden", False)
+            label = series if len(clusters) == 1 else f"{series} @ {cluster}"
+            ax.plot(rows["num_gpus"], rows[column], label=None if hidden else label, **style)
+    _gpu_axis(ax, sorted(set(curves["num_gpus"].astype(int))))
+
+
+def _gpu_axis(ax: Axes, counts: list[int]) -> None:
+    """Log-2 GPU-count axis ticked at the counts that were run."""
+    ax.set_xscale("log", base=2)
+    ax.xaxis.set_major_locator(FixedLocator(counts))
+    ax.xaxis.set_minor_locator(NullLocator())
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _pos: f"{int(round(x)):,}"))
+    ax.set_xlabel("GPUs")
+    ax.grid(True, alpha=0.3)
+
+
+def plot_throughput_per_gpu(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """tokens/s per GPU against GPU count; ideal linear scaling is the best plan's first value."""
+    ax = ax if ax is not None else new_axes()
+    _draw_curves(curves, "tokens_per_s_per_gpu", ax)
+    best = curves[curves["series"] == BEST_SERIES]
+    for i, (_cluster, rows) in enumerate(best.groupby("cluster", sort=True)):
+        ax.axhline(float(rows["tokens_per_s_per_gpu"].iloc[0]), color="k", lw=1, ls="-.",
+                   alpha=0.6, label="ideal linear scaling" if i == 0 else None)
+    ax.set_ylabel("tokens/s per GPU")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Throughput per GPU")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_scaling_efficiency(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Scaling efficiency against GPU count, with ideal linear scaling at 1.0."""
+    ax = ax if ax is not None else new_axes()
+    _draw_curves(curves, "scaling_efficiency", ax)
+    ax.axhline(1.0, color="k", lw=1, ls="-.", alpha=0.6, label="ideal linear scaling")
+    ax.set_ylabel("scaling efficiency (vs smallest scale)")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(0, max(1.1, float(curves["scaling_efficiency"].max()) * 1.05))
+    ax.set_title("Scaling efficiency")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_mfu(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Model FLOPs utilisation against GPU count."""
+    ax = ax if ax is not None else new_axes()
+    _draw_curves(curves, "mfu", ax)
+    ax.set_ylabel("MFU (model FLOPs / peak)")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(0, max(0.1, float(curves["mfu"].max()) * 1.15))
+    ax.set_title("Model FLOPs utilisation")
+    ax.legend(fontsize=8)
+    return ax
+
+
+def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """Stacked bars per scale of the step-time fraction by cause, ideal compute at the bottom."""
+    ax = ax if ax is not None else new_axes()
+    several = fractions["cluster"].nunique() > 1
+    labels = [f"{int(n):,}\n{c}" if several else f"{int(n):,}"
+              for c, n in zip(fractions["cluster"], fractions["num_gpus"])]
+    positions = list(range(len(fractions)))
+    bottom = [0.0] * len(fractions)
+    for cause in SEGMENTS:
+        values = fractions[cause.key].astype(float).tolist()
+        if cause is not IDEAL and max(values, default=0.0) <= 0.0:
+            continue
+        ax.bar(positions, values, bottom=bottom, color=SEGMENT_COLORS[cause.key],
+               label=cause.label, edgecolor="white", linewidth=0.5)
+        bottom = [b + v for b, v in zip(bottom, values)]
+    ax.set_xticks(positions, labels)
+    ax.set_xlabel("GPUs (best plan at each scale)")
+    ax.set_ylabel("fraction of step time")
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(0, 1.0)
+    ax.set_title("Where the step time goes")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    return ax
+
+
+def plot_hardware(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
+    """tokens/s/GPU (left axis) and $ per million tokens (right axis) per cluster."""
+    ax = ax if ax is not None else new_axes()
+    positions = list(range(len(table)))
+    width = 0.38
+    ax.bar([p - width / 2 for p in positions], table["tokens_per_s_per_gpu"], width,
+           color="C0", label="tokens/s per GPU")
+    ax.set_ylabel("tokens/s per GPU", color="C0")
+    ax.set_xticks(positions, [f"{c}\n{int(n):,} GPUs"
+                              for c, n in zip(table["cluster"], table["num_gpus"])])
+    ax.set_title("Hardware comparison (best plan per cluster)")
+    cost = table["cost_per_million_tokens"].astype(float)
+    if cost.notna().any():
+        twin = ax.twinx()
+        twin.bar([p + width / 2 for p in positions], cost.fillna(0.0), width, color="C1",
+                 label="$ per million tokens")
+        twin.set_ylabel("$ per million tokens", color="C1")
+        handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
+        ax.legend(handles=handles, fontsize=8, loc="upper right")
+    else:
+        ax.legend(fontsize=8, loc="upper right")
+    return ax

@@ -1,0 +1,83 @@
+"""The key findings of a scaling report, in words computed from the result rows.
+
+Owns the sentences at the top of the report: per cluster, the best plan's MFU and scaling
+efficiency at its largest scale beside the naive DP baseline and the largest loss; across
+clusters, the cheapest (or fastest) hardware; the count of failed points. It does not compute
+the underlying numbers (``reports.scaling``, ``reports.tables``) nor format HTML.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from reports.scaling import largest_loss, lost_time_fractions, scaling_table
+from reports.tables import (
+    BEST_SERIES, NAIVE_SERIES, best_rows, error_table, hardware_table, plan_label,
+)
+
+
+def summary_sentences(frame: pd.DataFrame) -> list[str]:
+    """The report's findings, one sentence per item, from checked rows with costs filled in."""
+    sentences = []
+    curves = scaling_table(frame)
+    best = best_rows(frame)
+    for cluster, rows in best.groupby("cluster", sort=True):
+        sentences.append(_cluster_sentence(str(cluster), rows, curves))
+    if best["cluster"].nunique() > 1:
+        sentences.append(_hardware_sentence(hardware_table(frame)))
+    failed = len(error_table(frame))
+    if failed:
+        verb = "points failed to simulate and are" if failed != 1 else \
+            "point failed to simulate and is"
+        sentences.append(f"{failed:,} {verb} listed under Errors.")
+    if best.empty:
+        sentences.insert(0, "No point simulated successfully; see Errors.")
+    return sentences
+
+
+def _cluster_sentence(cluster: str, rows: pd.DataFrame, curves: pd.DataFrame) -> str:
+    """Best plan at the cluster's largest scale: MFU, efficiency, naive DP, largest loss."""
+    top = rows.loc[rows["num_gpus"].idxmax()]
+    n = int(top["num_gpus"])
+    on_cluster = curves[curves["cluster"] == cluster]
+    best_eff = _efficiency(on_cluster, BEST_SERIES, n)
+    smallest = int(on_cluster[on_cluster["series"] == BEST_SERIES]["num_gpus"].min())
+    text = (f"At {n:,} GPUs on {cluster}, the best plan ({plan_label(top.to_dict())}) "
+            f"reaches {top['mfu']:.0%} MFU")
+    if smallest < n:
+        text += f" and {best_eff:.0%} scaling efficiency (against {smallest:,} GPUs)"
+    text += f"; {_naive_clause(on_cluster, n, float(top['tokens_per_s_per_gpu']), smallest < n)}"
+    fractions = lost_time_fractions(top.to_frame().T).iloc[0]
+    cause, share = largest_loss(fractions)
+    return text + f"; the largest loss is {cause.label} ({share:.0%} of step time)."
+
+
+def _efficiency(curves: pd.DataFrame, series: str, num_gpus: int) -> float | None:
+    """Scaling efficiency of ``series`` at ``num_gpus``, or None when it has no such point."""
+    hit = curves[(curves["series"] == series) & (curves["num_gpus"] == num_gpus)]
+    return None if hit.empty else float(hit["scaling_efficiency"].iloc[0])
+
+
+def _naive_clause(curves: pd.DataFrame, num_gpus: int, best_tps: float, scaled: bool) -> str:
+    """What the naive DP baseline reaches at the same scale, in words."""
+    naive = curves[(curves["series"] == NAIVE_SERIES) & (curves["num_gpus"] == num_gpus)]
+    if naive.empty:
+        return "naive DP has no successful point at this scale"
+    row = naive.iloc[0]
+    speedup = best_tps / float(row["tokens_per_s_per_gpu"])
+    efficiency = f"{row['scaling_efficiency']:.0%} scaling efficiency and " if scaled else ""
+    return (f"naive DP reaches {efficiency}{row['mfu']:.0%} MFU (the best plan is "
+            f"{speedup:.2f}x faster per GPU)")
+
+
+def _hardware_sentence(table: pd.DataFrame) -> str:
+    """The cheapest cluster per million tokens, or the fastest per GPU when prices are unknown."""
+    priced = table.dropna(subset=["cost_per_million_tokens"])
+    if not priced.empty:
+        row = priced.loc[priced["cost_per_million_tokens"].idxmin()]
+        return (f"Cheapest per token: {row['cluster']} at ${row['cost_per_million_tokens']:.2f} "
+                f"per million tokens ({row['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
+                f"{int(row['num_gpus']):,} GPUs, ${row['cost_per_gpu_hour']:.2f}/GPU-hour).")
+    row = table.loc[table["tokens_per_s_per_gpu"].idxmax()]
+    return (f"Fastest per GPU: {row['cluster']} with {row['tokens_per_s_per_gpu']:,.0f} "
+            f"tokens/s/GPU at {int(row['num_gpus']):,} GPUs (no $/GPU-hour given, so no cost).")

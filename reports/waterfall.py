@@ -1,0 +1,109 @@
+"""The compute-loss waterfall of one result: from peak FLOP/s down to the achieved MFU.
+
+Reads one flat result (a dict with the breakdown columns of docs/ARCHITECTURE.md: ``t_*`` seconds
+and ``ideal_compute_s``; ``mfu`` and ``hfu`` optional). In units of the step time, a step run at
+peak FLOP/s with nothing lost would take ``ideal_compute_s``: that is the 100 % bar. Each loss
+then removes its share of the step time, and what remains is the ideal-compute share, i.e. MFU
+(ideal / step). When both ``mfu`` and ``hfu`` are given, the recompute share,
+ideal share x (hfu / mfu - 1), is split out of compute inefficiency. Used by
+``clustersim simulate --plot``. It does not simulate anything.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.ticker import PercentFormatter
+
+from reports.errors import ReportError
+from reports.files import write_bytes_atomic
+from reports.plots import SEGMENT_COLORS, new_axes, png_bytes
+from reports.scaling import LOSS_CAUSES
+from reports.tables import BREAKDOWN_COLUMNS
+
+RECOMPUTE_COLOR = "#e69138"
+
+
+def waterfall_steps(result: Mapping[str, object]) -> list[tuple[str, float, str]]:
+    """(label, signed fraction of peak, colour) bars: 1.0, then each loss < 0, then achieved."""
+    missing = [c for c in (*BREAKDOWN_COLUMNS, "ideal_compute_s") if c not in result]
+    if missing:
+        raise ReportError(f"waterfall: result lacks {missing}; pass a result dict with the "
+                          "breakdown columns of docs/ARCHITECTURE.md")
+    seconds = {c: float(result[c]) for c in (*BREAKDOWN_COLUMNS, "ideal_compute_s")}
+    step = sum(seconds[c] for c in BREAKDOWN_COLUMNS)
+    if not step > 0 or not np.isfinite(step):
+        raise ReportError(f"waterfall: breakdown t_* sums to {step} s; it must be a positive "
+                          "step time")
+    ideal = seconds["ideal_compute_s"] / step
+    steps = [(f"peak (ideal step {seconds['ideal_compute_s']:.3g} s)", 1.0,
+              SEGMENT_COLORS["ideal_compute"])]
+    for cause in LOSS_CAUSES:
+        share = _loss_seconds(cause.key, seconds) / step
+        if cause.key == "compute_inefficiency":
+            recompute = min(max(_recompute_share(result, ideal), 0.0), share)
+            if recompute > 0:
+                steps.append(("recompute", -recompute, RECOMPUTE_COLOR))
+                share -= recompute
+        if share != 0.0:
+            steps.append((cause.label, -share, SEGMENT_COLORS[cause.key]))
+    steps.append((f"achieved MFU (step {step:.3g} s)", ideal, SEGMENT_COLORS["ideal_compute"]))
+    return steps
+
+
+def _loss_seconds(key: str, seconds: Mapping[str, float]) -> float:
+    """Seconds lost to one cause."""
+    if key == "compute_inefficiency":
+        return seconds["t_compute"] - seconds["ideal_compute_s"]
+    return seconds[f"t_{key}"]
+
+
+def _recompute_share(result: Mapping[str, object], ideal: float) -> float:
+    """Share of step time spent recomputing: ideal x (HFU / MFU - 1); 0 when unknown."""
+    mfu, hfu = result.get("mfu"), result.get("hfu")
+    try:
+        mfu_f, hfu_f = float(mfu), float(hfu)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return 0.0
+    if not (np.isfinite(mfu_f) and np.isfinite(hfu_f)) or mfu_f <= 0:
+        return 0.0
+    return ideal * (hfu_f / mfu_f - 1.0)
+
+
+def plot_waterfall(result: Mapping[str, object], ax: Axes | None = None) -> Axes:
+    """Waterfall bars: peak at 100 %, each loss stepping down, the achieved MFU last."""
+    ax = ax if ax is not None else new_axes(width=8.5, height=4.4)
+    steps = waterfall_steps(result)
+    level = 0.0
+    for i, (label, value, color) in enumerate(steps):
+        first_or_last = i in (0, len(steps) - 1)
+        bottom = 0.0 if first_or_last else level + value
+        height = value if first_or_last else -value
+        ax.bar(i, height, bottom=bottom, color=color, edgecolor="black", linewidth=0.4)
+        ax.text(i, bottom + height + 0.01, f"{value:+.1%}" if not first_or_last
+                else f"{value:.1%}", ha="center", va="bottom", fontsize=7)
+        level = value if i == 0 else level + value
+    ax.set_xticks(range(len(steps)), [s[0] for s in steps], rotation=30, ha="right",
+                  fontsize=8)
+    ax.yaxis.set_major_formatter(PercentFormatter(1.0))
+    ax.set_ylim(0, 1.1)
+    ax.set_ylabel("share of peak compute")
+    ax.set_title(_title(result))
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax
+
+
+def _title(result: Mapping[str, object]) -> str:
+    """"Where peak compute goes", naming the model, cluster and GPU count when given."""
+    about = [str(result[k]) for k in ("model", "cluster") if result.get(k) is not None]
+    if result.get("num_gpus") is not None:
+        about.append(f"{int(result['num_gpus']):,} GPUs")  # type: ignore[call-overload]
+    return "Where peak compute goes" + (f": {', '.join(about)}" if about else " (one step)")
+
+
+def write_waterfall(result: Mapping[str, object], path: str | Path) -> Path:
+    """Render ``plot_waterfall`` of ``result`` to a PNG at ``path`` (atomically)."""
+    return write_bytes_atomic(Path(path), png_bytes(plot_waterfall(result)))

@@ -1,0 +1,124 @@
+"""The ``clustersim`` command line: the one place that ties workloads, topologies, simulator and reports.
+
+Each subcommand reads YAML or preset names, prints a rich table and writes files atomically.
+Every user error (a ``ValueError`` from any package) becomes one red line and exit status 2.
+Subcommands owned by other modules are added by their ``register(app)`` functions.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from simulator import calibrate_cli, collective_cli, goodput_cli, search_cli, sweep_cli, validate_cli
+from simulator.api import simulate
+from simulator.calibration import load_profile
+from simulator.result import CATEGORIES, Result
+from simulator.scenario import load_scenario
+from simulator.trace import write_trace
+from topologies import ACCELERATORS, CLUSTER_PRESETS
+from workloads import MODEL_PRESETS
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="clustersim: predict distributed training step time, MFU and memory.")
+console = Console()
+err_console = Console(stderr=True)
+
+
+def write_json(doc: Any, path: str | os.PathLike[str]) -> Path:
+    """Write JSON atomically (temporary name, then rename)."""
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
+    with os.fdopen(fd, "w") as fh:
+        json.dump(doc, fh, indent=2, default=str)
+    os.replace(tmp, target)
+    return target
+
+
+def result_table(result: Result, title: str) -> Table:
+    """The step summary and its breakdown as a rich table."""
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("share", justify="right")
+    step = result.step_time
+    table.add_row("step time", f"{step:.4f} s", "100.0%")
+    table.add_row("tokens/s/GPU", f"{result.tokens_per_s_per_gpu:,.0f}", "")
+    table.add_row("MFU (PaLM model FLOPs)", f"{result.mfu * 100:.1f}%", "")
+    table.add_row("HFU (recompute counted)", f"{result.hfu * 100:.1f}%", "")
+    table.add_row("ideal compute (100% MFU)", f"{result.ideal_compute_s:.4f} s", f"{result.ideal_compute_s / step * 100:.1f}%")
+    for cat in CATEGORIES:
+        secs = result.breakdown[cat]
+        table.add_row(f"  {cat}", f"{secs:.4f} s", f"{secs / step * 100:.1f}%")
+    for m in result.memory:
+        table.add_row(f"memory stage {m.stage}", f"{m.total / 2**30:.1f} GiB",
+                      " ".join(f"{k[0]}{v / 2**30:.0f}" for k, v in m.parts().items()))
+    return table
+
+
+@app.command("simulate")
+def simulate_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (see README 'Scenario format')."),
+    set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set plan.tp=4."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the Result as JSON."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="symmetric (default) or full."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML."),
+) -> None:
+    """Simulate one training step of a scenario."""
+    sc = load_scenario(scenario, set_)
+    profile = load_profile(calibration) if calibration else sc.profile
+    result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
+                      mode=mode or sc.mode, seed=sc.seed)  # type: ignore[arg-type]
+    title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {_plan_label(sc.plan)}"
+    console.print(result_table(result, title))
+    if json_out:
+        write_json(result.to_dict(), json_out)
+        console.print(f"wrote {json_out}")
+    if trace:
+        write_trace(result.intervals, sc.plan.pp, trace)
+        console.print(f"wrote {trace} (open in https://ui.perfetto.dev)")
+
+
+def _plan_label(plan: Any) -> str:
+    return plan.describe()
+
+
+@app.command("presets")
+def presets_cmd() -> None:
+    """List the model, accelerator and cluster presets."""
+    for title, names in (("models", MODEL_PRESETS), ("accelerators", ACCELERATORS), ("clusters", CLUSTER_PRESETS)):
+        table = Table(title=title)
+        table.add_column("name")
+        for name in sorted(names):
+            table.add_row(name)
+        console.print(table)
+
+
+for _module in (collective_cli, goodput_cli, calibrate_cli, sweep_cli, search_cli, validate_cli):
+    _module.register(app)
+
+
+def main() -> None:
+    """Entry point: run the app; user errors are one red line and exit status 2."""
+    try:
+        app()
+    except ValueError as exc:
+        err_console.print(f"[red]error:[/red] {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
+        sys.exit(2)
+    except FileNotFoundError as exc:
+        err_console.print(f"[red]error:[/red] {exc}")
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

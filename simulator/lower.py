@@ -1,0 +1,195 @@
+"""Lowering: turn (workload, plan, cluster) into per-stage costs the engine schedules.
+
+Owns the cost of one model chunk for one micro-batch on one device: compute by pass (forward,
+input-gradient, weight-gradient, recompute), and the exposed communication inside it (TP
+collectives on the critical path, CP ring exchange hidden behind attention, EP all-to-all, FSDP
+gathers prefetched one layer ahead); plus the DP gradient buckets, the parameter gathers and the
+optimizer of each stage. Every collective is priced by ``CommPricer``. Scheduling is the engine's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from simulator.calibration import CalibrationProfile
+from simulator.comm import CommPricer
+from simulator.compute import is_routed_expert, ops_time, optimizer_time
+from simulator.costs import Bucket, ChunkCost, StageCost
+from simulator.partition import chunk_ops, stage_chunks
+from simulator.plan import ParallelPlan
+from topologies import AcceleratorSpec
+from workloads import ModelSpec, Op, TrainingSpec
+
+
+@dataclass(frozen=True)
+class Costing:
+    """The inputs shared by every chunk's costing."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    plan: ParallelPlan
+    accelerator: AcceleratorSpec
+    profile: CalibrationProfile
+    pricer: CommPricer
+
+    def time(self, ops: list[Op], which: str) -> float:
+        return ops_time(ops, self.accelerator, self.profile, self.training.precision, which,  # type: ignore[arg-type]
+                        self.plan.expert_imbalance)
+
+
+def lower(c: Costing) -> tuple[StageCost, ...]:
+    """Per-stage costs of the whole plan."""
+    plan, training, model = c.plan, c.training, c.model
+    act = plan.micro_batch * training.seq_len / plan.cp * model.hidden_size * training.activation_bytes
+    p2p_size = act / (plan.tp if plan.sp else 1)
+    out = []
+    for s, chunks in enumerate(stage_chunks(plan, model.num_layers)):
+        costs = tuple(_chunk_cost(c, k, layers) for k, layers in chunks)
+        out.append(StageCost(stage=s, chunks=costs, p2p=c.pricer.p2p_time(p2p_size, s),
+                             optimizer=_optimizer(c, chunks)))
+    return tuple(out)
+
+
+def _optimizer(c: Costing, chunks: list[tuple[int, range]]) -> float:
+    plan = c.plan
+    edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
+    local = 0.0
+    for k, layers in chunks:
+        ops = chunk_ops(c.model, c.training, plan, k, layers)
+        expert = sum(o.params for o in ops if is_routed_expert(o))
+        dense = sum(o.params for o in ops) - expert
+        if plan.optimizer_shard > 1:
+            local += dense / (plan.optimizer_shard * plan.cp) + expert / edp
+        else:
+            local += dense + expert
+    return optimizer_time(local, c.accelerator, c.profile)
+
+
+def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool) -> dict[str, float]:
+    """Exposed TP, CP and EP seconds of one layer, forward and backward."""
+    plan, t, m = c.plan, c.training, c.model
+    tokens = plan.micro_batch * t.seq_len / plan.cp
+    size = tokens * m.hidden_size * t.activation_bytes
+    if plan.sp:
+        one = c.pricer.time("reduce_scatter", size, "tp") + c.pricer.time("all_gather", size, "tp")
+    else:
+        one = c.pricer.time("all_reduce", size, "tp")
+    tp = 2 * one * (1.0 - plan.tp_comm_overlap)
+    out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
+    attn = [o for o in ops if o.kind == "attention"]
+    kv_local = max(m.num_kv_heads // plan.tp, 1) * m.attn_head_dim
+    kv = 2 * tokens * kv_local * t.activation_bytes * plan.cp  # gathered K and V of the CP ring
+    ring = c.pricer.time("all_gather", kv, "cp")
+    out["cp_fwd"] = max(0.0, ring - c.time(attn, "fwd"))
+    out["cp_bwd"] = max(0.0, 2 * ring - c.time(attn, "bwd"))
+    a2a = 0.0
+    if moe and plan.ep > 1:
+        per_rank = tokens / plan.tp * m.top_k * m.hidden_size * t.activation_bytes
+        a2a = 2 * c.pricer.time("all_to_all", per_rank, "ep") * (1.0 - plan.ep_comm_overlap)
+    out["ep_fwd"], out["ep_bwd"] = a2a, a2a * (2 if full_recompute else 1)
+    return out
+
+
+def _flow_shop(compute: list[float], comm: list[float]) -> float:
+    """Two streams, comm prefetching one item ahead: item i computes after comm i finishes.
+
+    Returns the extra seconds over sum(compute) that waiting for comm costs.
+    """
+    comm_end = c_start = c_end = 0.0
+    for i, (cp, cm) in enumerate(zip(compute, comm)):
+        comm_end = max(comm_end, c_start if i > 0 else 0.0) + cm
+        c_start = max(c_end, comm_end)
+        c_end = c_start + cp
+    return c_end - sum(compute)
+
+
+def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
+    plan, model = c.plan, c.model
+    ops_all = chunk_ops(model, c.training, plan, chunk, layers)
+    per_layer = _per_layer(c, chunk, layers)
+    n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
+    acc = {k: 0.0 for k in ("tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "ep_fwd", "ep_bwd")}
+    recompute = rec_flops = 0.0
+    for j, (ops, moe) in enumerate(per_layer):
+        full = plan.recompute == "full" and j < n_full
+        for k, v in _layer_comm(c, ops, moe, full).items():
+            acc[k] += v
+        if full:
+            recompute += c.time(ops, "fwd")
+            rec_flops += sum(o.flops for o in ops)
+        elif plan.recompute == "selective":
+            sel = [o for o in ops if o.recompute_selective]
+            recompute += c.time(sel, "fwd")
+            rec_flops += sum(o.flops for o in sel)
+    dp_fwd, dp_bwd = _fsdp_exposed(c, per_layer)
+    return ChunkCost(
+        chunk=chunk, fwd=c.time(ops_all, "fwd"), bwd_input=c.time(ops_all, "bwd_input"),
+        bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
+        flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
+        buckets=_buckets(c, ops_all), param_gather=_param_gather(c, ops_all), **acc,
+    )
+
+
+def _per_layer(c: Costing, chunk: int, layers: range) -> list[tuple[list[Op], bool]]:
+    """Each layer's ops (shared between identical layers) and whether it is MoE."""
+    cache: dict[bool, list[Op]] = {}
+    out = []
+    for i in layers:
+        moe = c.model.is_moe_layer(i)
+        if moe not in cache:
+            cache[moe] = chunk_ops(c.model, c.training, c.plan, -1, range(i, i + 1))
+        out.append((cache[moe], moe))
+    return out
+
+
+def _fsdp_exposed(c: Costing, per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
+    """FSDP/ZeRO-3: gather each layer's weights before forward and backward, reduce-scatter grads."""
+    plan = c.plan
+    if plan.param_shard <= 1 or not per_layer:
+        return 0.0, 0.0
+    wbytes = c.training.param_bytes
+    gathers = [c.pricer.time("all_gather", sum(o.params for o in ops) * plan.param_shard * wbytes, "dp")
+               for ops, _ in per_layer]
+    scatters = [c.pricer.time("reduce_scatter", sum(o.params for o in ops) * plan.param_shard * plan.grad_dtype_bytes, "dp")
+                for ops, _ in per_layer]
+    fwd = [c.time(ops, "fwd") for ops, _ in per_layer]
+    bwd = [c.time(ops, "bwd") for ops, _ in per_layer]
+    if not plan.overlap_param_gather:
+        return sum(gathers), sum(gathers) + sum(scatters)
+    # backward: the comm stream carries the next layer's gather and the previous layer's scatter
+    comm_b = [g + (scatters[i - 1] if i > 0 else 0.0) for i, g in enumerate(gathers)]
+    return _flow_shop(fwd, gathers), _flow_shop(bwd[::-1], comm_b) + scatters[-1]
+
+
+def _grad_axis(plan: ParallelPlan) -> tuple[str, str]:
+    """(DP reduction kind, dense axis): all-reduce without ZeRO, reduce-scatter with ZeRO-1/2."""
+    kind = "reduce_scatter" if plan.zero in (1, 2) else "all_reduce"
+    return kind, ("dp+cp" if plan.cp > 1 else "dp")
+
+
+def _buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
+    """DP gradient buckets of one chunk (none under FSDP/ZeRO-3, which reduce per layer)."""
+    plan = c.plan
+    if plan.param_shard > 1 or plan.dp * plan.cp == 1:
+        return ()
+    kind, axis = _grad_axis(plan)
+    expert = sum(o.params for o in ops if is_routed_expert(o))
+    dense = sum(o.params for o in ops) - expert
+    out: list[Bucket] = []
+    for nbytes, ax in ((dense * plan.grad_dtype_bytes, axis), (expert * plan.grad_dtype_bytes, "edp")):
+        n = max(1, math.ceil(nbytes / plan.bucket_size)) if nbytes > 0 else 0
+        for i in range(n):
+            out.append(Bucket(at=(i + 1) / n, time=c.pricer.time(kind, nbytes / n, ax)))
+    return tuple(sorted(out, key=lambda b: b.at))
+
+
+def _param_gather(c: Costing, ops: list[Op]) -> float:
+    """ZeRO-1/2: all-gather of the updated bf16 weights after the sharded optimizer step."""
+    plan = c.plan
+    if plan.zero not in (1, 2) or plan.fsdp != "none":
+        return 0.0
+    _, axis = _grad_axis(plan)
+    nbytes = sum(o.params for o in ops) * c.training.param_bytes
+    n = max(1, math.ceil(nbytes / plan.bucket_size))
+    return n * c.pricer.time("all_gather", nbytes / n, axis)

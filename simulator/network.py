@@ -1,0 +1,405 @@
+"""Flow-level fluid model of a cluster fabric: routes, link loads, max-min fair sharing.
+
+Owns ``Fabric`` (the routing tables and link capacities of one graph under one calibration
+profile), ``Flow``/``FlowResult`` and ``simulate_flows``, the event loop that recomputes max-min
+fair rates whenever a flow starts or ends. It does not know what a collective is
+(``simulator.collectives`` turns collectives into steps of flows) nor build graphs (``topologies``).
+
+Routing (documented model, see docs/ARCHITECTURE.md "topologies/graph.py" for the graph):
+- Inside an NVLink domain (or a PCIe server) a flow goes GPU -> local switch -> GPU.
+- Between domains a flow leaves through the source GPU's own NIC chain (NCCL's default: each GPU
+  uses its nearest NIC, no PXN detour over NVLink), crosses the switch fabric (kinds leaf, spine,
+  core, router) on hop-count shortest paths, and enters through the destination GPU's NIC.
+- Equal-cost paths are split per hop: every switch divides a flow evenly over its next hops on
+  shortest paths (ECMP with ideal spraying / adaptive routing, no hash collisions). A flow keeps
+  one rate; link ``l`` carries the fraction ``a[f, l]`` of it.
+- Graphs outside these shapes (GPUs wired straight to each other) fall back to the same per-hop
+  ECMP on the whole graph, computed per pair (slow, for small graphs only).
+Capacities are ``bandwidth * profile.link_eff(link_class)``; per-hop latency is the edge
+``latency`` unless ``profile.link_latency`` names the link class.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping, Sequence
+
+import networkx as nx
+import numpy as np
+
+from simulator.calibration import CalibrationProfile
+
+FABRIC_KINDS: frozenset[str] = frozenset({"leaf", "spine", "core", "router"})
+"""Node kinds of the scale-out switch fabric (routed on shortest paths with ECMP)."""
+LOCAL_SWITCH_KINDS: frozenset[str] = frozenset({"nvswitch", "pcie"})
+"""Node kinds that join the GPUs of one domain or server."""
+_TINY: float = 1e-12
+"""Relative tolerance of the progressive-filling saturation test."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Flow:
+    """One transfer between two graph nodes (usually GPUs)."""
+
+    src: str
+    """Source node name, e.g. ``"gpu0"``."""
+    dst: str
+    """Destination node name."""
+    size: float
+    """Bytes to move."""
+    start: float = 0.0
+    """Time (s) at which the flow starts sending."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FlowResult:
+    """What ``simulate_flows`` measured."""
+
+    finish_times: tuple[float, ...]
+    """Per flow (input order): time (s) its last byte arrives = transmission end + path latency."""
+    link_bytes: Mapping[str, float]
+    """Bytes carried per directed link ``"u->v"`` (links with traffic only)."""
+    link_utilisation: Mapping[str, float]
+    """Per directed link: bytes / (effective capacity * makespan), in [0, 1]."""
+    makespan: float
+    """Latest finish time (s)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Egress:
+    """Padded per-GPU tables of the path GPU -> NIC(s) -> fabric switch(es) (or the reverse)."""
+
+    edges: np.ndarray
+    """(num_gpus, J) edge indices, -1 = padding."""
+    edge_frac: np.ndarray
+    """(num_gpus, J) fraction of the GPU's traffic on that edge."""
+    switch: np.ndarray
+    """(num_gpus, K) fabric switch node ids where the path meets the fabric, -1 = none."""
+    switch_frac: np.ndarray
+    """(num_gpus, K) fraction of the GPU's traffic through that switch."""
+
+
+class Fabric:
+    """Routing tables, capacities and latencies of one graph under one profile.
+
+    Immutable from the outside; it memoises shortest-path DAGs per destination switch and
+    fallback routes per pair in private dictionaries (a cache, not state: results never change).
+    """
+
+    def __init__(self, graph: nx.DiGraph, profile: CalibrationProfile) -> None:
+        self.graph = graph
+        self.nodes: list[str] = list(graph.nodes)
+        self.node_id: dict[str, int] = {n: i for i, n in enumerate(self.nodes)}
+        self.kind: list[str] = [graph.nodes[n].get("kind", "") for n in self.nodes]
+        self.edges: list[tuple[str, str]] = list(graph.edges)
+        self.edge_id: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
+        data = [graph.edges[e] for e in self.edges]
+        self.link_class: list[str] = [d["link_class"] for d in data]
+        self.bandwidth = np.array([d["bandwidth"] for d in data], dtype=float)
+        eff = np.array([profile.link_eff(c) for c in self.link_class])
+        self.capacity: np.ndarray = self.bandwidth * eff
+        self.latency: np.ndarray = np.array(
+            [profile.link_latency.get(c, d["latency"]) for c, d in zip(self.link_class, data)], dtype=float
+        )
+        self.num_gpus: int = sum(1 for k in self.kind if k == "gpu")
+        self.gpu_node = np.array([self.node_id[f"gpu{i}"] for i in range(self.num_gpus)], dtype=np.int64)
+        self.src_of = np.array([self.node_id[u] for u, _ in self.edges], dtype=np.int64)
+        self.dst_of = np.array([self.node_id[v] for _, v in self.edges], dtype=np.int64)
+        self._local_tables()
+        self.egress = self._walk_tables(out=True)
+        self.ingress = self._walk_tables(out=False)
+        self._dags: dict[int, tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]] = {}
+        self._fallback: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.memo: dict[tuple[object, ...], object] = {}
+        """Size-independent results of callers (collective cost patterns), keyed by their inputs."""
+
+    def _local_tables(self) -> None:
+        """Per GPU: its single local switch and the up/down edges (-1 when none or ambiguous)."""
+        n = self.num_gpus
+        self.local_switch = np.full(n, -1, dtype=np.int64)
+        self.local_up = np.full(n, -1, dtype=np.int64)
+        self.local_down = np.full(n, -1, dtype=np.int64)
+        for g in range(n):
+            name = f"gpu{g}"
+            sws = [v for v in self.graph.successors(name) if self.graph.nodes[v].get("kind") in LOCAL_SWITCH_KINDS]
+            if len(sws) == 1:
+                self.local_switch[g] = self.node_id[sws[0]]
+                self.local_up[g] = self.edge_id[(name, sws[0])]
+                self.local_down[g] = self.edge_id[(sws[0], name)]
+
+    def _walk(self, gpu: str, out: bool) -> tuple[dict[int, float], dict[int, float]]:
+        """Edges (with fractions) from ``gpu`` through NICs to the fabric, or back when not ``out``."""
+        edges: dict[int, float] = {}
+        switches: dict[int, float] = {}
+        frontier = {gpu: 1.0}
+        while frontier:
+            nxt: dict[str, float] = {}
+            for node, mass in frontier.items():
+                hops = self.graph.successors(node) if out else self.graph.predecessors(node)
+                hops = [h for h in hops if self.graph.nodes[h].get("kind") in FABRIC_KINDS | {"nic"}]
+                for h in hops:
+                    e = self.edge_id[(node, h) if out else (h, node)]
+                    edges[e] = edges.get(e, 0.0) + mass / len(hops)
+                    bucket = switches if self.graph.nodes[h]["kind"] in FABRIC_KINDS else nxt
+                    key = self.node_id[h] if bucket is switches else h
+                    bucket[key] = bucket.get(key, 0.0) + mass / len(hops)  # type: ignore[index]
+            frontier = nxt
+        return edges, switches
+
+    def _walk_tables(self, out: bool) -> _Egress:
+        walks = [self._walk(f"gpu{g}", out) for g in range(self.num_gpus)]
+        width = max([1] + [len(w[0]) for w in walks])
+        kw = max([1] + [len(w[1]) for w in walks])
+        tab = _Egress(
+            edges=np.full((self.num_gpus, width), -1, dtype=np.int64),
+            edge_frac=np.zeros((self.num_gpus, width)),
+            switch=np.full((self.num_gpus, kw), -1, dtype=np.int64),
+            switch_frac=np.zeros((self.num_gpus, kw)),
+        )
+        for g, (edges, switches) in enumerate(walks):
+            tab.edges[g, : len(edges)] = list(edges)
+            tab.edge_frac[g, : len(edges)] = list(edges.values())
+            tab.switch[g, : len(switches)] = list(switches)
+            tab.switch_frac[g, : len(switches)] = list(switches.values())
+        return tab
+
+    def edge_name(self, e: int) -> str:
+        """``"u->v"`` name of directed edge ``e``."""
+        u, v = self.edges[e]
+        return f"{u}->{v}"
+
+    def _dag(self, dst: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
+        """Shortest-path DAG towards fabric switch ``dst``: per level (edge ids, split fraction)
+        from the farthest level down, and the expected latency from every node to ``dst``."""
+        if dst in self._dags:
+            return self._dags[dst]
+        dist = {dst: 0}
+        queue = deque([dst])
+        while queue:
+            v = queue.popleft()
+            for name in self.graph.predecessors(self.nodes[v]):
+                u = self.node_id[name]
+                if u not in dist and self.kind[u] in FABRIC_KINDS:
+                    dist[u] = dist[v] + 1
+                    queue.append(u)
+        levels: list[tuple[np.ndarray, np.ndarray]] = []
+        lat = np.zeros(len(self.nodes))
+        for d in range(1, max(dist.values(), default=0) + 1):
+            es, fr = [], []
+            for u in (n for n, k in dist.items() if k == d):
+                nxt = [self.edge_id[(self.nodes[u], v)] for v in self.graph.successors(self.nodes[u])
+                       if dist.get(self.node_id[v], -1) == d - 1]
+                es += nxt
+                fr += [1.0 / len(nxt)] * len(nxt)
+                lat[u] = float(np.mean([self.latency[e] + lat[self.dst_of[e]] for e in nxt]))
+            levels.append((np.array(es, dtype=np.int64), np.array(fr)))
+        self._dags[dst] = (levels[::-1], lat)
+        return self._dags[dst]
+
+    def _spread(self, mass: np.ndarray, dst: int, loads: np.ndarray) -> None:
+        """Push node ``mass`` (bytes at fabric switches) along the DAG to ``dst``, adding to ``loads``."""
+        levels, _ = self._dag(dst)
+        for edges, frac in levels:
+            flow = mass[self.src_of[edges]] * frac
+            loads += np.bincount(edges, weights=flow, minlength=len(loads))
+            mass = mass + np.bincount(self.dst_of[edges], weights=flow, minlength=len(mass))
+            mass[np.unique(self.src_of[edges])] = 0.0
+
+    def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
+        flows at once; and each flow's expected path latency (s)."""
+        loads = np.zeros(len(self.edges))
+        lat = np.zeros(len(src))
+        same_dom = (self.local_switch[src] == self.local_switch[dst]) & (self.local_switch[src] >= 0) & (src != dst)
+        self._local_loads(src[same_dom], dst[same_dom], weight[same_dom], loads, lat, same_dom)
+        rest = ~same_dom & (src != dst)
+        routed = rest & (self.egress.switch[src, 0] >= 0) & (self.ingress.switch[dst, 0] >= 0)
+        self._fabric_loads(src[routed], dst[routed], weight[routed], loads, lat, routed)
+        for i in np.flatnonzero(rest & ~routed):
+            edges, frac = self._fallback_route(int(src[i]), int(dst[i]))
+            loads[edges] += frac * weight[i]
+            lat[i] = float(np.sum(frac * self.latency[edges]))
+        return loads, lat
+
+    def _local_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
+                     lat: np.ndarray, mask: np.ndarray) -> None:
+        loads += np.bincount(self.local_up[s], weights=w, minlength=len(loads))
+        loads += np.bincount(self.local_down[d], weights=w, minlength=len(loads))
+        lat[mask] = self.latency[self.local_up[s]] + self.latency[self.local_down[d]]
+
+    def _edge_table_loads(self, tab: _Egress, g: np.ndarray, w: np.ndarray, loads: np.ndarray) -> np.ndarray:
+        """Add the NIC-chain loads of GPUs ``g``; returns their expected chain latency."""
+        e, f = tab.edges[g], tab.edge_frac[g]
+        ok = e >= 0
+        loads += np.bincount(e[ok], weights=(f * w[:, None])[ok], minlength=len(loads))
+        return np.where(ok, f * self.latency[np.where(ok, e, 0)], 0.0).sum(axis=1)
+
+    def _fabric_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
+                      lat: np.ndarray, mask: np.ndarray) -> None:
+        if len(s) == 0:
+            return
+        lat_flow = self._edge_table_loads(self.egress, s, w, loads) + self._edge_table_loads(self.ingress, d, w, loads)
+        ks, kd = self.egress.switch.shape[1], self.ingress.switch.shape[1]
+        a = np.repeat(self.egress.switch[s], kd, axis=1).ravel()
+        b = np.tile(self.ingress.switch[d], (1, ks)).ravel()
+        fa = np.repeat(self.egress.switch_frac[s], kd, axis=1)
+        fb = np.tile(self.ingress.switch_frac[d], (1, ks))
+        pw = (fa * fb * w[:, None]).ravel()
+        flow_of = np.repeat(np.arange(len(s)), ks * kd)
+        ok = (a >= 0) & (b >= 0) & (pw > 0)
+        a, b, pw, flow_of = a[ok], b[ok], pw[ok], flow_of[ok]
+        for dst in np.unique(b):
+            sel = b == dst
+            mass = np.bincount(a[sel], weights=pw[sel], minlength=len(self.nodes))
+            self._spread(mass, int(dst), loads)
+            share = pw[sel] / w[flow_of[sel]]
+            lat_flow += np.bincount(flow_of[sel], weights=share * self._dag(int(dst))[1][a[sel]], minlength=len(s))
+        lat[mask] = lat_flow
+
+    def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-hop ECMP over the whole graph between GPUs ``s`` and ``d`` (small graphs only)."""
+        if (s, d) not in self._fallback:
+            src, dst = f"gpu{s}", f"gpu{d}"
+            dist = nx.single_target_shortest_path_length(self.graph, dst)
+            dist = dict(dist)
+            mass: dict[str, float] = {src: 1.0}
+            edges: dict[int, float] = {}
+            for level in range(dist[src], 0, -1):
+                nxt: dict[str, float] = {}
+                for u, m in mass.items():
+                    hops = [v for v in self.graph.successors(u) if dist.get(v, -1) == level - 1]
+                    for v in hops:
+                        e = self.edge_id[(u, v)]
+                        edges[e] = edges.get(e, 0.0) + m / len(hops)
+                        nxt[v] = nxt.get(v, 0.0) + m / len(hops)
+                mass = nxt
+            self._fallback[(s, d)] = (np.array(list(edges), dtype=np.int64), np.array(list(edges.values())))
+        return self._fallback[(s, d)]
+
+    def route(self, src: int, dst: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """Edge ids, fractions and expected latency (s) of one GPU -> GPU flow."""
+        loads, lat = self.loads(np.array([src]), np.array([dst]), np.array([1.0]))
+        edges = np.flatnonzero(loads > _TINY)
+        return edges, loads[edges], float(lat[0])
+
+
+class NetworkError(ValueError):
+    """A flow names nodes the fabric cannot route between."""
+
+
+@dataclass(frozen=True, eq=False)
+class _ByIdentity:
+    """Hash a graph by identity so a memo can key on it (graphs are never mutated once built)."""
+
+    obj: object
+    """The wrapped object."""
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ByIdentity) and other.obj is self.obj
+
+
+@lru_cache(maxsize=16)
+def _fabric_memo(graph: _ByIdentity, profile_json: str) -> Fabric:
+    return Fabric(graph.obj, CalibrationProfile.model_validate_json(profile_json))  # type: ignore[arg-type]
+
+
+def fabric_for(graph: nx.DiGraph, profile: CalibrationProfile) -> Fabric:
+    """The (memoised) ``Fabric`` of ``graph`` under ``profile``; the graph must not change later."""
+    return _fabric_memo(_ByIdentity(graph), profile.model_dump_json())
+
+
+def max_min_rates(
+    flow_idx: np.ndarray, link_idx: np.ndarray, frac: np.ndarray, capacity: np.ndarray, active: np.ndarray
+) -> np.ndarray:
+    """Max-min fair rates (bytes/s) by progressive filling over a sparse flow x link incidence.
+
+    Flow ``flow_idx[k]`` puts ``frac[k]`` of its rate on link ``link_idx[k]``. All unfrozen flows
+    grow together until a link saturates; flows crossing it freeze; repeat. Active flows that
+    cross no link get ``inf``; inactive flows get 0.
+    """
+    rates = np.zeros(len(active))
+    free = active.copy()
+    cap = capacity.astype(float)
+    while free.any():
+        coef = np.bincount(link_idx, weights=frac * free[flow_idx], minlength=len(capacity))
+        used = coef > _TINY
+        if not used.any():
+            rates[free] = np.inf
+            break
+        inc = float(np.min(cap[used] / coef[used]))
+        rates[free] += inc
+        cap = cap - inc * coef
+        saturated = used & (cap <= 1e-9 * capacity)
+        hit = np.bincount(flow_idx, weights=saturated[link_idx] * 1.0, minlength=len(active)) > 0
+        free &= ~hit
+    return rates
+
+
+def _incidence(fabric: Fabric, flows: Sequence[Flow]) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """COO (flow, link, fraction) of every flow's route, and each flow's path latency."""
+    fi, li, fr, lat = [], [], [], np.zeros(len(flows))
+    for k, f in enumerate(flows):
+        try:
+            s, d = fabric.node_id[f.src], fabric.node_id[f.dst]
+        except KeyError:
+            raise NetworkError(f"flow {k}: node '{f.src}' or '{f.dst}' is not in the graph; use gpu<i> names") from None
+        if fabric.kind[s] != "gpu" or fabric.kind[d] != "gpu":
+            raise NetworkError(f"flow {k}: {f.src} -> {f.dst} must join two GPU nodes (kind 'gpu')")
+        edges, frac, lat[k] = fabric.route(int(f.src[3:]), int(f.dst[3:]))
+        fi.append(np.full(len(edges), k))
+        li.append(edges)
+        fr.append(frac)
+    cat = (lambda xs, t: np.concatenate(xs).astype(t) if xs else np.zeros(0, dtype=t))
+    return cat(fi, np.int64), cat(li, np.int64), cat(fr, float), lat
+
+
+def simulate_flows(graph: nx.DiGraph, flows: Sequence[Flow], profile: CalibrationProfile | None = None) -> FlowResult:
+    """Fluid simulation of ``flows``: max-min fair rates recomputed whenever a flow starts or ends."""
+    fabric = fabric_for(graph, profile or CalibrationProfile())
+    fi, li, fr, lat = _incidence(fabric, flows)
+    size = np.array([f.size for f in flows], dtype=float)
+    start = np.array([f.start for f in flows], dtype=float)
+    tx_end = _event_loop(fi, li, fr, fabric.capacity, size, start)
+    finish = tx_end + lat
+    per_link = np.bincount(li, weights=fr * size[fi], minlength=len(fabric.edges))
+    makespan = float(finish.max()) if len(flows) else 0.0
+    used = np.flatnonzero(per_link > 0)
+    return FlowResult(
+        finish_times=tuple(float(x) for x in finish),
+        link_bytes={fabric.edge_name(e): float(per_link[e]) for e in used},
+        link_utilisation={
+            fabric.edge_name(e): float(per_link[e] / (fabric.capacity[e] * makespan)) if makespan > 0 else 0.0
+            for e in used
+        },
+        makespan=makespan,
+    )
+
+
+def _event_loop(fi: np.ndarray, li: np.ndarray, fr: np.ndarray, capacity: np.ndarray,
+                size: np.ndarray, start: np.ndarray) -> np.ndarray:
+    """Transmission end time of each flow; events are flow starts and flow ends."""
+    t, remaining = 0.0, size.copy()
+    end = np.full(len(size), np.nan)
+    done = size <= 0
+    end[done] = start[done]
+    while not done.all():
+        active = (start <= t) & ~done
+        pending = start[(start > t) & ~done]
+        if not active.any():
+            t = float(pending.min())
+            continue
+        rates = max_min_rates(fi, li, fr, capacity, active)
+        with np.errstate(divide="ignore"):
+            dt = float(np.min(remaining[active] / rates[active]))
+        if len(pending):
+            dt = min(dt, float(pending.min()) - t)
+        remaining[active] -= np.where(np.isinf(rates[active]), remaining[active], rates[active] * dt)
+        t += dt
+        fin = active & (remaining <= 1e-9 * np.maximum(size, 1.0))
+        end[fin], done = t, done | fin
+    return end

@@ -1,0 +1,230 @@
+"""What one rank runs: real training steps of the small GPT under a parallel plan, timed.
+
+Owns turning a ``BackendPlan`` into a module and a step function with torch's own parallel APIs
+(DDP, FSDP2 ``fully_shard``, ``torch.distributed.tensor.parallel`` Colwise/Rowwise/Sequence
+parallel, ``torch.distributed.pipelining`` GPipe and 1F1B, all on a ``DeviceMesh``), timing
+steps, and the rank's entry point (``python -m simulator.torch_backend.runners TASKS OUT``).
+It does not spawn processes (``launch``) nor fit anything (``simulator.fit``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+import torch
+import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+from torch.nn.parallel import DistributedDataParallel
+
+from simulator.torch_backend import microbench
+from simulator.torch_backend.gpt import GPT, build_stage, lm_loss
+from simulator.torch_backend.specs import BackendPlan, GPTConfig, StepRecord, TimingRecipe
+
+Step = Callable[[], None]
+
+
+def device() -> torch.device:
+    """This rank's device: its CUDA GPU when there is one, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def synchronize() -> None:
+    """Wait for queued device work (a no-op on CPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def batch(cfg: GPTConfig, sequences: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Random tokens and targets; the same seed gives the same batch on every rank."""
+    gen = torch.Generator().manual_seed(seed)
+    tokens = torch.randint(0, cfg.vocab_size, (sequences, cfg.seq_len), generator=gen)
+    targets = torch.randint(0, cfg.vocab_size, (sequences, cfg.seq_len), generator=gen)
+    return tokens.to(device()), targets.to(device())
+
+
+def tp_block_plan(sp: bool) -> dict[str, object]:
+    """torchtitan's per-block TP plan: column-shard q/k/v and w1, row-shard wo and w2."""
+    out = Shard(1) if sp else Replicate()
+    plan: dict[str, object] = {
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(),
+        "attention.wo": RowwiseParallel(output_layouts=out),
+        "feed_forward.w1": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(output_layouts=out),
+    }
+    if sp:
+        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        plan.update(attention_norm=SequenceParallel(), ffn_norm=SequenceParallel(),
+                    attention=gather, feed_forward=gather)
+    return plan
+
+
+def apply_tp(model: GPT, mesh: DeviceMesh, sp: bool) -> None:
+    """Tensor (and sequence) parallelism with torch.distributed.tensor.parallel."""
+    out = Shard(1) if sp else Replicate()
+    top: dict[str, object] = {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=out),
+        "output": ColwiseParallel(input_layouts=out, output_layouts=Replicate()),
+    }
+    if sp:
+        top["norm"] = SequenceParallel()
+    parallelize_module(model, mesh, top)  # type: ignore[arg-type]
+    for block in model.layers.values():
+        parallelize_module(block, mesh, tp_block_plan(sp))  # type: ignore[arg-type]
+
+
+def apply_fsdp(model: GPT, mesh: DeviceMesh) -> None:
+    """FSDP2: one ``fully_shard`` unit per block, then the root."""
+    for block in model.layers.values():
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def make_mesh(plan: BackendPlan) -> DeviceMesh:
+    """A DeviceMesh with the plan's non-trivial axes, outermost first (pp, dp, tp)."""
+    axes = [(n, d) for n, d in (("pp", plan.pp), ("dp", plan.dp), ("tp", plan.tp)) if d > 1] or [("dp", 1)]
+    return init_device_mesh(device().type, tuple(d for _, d in axes), mesh_dim_names=tuple(n for n, _ in axes))
+
+
+def flat_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) -> Step:
+    """DP (DDP or FSDP2), TP(+SP) and their mix: no pipeline."""
+    model = GPT(cfg).to(device())
+    names = mesh.mesh_dim_names or ()
+    if plan.tp > 1:
+        apply_tp(model, mesh["tp"], plan.sp)
+    wrapped: torch.nn.Module = model
+    if plan.dp > 1 and plan.data_parallel == "fsdp":
+        apply_fsdp(model, mesh["dp"])
+    elif plan.dp > 1:
+        wrapped = DistributedDataParallel(model, process_group=mesh["dp"].get_group())
+    dp_rank = mesh["dp"].get_local_rank() if "dp" in names else 0
+    tokens, targets = batch(cfg, plan.micro_batch, seed + dp_rank)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+
+    def step() -> None:
+        for _ in range(plan.micro_batches):
+            lm_loss(wrapped(tokens), targets).backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        synchronize()
+
+    return step
+
+
+def pipeline_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) -> Step:
+    """PP with torch.distributed.pipelining (GPipe or 1F1B), one stage per rank."""
+    rank, n = mesh["pp"].get_local_rank(), plan.pp
+    stage_mod = build_stage(cfg, rank, n).to(device())
+    stage = PipelineStage(stage_mod, rank, n, device(), group=mesh["pp"].get_group())
+    kind = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
+    schedule = kind(stage, n_microbatches=plan.micro_batches, loss_fn=lm_loss)
+    tokens, targets = batch(cfg, plan.global_batch, seed)
+    opt = torch.optim.Adam(stage_mod.parameters(), lr=1e-4)
+
+    def step() -> None:
+        if rank == 0:
+            schedule.step(tokens)
+        elif rank == n - 1:
+            schedule.step(target=targets, losses=[])
+        else:
+            schedule.step()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        synchronize()
+
+    return step
+
+
+def time_steps(step: Step, timing: TimingRecipe) -> list[float]:
+    """Warm up, then time each step from a common barrier; the slowest rank sets each step."""
+    for _ in range(timing.warmup):
+        step()
+    times = []
+    for _ in range(timing.repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - start)
+    t = torch.tensor(times, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.tolist()
+
+
+def trace_step(step: Step, name: str, folder: str) -> None:
+    """One extra step under torch.profiler, written as a Chrome trace per rank."""
+    from torch.profiler import ProfilerActivity, profile  # optional part of torch, only when asked
+
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        step()
+    prof.export_chrome_trace(str(Path(folder) / f"{name}.rank{dist.get_rank()}.json"))
+
+
+def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int = 0) -> StepRecord:
+    """Build, warm up and time one plan on all ranks of the default group."""
+    world = dist.get_world_size()
+    if plan.world_size != world:
+        raise ValueError(f"plan {plan.name}: dp*tp*pp = {plan.world_size} != world size {world}")
+    mesh = make_mesh(plan)
+    step = pipeline_step(plan, cfg, mesh, seed) if plan.pp > 1 else flat_step(plan, cfg, mesh, seed)
+    times = time_steps(step, timing)
+    if timing.profile_dir:
+        trace_step(step, plan.name, timing.profile_dir)
+    return StepRecord(plan=plan, model=cfg, world_size=world, backend=dist.get_backend(),
+                      device=device().type, step_times=tuple(times))
+
+
+def run_task(task: dict[str, object]) -> dict[str, object]:
+    """Dispatch one task of the launcher's list."""
+    timing = TimingRecipe(**task.get("timing", {}))  # type: ignore[arg-type]
+    match task["kind"]:
+        case "step":
+            plan = BackendPlan(**task["plan"])  # type: ignore[arg-type]
+            cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]
+            return {"kind": "step", **run_plan(plan, cfg, timing).to_dict()}
+        case "compute":
+            return {"kind": "compute", **microbench.compute_suite(task, timing)}
+        case "collectives":
+            return {"kind": "collectives", **microbench.collective_suite(task, timing)}
+    raise ValueError(f"unknown task kind {task['kind']!r}; use step, compute or collectives")
+
+
+def main(argv: list[str]) -> int:
+    """Rank entry point: run every task in TASKS, rank 0 writes the results to OUT."""
+    tasks = json.loads(Path(argv[0]).read_text())
+    timing_threads = int(tasks[0].get("timing", {}).get("threads_per_rank", 1)) if tasks else 1
+    torch.set_num_threads(timing_threads)
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if torch.cuda.is_available():
+        torch.cuda.set_device(device())
+    dist.init_process_group(backend=backend)
+    try:
+        results = [run_task(t) for t in tasks]
+        if dist.get_rank() == 0:
+            Path(argv[1]).write_text(json.dumps(results, indent=1))
+        dist.barrier()  # no rank tears its connections down while another still uses them
+    finally:
+        dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,105 @@
+"""Activation memory per layer against Korthikanti et al. 2022, Table 2, and its invariants."""
+
+import dataclasses
+
+import pytest
+
+from workloads import get_model, head_activation_bytes, layer_activation_bytes
+from workloads.activations import embedding_activation_bytes
+
+# Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
+# Table 2: activation bytes per layer in units of s*b*h (a = heads, t = tp degree).
+S, B, T = 2048, 2, 8
+
+
+def _gpt(**overrides: object):
+    return dataclasses.replace(get_model("gpt3-175b"), **overrides)
+
+
+def _units(model, **kwargs: object) -> float:
+    total = layer_activation_bytes(model, 0, micro_batch=B, seq_len=S, flash_attention=False,
+                                   **kwargs)
+    return total / (S * B * model.hidden_size)
+
+
+def test_no_parallelism_is_34_plus_5as_over_h() -> None:
+    m = _gpt()
+    a, h = m.num_heads, m.hidden_size
+    assert _units(m) == pytest.approx(34 + 5 * a * S / h)
+
+
+def test_tensor_parallel_without_sp() -> None:
+    m = _gpt()
+    a, h = m.num_heads, m.hidden_size
+    assert _units(m, tp=T) == pytest.approx(10 + 24 / T + 5 * a * S / (h * T))
+
+
+def test_tensor_and_sequence_parallel() -> None:
+    m = _gpt()
+    a, h = m.num_heads, m.hidden_size
+    assert _units(m, tp=T, sp=True) == pytest.approx(34 / T + 5 * a * S / (h * T))
+
+
+def test_selective_recompute_drops_the_attention_core() -> None:
+    assert _units(_gpt(), tp=T, sp=True, recompute="selective") == pytest.approx(34 / T)
+
+
+def test_full_recompute_keeps_only_the_layer_input() -> None:
+    assert _units(_gpt(), tp=T, sp=True, recompute="full") == pytest.approx(2 / T)
+    assert _units(_gpt(), tp=T, sp=False, recompute="full") == pytest.approx(2)
+
+
+def test_flash_attention_has_no_s_squared_term() -> None:
+    m = get_model("llama3-8b")
+    short = layer_activation_bytes(m, 0, micro_batch=1, seq_len=4096)
+    long = layer_activation_bytes(m, 0, micro_batch=1, seq_len=8192)
+    assert long == pytest.approx(2 * short)  # linear in s with a fused attention kernel
+    paper = layer_activation_bytes(m, 0, micro_batch=1, seq_len=8192, flash_attention=False)
+    assert paper > 4 * long  # the 5as^2b term dominates at s=8192
+
+
+def test_context_parallel_divides_everything_by_cp() -> None:
+    m = get_model("llama3-70b")
+    one = layer_activation_bytes(m, 0, micro_batch=1, seq_len=8192, tp=8, sp=True)
+    four = layer_activation_bytes(m, 0, micro_batch=1, seq_len=8192, tp=8, sp=True, cp=4)
+    assert four == pytest.approx(one / 4)
+
+
+def test_gqa_and_gating_change_the_tensor_widths() -> None:
+    base = _gpt(gated_mlp=False)
+    gqa = _gpt(num_kv_heads=8)
+    # K and V shrink from h to h*8/96 each: 4*s*b*h*(1 - 8/96) bytes fewer
+    saved = 4 * S * B * base.hidden_size * (1 - 8 / 96)
+    assert _units(base) - _units(gqa) == pytest.approx(saved / (S * B * base.hidden_size))
+    gated = _gpt(gated_mlp=True, ffn_hidden_size=base.hidden_size * 8 // 3 // 128 * 128)
+    # gated: act input 2*f*2 + fc2 input 2*f = 6f bytes per token vs 16h for f = 4h plain
+    f = gated.ffn_hidden_size
+    diff = _units(gated) - _units(base)
+    assert diff == pytest.approx((6 * f - 16 * base.hidden_size) / base.hidden_size)
+
+
+def test_moe_activations_grow_with_top_k() -> None:
+    m = get_model("qwen3-30b-a3b")
+    kwargs = dict(micro_batch=1, seq_len=4096, tp=2, sp=True)
+    k8 = layer_activation_bytes(m, 0, **kwargs)
+    k4 = layer_activation_bytes(dataclasses.replace(m, top_k=4), 0, **kwargs)
+    k2 = layer_activation_bytes(dataclasses.replace(m, top_k=2), 0, **kwargs)
+    assert k8 > k4 > k2
+    assert k8 - k4 == pytest.approx(2 * (k4 - k2))  # linear in top_k
+
+
+def test_more_tp_never_needs_more_memory() -> None:
+    m = get_model("deepseek-v3")
+    values = [layer_activation_bytes(m, 5, micro_batch=1, seq_len=4096, tp=t, sp=True)
+              for t in (1, 2, 4, 8)]
+    assert values == sorted(values, reverse=True)
+
+
+def test_embedding_and_head_activations() -> None:
+    m = get_model("llama3-8b")
+    tokens = 4096
+    logits = 4 * tokens * m.vocab_size / 4  # fp32 logits over tp = 4
+    head = head_activation_bytes(m, micro_batch=1, seq_len=tokens, tp=4, sp=True)
+    assert head == pytest.approx(logits + 2 * 2 * tokens * m.hidden_size / 4)
+    emb = embedding_activation_bytes(m, micro_batch=1, seq_len=tokens, tp=4, sp=True)
+    assert emb == pytest.approx(tokens * m.hidden_size / 4)

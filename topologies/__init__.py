@@ -1,0 +1,96 @@
+"""Accelerators and clusters: device specs, NetworkX fabric builders, cluster presets.
+
+A leaf package: imports nothing from simulator/, workloads/ or reports/. See docs/ARCHITECTURE.md
+"topologies/" for the contract (field names, units, the graph contract).
+"""
+
+from topologies.accelerators import (
+    A100_40GB,
+    A100_80GB,
+    ACCELERATORS,
+    B200,
+    B300,
+    GB200,
+    GB300,
+    H100_SXM,
+    H200,
+    MI300X,
+    AcceleratorSpec,
+    cpu_accelerator,
+    get_accelerator,
+)
+from topologies.cluster import Cluster, validate_cluster
+from topologies.config import load_cluster
+from topologies.errors import TopologyError
+from topologies.fabrics import (
+    NodeSpec,
+    dragonfly,
+    fat_tree,
+    multi_plane,
+    nvl_domain,
+    nvswitch_node,
+    pcie_host,
+    rail_optimized,
+    single_domain,
+    torus,
+)
+from topologies.presets import (
+    CLUSTER_PRESETS,
+    SystemSpec,
+    aws_p4d,
+    aws_p5,
+    build_cluster,
+    cpu_loopback,
+    dgx_a100_pod,
+    dgx_b200_pod,
+    dgx_b300_pod,
+    dgx_h100_pod,
+    dgx_h200_pod,
+    gb200_nvl72,
+    gb300_nvl72,
+    get_cluster,
+)
+
+__all__ = [
+    "A100_40GB",
+    "A100_80GB",
+    "ACCELERATORS",
+    "B200",
+    "B300",
+    "CLUSTER_PRESETS",
+    "GB200",
+    "GB300",
+    "H100_SXM",
+    "H200",
+    "MI300X",
+    "AcceleratorSpec",
+    "Cluster",
+    "NodeSpec",
+    "SystemSpec",
+    "TopologyError",
+    "aws_p4d",
+    "aws_p5",
+    "build_cluster",
+    "cpu_accelerator",
+    "cpu_loopback",
+    "dgx_a100_pod",
+    "dgx_b200_pod",
+    "dgx_b300_pod",
+    "dgx_h100_pod",
+    "dgx_h200_pod",
+    "dragonfly",
+    "fat_tree",
+    "gb200_nvl72",
+    "gb300_nvl72",
+    "get_accelerator",
+    "get_cluster",
+    "load_cluster",
+    "multi_plane",
+    "nvl_domain",
+    "nvswitch_node",
+    "pcie_host",
+    "rail_optimized",
+    "single_domain",
+    "torus",
+    "validate_cluster",
+]

@@ -1,0 +1,168 @@
+"""Activation memory a layer keeps for its backward pass, after Korthikanti et al. 2022.
+
+Owns `layer_activation_bytes`, `embedding_activation_bytes`, `head_activation_bytes` and the
+per-tensor list they sum (`layer_activation_terms`). Source: Korthikanti et al. 2022, "Reducing
+Activation Recomputation in Large Transformer Models", sec. 4 and Table 2: per layer
+s*b*h*(34 + 5*a*s/h) bytes without parallelism, s*b*h*(10 + 24/t + 5*a*s/(h*t)) with tp,
+s*b*h*(34/t + 5*a*s/(h*t)) with tp and sp; selective recompute drops the 5*a*s/h term; full
+recompute keeps only the layer input 2*s*b*h (/t with sp).
+
+Generalisation (same tensor list, each tensor's true width): GQA/MLA widths for Q, K, V and the
+output-projection input; gated MLP stores both fc1 outputs (2*ffn) and the fc2 input (ffn); MoE
+stores the routed token copies (top_k per token) at the expert width, router probabilities in
+fp32, and shared experts like a dense MLP; context parallelism shards the sequence (s -> s/cp,
+keys stay s long in the s^2 term). With `flash_attention` (default, as Megatron-core with
+Transformer Engine runs) the s^2 softmax tensors are never stored; the fused kernel keeps its
+fp32 log-sum-exp (a*s*b*4 bytes) instead, which selective recompute also drops.
+Masks are 1 byte per element. Does not place activations on pipeline stages (simulator/).
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workloads.model import ModelSpec
+from workloads.op_primitives import LocalShape, split, split_padded
+
+Recompute = Literal["none", "selective", "full"]
+Sharding = Literal["tp", "sp", "device"]
+MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, sec. 4.1)
+FP32_BYTES = 4
+
+
+@dataclass(frozen=True, kw_only=True)
+class ActivationTerm:
+    """One stored tensor of a layer."""
+
+    name: str
+    """What the tensor is (e.g. 'qkv_input', 'softmax')."""
+    bytes: float
+    """Bytes for the device's sequence shard before tensor-parallel sharding ('device': final)."""
+    sharding: Sharding
+    """'tp': always split over tp; 'sp': split over tp only with sequence parallelism;
+    'device': already per device."""
+    attention_core: bool = False
+    """Dropped by selective recompute (softmax/dropout of the attention core)."""
+
+
+def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape, *,
+                           flash_attention: bool = True) -> tuple[ActivationTerm, ...]:
+    """The tensors layer `layer_index` stores for backward, per Korthikanti et al. sec. 4.1."""
+    n, h, dt = shape.micro_batch * shape.seq_len // shape.cp, model.hidden_size, shape.dtype_bytes
+    attention = _attention_terms(model, shape, n, flash_attention)
+    if model.is_moe_layer(layer_index):
+        mlp = _moe_terms(model, shape, n)
+    else:
+        mlp = _mlp_terms(model, n, model.ffn_hidden_size, "mlp", dt)
+    return (
+        ActivationTerm(name="attn_norm_input", bytes=dt * n * h, sharding="sp"),
+        *attention,
+        ActivationTerm(name="attn_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
+        ActivationTerm(name="mlp_norm_input", bytes=dt * n * h, sharding="sp"),
+        ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp"),
+        *mlp,
+        ActivationTerm(name="mlp_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
+    )
+
+
+def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: int,
+                           seq_len: int, tp: int = 1, cp: int = 1, sp: bool = False,
+                           recompute: Recompute = "none", dtype_bytes: int = 2, ep: int = 1,
+                           etp: int = 1, flash_attention: bool = True) -> float:
+    """Bytes of activations layer `layer_index` keeps on one device for one micro-batch."""
+    shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
+                       sp=sp, dtype_bytes=dtype_bytes)
+    if recompute == "full":
+        return dtype_bytes * shape.tokens * model.hidden_size / (tp if sp else 1)
+    terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention)
+    kept = [t for t in terms if not (recompute == "selective" and t.attention_core)]
+    return sum(_per_device(t, tp, sp) for t in kept)
+
+
+def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int,
+                               tp: int = 1, cp: int = 1, sp: bool = False) -> float:
+    """The embedding dropout mask, s*b*h bytes (/t with sp) (Korthikanti et al. sec. 4.3)."""
+    tokens = micro_batch * seq_len / cp
+    return MASK_BYTES * tokens * model.hidden_size / (tp if sp else 1)
+
+
+def head_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
+                          cp: int = 1, sp: bool = False, dtype_bytes: int = 2) -> float:
+    """Final norm input and output-projection input (2*s*b*h each, /t with sp) plus the fp32
+    logits kept for the cross-entropy backward, 4*s*b*V/t (Korthikanti et al. sec. 4.3)."""
+    tokens = micro_batch * seq_len / cp
+    hidden = 2 * dtype_bytes * tokens * model.hidden_size / (tp if sp else 1)
+    return hidden + FP32_BYTES * tokens * split_padded(model.vocab_size, tp)
+
+
+def _per_device(term: ActivationTerm, tp: int, sp: bool) -> float:
+    match term.sharding:
+        case "tp":
+            return term.bytes / tp
+        case "sp":
+            return term.bytes / tp if sp else term.bytes
+        case _:
+            return term.bytes
+
+
+def _attention_terms(model: ModelSpec, shape: LocalShape, n: int,
+                     flash: bool) -> list[ActivationTerm]:
+    """QKV (or MLA latents) inputs, Q/K/V, the core's softmax state and the out-proj input."""
+    h, dt, heads = model.hidden_size, shape.dtype_bytes, model.num_heads
+    kv_heads = heads if model.attention == "mla" else model.num_kv_heads
+    d_qk, d_v = model.attn_head_dim, model.value_head_dim
+    terms = [ActivationTerm(name="qkv_input", bytes=dt * n * h, sharding="sp")]
+    if model.attention == "mla":
+        latent = (model.q_lora_rank or 0) + int(model.kv_lora_rank)
+        # latents are gathered over tp and kept whole on every rank: norm input and up-proj input
+        terms.append(ActivationTerm(name="mla_latents", bytes=2 * dt * n * latent * shape.tp,
+                                    sharding="tp"))
+    terms += [
+        ActivationTerm(name="query", bytes=dt * n * heads * d_qk, sharding="tp"),
+        ActivationTerm(name="key", bytes=dt * n * kv_heads * d_qk, sharding="tp"),
+        ActivationTerm(name="value", bytes=dt * n * kv_heads * d_v, sharding="tp"),
+        _core_term(model, shape, n, flash),
+        ActivationTerm(name="out_proj_input", bytes=dt * n * heads * d_v, sharding="tp"),
+    ]
+    return terms
+
+
+def _core_term(model: ModelSpec, shape: LocalShape, n: int, flash: bool) -> ActivationTerm:
+    """Softmax output (2), its dropout mask (1) and dropout output (2) per score: 5*a*s_q*s_k*b;
+    with a fused (flash) kernel only the fp32 log-sum-exp per query and head."""
+    a, s_k = model.num_heads, shape.seq_len
+    if flash:
+        return ActivationTerm(name="softmax_lse", bytes=FP32_BYTES * a * n, sharding="tp",
+                              attention_core=True)
+    scores = a * n * s_k
+    per_score = 2 * shape.dtype_bytes + MASK_BYTES  # softmax out + dropout out (dt each) + mask
+    return ActivationTerm(name="softmax", bytes=per_score * scores, sharding="tp",
+                          attention_core=True)
+
+
+def _mlp_terms(model: ModelSpec, n: float, ffn: int, prefix: str, dt: int) -> list[ActivationTerm]:
+    """Activation input (fc1 outputs: 2*ffn gated, ffn plain) and the fc2 input (ffn)."""
+    n_in = 2 if model.gated_mlp else 1
+    return [
+        ActivationTerm(name=f"{prefix}_act_input", bytes=dt * n * n_in * ffn, sharding="tp"),
+        ActivationTerm(name=f"{prefix}_fc2_input", bytes=dt * n * ffn, sharding="tp"),
+    ]
+
+
+def _moe_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[ActivationTerm]:
+    """Router probabilities (fp32), routed token copies at the experts, expert MLP tensors."""
+    h, dt, k = model.hidden_size, shape.dtype_bytes, model.top_k
+    f = split(int(model.moe_ffn_hidden_size), shape.etp, "moe_ffn_hidden_size", "etp")
+    n_in = 2 if model.gated_mlp else 1
+    pairs = n / shape.tp * shape.etp * k  # token-expert pairs on this device (see blocks.py)
+    terms = [
+        ActivationTerm(name="router_probs", bytes=FP32_BYTES * n * model.num_experts,
+                       sharding="sp"),
+        ActivationTerm(name="expert_fc1_input", bytes=dt * pairs * h, sharding="device"),
+        ActivationTerm(name="expert_act_input", bytes=dt * pairs * n_in * f, sharding="device"),
+        ActivationTerm(name="expert_fc2_input", bytes=dt * pairs * f, sharding="device"),
+        ActivationTerm(name="expert_output", bytes=dt * pairs * h, sharding="device"),
+    ]
+    if model.num_shared_experts:
+        shared = model.num_shared_experts * model.shared_ffn
+        terms += _mlp_terms(model, n, shared, "shared", dt)
+    return terms

@@ -1,0 +1,161 @@
+"""Device-local ops of the blocks of one transformer layer: norms, attention (MHA/GQA or MLA),
+dense MLP and MoE, after tensor, context and expert parallel sharding.
+
+Owns how each block shards (Megatron-core conventions, cited per function) and the op list it
+becomes. Does not own the op cost conventions (workloads/op_primitives.py) nor which blocks a
+layer has (workloads/ops.py).
+
+Sharding summary (T = micro_batch*seq_len/cp tokens on the device's sequence shard):
+- Column/row-parallel GEMMs see all T tokens and 1/tp of heads or FFN columns.
+- Norms, residual adds, MLA down-projections and the router see T/tp tokens with sequence
+  parallelism (Korthikanti et al. 2022 sec. 4.2.2) and all T without.
+- Attention core: each cp rank holds T queries against all seq_len keys; FLOPs use the full
+  s^2 convention (causal_flops_fraction = 0.5 says what a causal kernel executes).
+- Routed experts: each device holds num_experts/ep experts; tokens entering the MoE block are
+  its T/tp sequence-parallel tokens; an etp group gathers its ranks' tokens, so a device's
+  experts process (T/tp)*etp*top_k token-expert pairs with 1/etp of each expert's columns
+  (dropless, perfectly balanced routing, as the Megatron-Bridge MoE benchmarks force).
+"""
+
+from workloads.errors import WorkloadError
+from workloads.model import ModelSpec, attention_param_parts
+from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
+
+# Approximate FLOP per element of memory-bound ops (not part of model FLOPs).
+NORM_FLOPS = 4.0  # RMSNorm: square, accumulate, scale by rsqrt, multiply by weight
+RESIDUAL_FLOPS = 1.0  # one add (dropout with p=0 is a copy)
+SWIGLU_FLOPS = 5.0  # silu(x) = x*sigmoid(x) (~4) times the up projection (1)
+GELU_FLOPS = 8.0  # tanh-approximate GeLU
+
+
+def norm_op(model: ModelSpec, name: str, tokens: float, width: int, dtype_bytes: int) -> Op:
+    """A norm over `tokens` rows of `width` (reads the input, writes the output)."""
+    return memory_op(name, "norm", tokens * width, dtype_bytes, reads=1, writes=1,
+                     flops_per_element=NORM_FLOPS, params=model.norm_params(width))
+
+
+def residual_op(name: str, tokens: float, width: int, dtype_bytes: int) -> Op:
+    """Bias-dropout-add into the residual stream: reads two tensors, writes one."""
+    return memory_op(name, "elementwise", tokens * width, dtype_bytes, reads=2, writes=1,
+                     flops_per_element=RESIDUAL_FLOPS)
+
+
+def attention_core_op(model: ModelSpec, shape: LocalShape, heads_local: int,
+                      kv_heads_local: int) -> Op:
+    """Softmax(QK^T)V for the local heads: 2*b*sq*sk*heads*(d_qk + d_v) FLOPs, full s^2.
+
+    Backward = 2x forward (brief convention; FlashAttention-2 really does 2.5x incl. recompute).
+    HBM bytes (fused kernel, no s^2 tensor): read Q, all seq_len keys/values, write O.
+    """
+    d_qk, d_v = model.attn_head_dim, model.value_head_dim
+    b, sq, sk = shape.micro_batch, shape.seq_len // shape.cp, shape.seq_len
+    flops = 2.0 * b * sq * sk * heads_local * (d_qk + d_v)
+    q_bytes = b * sq * heads_local * (d_qk + d_v)  # Q in, O out
+    kv_bytes = b * sk * kv_heads_local * (d_qk + d_v)
+    moved = float((q_bytes + kv_bytes) * shape.dtype_bytes)
+    return Op(name="attn_core", kind="attention", flops=flops, bytes=moved,
+              bwd_flops=2.0 * flops, bwd_bytes=2.0 * moved, params=0,
+              gemm_shape=(sq, sk, d_qk), fp8=False, recompute_selective=True,
+              causal_flops_fraction=0.5)
+
+
+def mha_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
+    """QKV projection, attention core and output projection of MHA/GQA/MQA.
+
+    Megatron-core shards query heads and key/value groups over tp (requires both divisible).
+    """
+    h, d, dt = model.hidden_size, model.attn_head_dim, shape.dtype_bytes
+    heads = split(model.num_heads, shape.tp, "num_heads", "tp")
+    kv = split(model.num_kv_heads, shape.tp, "num_kv_heads", "tp")
+    n_qkv = (heads + 2 * kv) * d
+    qkv_bias = n_qkv if model.linear_bias else 0
+    out_bias = h if model.linear_bias else 0  # row-parallel bias is replicated on tp ranks
+    return (
+        gemm_op("qkv", shape.tokens, n_qkv, h, dt, params=h * n_qkv + qkv_bias),
+        attention_core_op(model, shape, heads, kv),
+        gemm_op("attn_out", shape.tokens, h, heads * d, dt, params=heads * d * h + out_bias),
+    )
+
+
+def mla_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
+    """DeepSeek-V3 multi-head latent attention (Megatron-core multi_latent_attention.py).
+
+    Down-projections are duplicated across tp and run on the sequence-parallel tokens; their
+    latents are gathered, normed, and up-projected column-parallel over heads.
+    """
+    h, dt, T = model.hidden_size, shape.dtype_bytes, shape.tokens
+    heads = split(model.num_heads, shape.tp, "num_heads", "tp")
+    parts = attention_param_parts(model)
+    kvl, rope = int(model.kv_lora_rank), int(model.qk_rope_head_dim)
+    d_qk, d_v = model.attn_head_dim, model.value_head_dim
+    ops: list[Op] = []
+    if model.q_lora_rank is None:
+        ops.append(gemm_op("q_proj", T, heads * d_qk, h, dt, params=h * heads * d_qk))
+    else:
+        ql = model.q_lora_rank
+        ops.append(gemm_op("q_down", shape.tokens_sp, ql, h, dt, params=parts["q_down"]))
+        ops.append(norm_op(model, "q_latent_norm", T, ql, dt))
+        ops.append(gemm_op("q_up", T, heads * d_qk, ql, dt, params=ql * heads * d_qk))
+    ops.append(gemm_op("kv_down", shape.tokens_sp, kvl + rope, h, dt, params=parts["kv_down"]))
+    ops.append(norm_op(model, "kv_latent_norm", T, kvl, dt))
+    n_up = heads * (int(model.qk_nope_head_dim) + d_v)
+    ops.append(gemm_op("kv_up", T, n_up, kvl, dt, params=kvl * n_up))
+    ops.append(attention_core_op(model, shape, heads, heads))
+    ops.append(gemm_op("attn_out", T, h, heads * d_v, dt, params=heads * d_v * h))
+    return tuple(ops)
+
+
+def mlp_ops(model: ModelSpec, shape: LocalShape, ffn: int, prefix: str = "mlp") -> tuple[Op, ...]:
+    """Dense (or shared-expert) MLP: column-parallel fc1, activation, row-parallel fc2."""
+    h, dt, T = model.hidden_size, shape.dtype_bytes, shape.tokens
+    f = split(ffn, shape.tp, f"{prefix} ffn hidden size", "tp")
+    n_in = 2 if model.gated_mlp else 1
+    bias_in = n_in * f if model.linear_bias else 0
+    bias_out = h if model.linear_bias else 0
+    act = memory_op(f"{prefix}_act", "elementwise", T * f, dt, reads=n_in, writes=1,
+                    flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS)
+    return (
+        gemm_op(f"{prefix}_fc1", T, n_in * f, h, dt, params=h * n_in * f + bias_in),
+        act,
+        gemm_op(f"{prefix}_fc2", T, h, f, dt, params=f * h + bias_out),
+    )
+
+
+def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
+    """Router, dispatch, grouped expert GEMMs, combine, and the shared experts (tp-sharded)."""
+    h, dt, E, k = model.hidden_size, shape.dtype_bytes, model.num_experts, model.top_k
+    local = split(E, shape.ep, "num_experts", "ep")
+    f = split(int(model.moe_ffn_hidden_size), shape.etp, "moe_ffn_hidden_size", "etp")
+    n_in = 2 if model.gated_mlp else 1
+    if shape.tp > 1 and not shape.sp:
+        raise WorkloadError(
+            f"{model.name}: MoE layers with tp = {shape.tp} need sequence parallelism "
+            "(Megatron-core requires it): set sp = true"
+        )
+    t_in = shape.tokens_sp
+    pairs = t_in * shape.etp * k  # token-expert pairs reaching this device's experts
+    per_expert = pairs / local
+    bias_in, bias_out = (n_in * f, h) if model.linear_bias else (0, 0)
+    ops = [
+        gemm_op("router", t_in, E, h, dt, params=model.router_params(), fp8=False, kind="router"),
+        memory_op("moe_permute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
+                  flops_per_element=0.0),
+        _alltoall("moe_dispatch", t_in * k * h * dt),
+        gemm_op("expert_fc1", per_expert, n_in * f, h, dt, params=local * (h * n_in * f + bias_in),
+                count=local),
+        memory_op("expert_act", "elementwise", pairs * f, dt, reads=n_in, writes=1,
+                  flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS),
+        gemm_op("expert_fc2", per_expert, h, f, dt, params=local * (f * h + bias_out), count=local),
+        _alltoall("moe_combine", t_in * k * h * dt),
+        memory_op("moe_unpermute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
+                  flops_per_element=2.0),  # weighted sum of the top_k expert outputs
+    ]
+    if model.num_shared_experts:
+        ops.extend(mlp_ops(model, shape, model.num_shared_experts * model.shared_ffn, "shared"))
+    return tuple(ops)
+
+
+def _alltoall(name: str, payload_bytes: float) -> Op:
+    """A marker where the EP all-to-all happens; bytes = payload one device sends (same back)."""
+    return Op(name=name, kind="alltoall_marker", flops=0.0, bytes=float(payload_bytes),
+              bwd_flops=0.0, bwd_bytes=float(payload_bytes), params=0)

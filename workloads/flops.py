@@ -1,0 +1,75 @@
+"""Whole-step FLOP counts under the three published conventions MFU/HFU figures use.
+
+Owns `model_flops_per_step` (PaLM), `megatron_flops_per_step` (Narayanan et al. SC'21) and
+`mosaic_flops_per_step` (MosaicML llm-foundry). Each counts one optimizer step of
+`training.global_batch_size` sequences. Does not count per-device or per-op FLOPs
+(workloads/ops.py) nor divide by time or peak (simulator/ and reports/ do).
+"""
+
+from workloads.model import ModelSpec
+from workloads.training import TrainingSpec
+
+
+def attention_width(model: ModelSpec) -> float:
+    """h_attn of the attention term: heads*head_dim; MLA averages the QK (nope+rope) and V widths,
+    since QK^T costs heads*d_qk and AV heads*d_v per query-key pair."""
+    return model.num_heads * (model.attn_head_dim + model.value_head_dim) / 2
+
+
+def model_flops_per_step(model: ModelSpec, training: TrainingSpec, *,
+                         include_input_embedding: bool = True,
+                         causal_attention: bool = False) -> float:
+    """PaLM model FLOPs: (6*N + 12*L*h_attn*s) per token, times tokens per step.
+
+    Source: Chowdhery et al. 2022, "PaLM", Appendix B. N = active parameters per token
+    (MoE: top_k routed + shared experts + router); by default nothing is excluded and the
+    attention term uses the full s^2; recompute is never counted.
+    Variants the NVIDIA tables use (fitted to workloads/data/published_runs.csv, see
+    tests/workloads/test_flops.py): NeMo 24.07 excludes the input-embedding lookup
+    (`include_input_embedding=False`; the output projection still counts, tied or not);
+    Megatron-Bridge also halves the attention term for the causal mask (`causal_attention=True`).
+    """
+    n = model.num_active_params()
+    if not include_input_embedding:
+        n -= input_lookup_params(model)
+    attention = 12.0 * model.num_layers * attention_width(model) * training.seq_len
+    if causal_attention:
+        attention /= 2.0
+    return (6.0 * n + attention) * training.tokens_per_step
+
+
+def input_lookup_params(model: ModelSpec) -> int:
+    """Parameters used only by table lookups (no FLOPs): position table, and the word table
+    unless it is tied to the output projection."""
+    word = 0 if model.tied_embeddings else model.vocab_size * model.hidden_size
+    return model.embedding_params() - model.vocab_size * model.hidden_size + word
+
+
+def megatron_flops_per_step(model: ModelSpec, training: TrainingSpec,
+                            recompute_full: bool = True) -> float:
+    """Narayanan et al. SC'21 eq. (3): 96*B*s*l*h^2*(1 + s/(6h) + V/(16*l*h)) per iteration.
+
+    The factor 96 = 4 passes (forward, backward x2, recompute forward) x 24*B*s*h^2 per layer;
+    without activation recomputation the factor is 72 (3 passes). Derived for GPT layers
+    (MHA, ffn = 4h, non-gated); for other shapes it is the formula's value, not a true count.
+    """
+    b, s, l, h, v = (training.global_batch_size, training.seq_len, model.num_layers,
+                     model.hidden_size, model.vocab_size)
+    factor = 96.0 if recompute_full else 72.0
+    return factor * b * s * l * h * h * (1.0 + s / (6.0 * h) + v / (16.0 * l * h))
+
+
+def mosaic_flops_per_step(model: ModelSpec, training: TrainingSpec,
+                          activation_checkpointing: bool = False) -> float:
+    """MosaicML llm-foundry: (6*N + 12*L*d*s) per token for MFU, (8*N + 16*L*d*s) for HFU with
+    activation checkpointing; N = all parameters incl. embeddings (the NumParams column).
+
+    Source: mosaicml/llm-foundry scripts/train/benchmarking/collect_results.py, as summarised in
+    workloads/data/README.md (flops_definition of the MosaicML rows).
+    """
+    n, l, d, s = model.num_params(), model.num_layers, model.hidden_size, training.seq_len
+    if activation_checkpointing:
+        per_token = 8.0 * n + 16.0 * l * d * s
+    else:
+        per_token = 6.0 * n + 12.0 * l * d * s
+    return per_token * training.tokens_per_step

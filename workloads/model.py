@@ -1,0 +1,274 @@
+"""Transformer architecture description and its parameter counts.
+
+Owns `ModelSpec` (dense and MoE decoder-only transformers, MHA/GQA/MQA or DeepSeek-style MLA)
+and the exact parameter counting of each layer, embedding and head. Does not know about
+sharding, FLOPs per op or memory (workloads/ops.py, workloads/activations.py do that).
+
+Counting rules (each a published convention, stated where it matters):
+- GEMM weights count rows x columns; biases only when `linear_bias` (Megatron GPT-3 style).
+- LayerNorm has weight and bias (2h), RMSNorm a weight only (h).
+- Learned position embeddings add max_seq_len*h (GPT-3, MPT); RoPE adds nothing.
+- Tied embeddings count the vocabulary matrix once.
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workloads.errors import WorkloadError
+
+_MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """A decoder-only transformer; sizes are element counts, never bytes."""
+
+    name: str
+    """Preset or user name of the model."""
+    num_layers: int
+    """Transformer layers (blocks)."""
+    hidden_size: int
+    """Model width h (residual stream)."""
+    num_heads: int
+    """Query heads."""
+    num_kv_heads: int
+    """Key/value heads (== num_heads for MHA, 1 for MQA, between for GQA)."""
+    ffn_hidden_size: int
+    """Hidden width of the dense MLP (per gate branch when gated)."""
+    vocab_size: int
+    """Vocabulary size (padded, as trained)."""
+    gated_mlp: bool = True
+    """SwiGLU-style MLP with gate and up projections (3 matrices) instead of 2."""
+    tied_embeddings: bool = False
+    """Output projection shares the input embedding matrix."""
+    head_dim: int | None = None
+    """Per-head width; None means hidden_size // num_heads."""
+    max_seq_len: int | None = None
+    """Longest trained context; sizes learned position embeddings when those are used."""
+    num_experts: int = 0
+    """Routed experts per MoE layer (0 = dense model)."""
+    top_k: int = 0
+    """Routed experts each token visits."""
+    moe_ffn_hidden_size: int | None = None
+    """Hidden width of one routed expert MLP."""
+    num_shared_experts: int = 0
+    """Always-active shared experts per MoE layer."""
+    shared_expert_ffn_hidden_size: int | None = None
+    """Hidden width of one shared expert; None means moe_ffn_hidden_size."""
+    first_dense_layers: int = 0
+    """The first k layers use a dense MLP of ffn_hidden_size (DeepSeek-V3: 3)."""
+    moe_layer_freq: int = 1
+    """Layer i (past the dense prefix) is MoE when i % moe_layer_freq == 0 (Megatron convention)."""
+    capacity_factor: float | None = None
+    """Expert capacity factor; None = dropless routing."""
+    attention: Literal["mha", "mla"] = "mha"
+    """'mha' covers MHA/GQA/MQA; 'mla' is DeepSeek-V2/V3 multi-head latent attention."""
+    q_lora_rank: int | None = None
+    """MLA query down-projection rank (None = no query compression)."""
+    kv_lora_rank: int | None = None
+    """MLA key/value latent rank."""
+    qk_nope_head_dim: int | None = None
+    """MLA per-head query/key width without rotary part."""
+    qk_rope_head_dim: int | None = None
+    """MLA per-head rotary query/key width (the rotary key is shared by all heads)."""
+    v_head_dim: int | None = None
+    """MLA per-head value width."""
+    norm: Literal["rmsnorm", "layernorm"] = "rmsnorm"
+    """Normalisation: RMSNorm (weight only) or LayerNorm (weight and bias)."""
+    linear_bias: bool = False
+    """Linear layers carry biases (GPT-3/Megatron GPT, gpt-oss)."""
+    learned_position_embeddings: bool = False
+    """Absolute learned position embeddings of max_seq_len rows (GPT-3, MPT) instead of RoPE."""
+    source: str = ""
+    """Citation of the configuration (paper table or official config file)."""
+
+    def __post_init__(self) -> None:
+        _check_sizes(self)
+        _check_moe(self)
+        _check_mla(self)
+
+    # ---- derived shapes -------------------------------------------------------------------
+    @property
+    def is_moe(self) -> bool:
+        """True when the model has routed experts."""
+        return self.num_experts > 0
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer i (0-based) has an MoE block instead of a dense MLP."""
+        _check_layer_index(self, i)
+        return self.is_moe and i >= self.first_dense_layers and i % self.moe_layer_freq == 0
+
+    @property
+    def attn_head_dim(self) -> int:
+        """Per-head query/key width (MLA: nope + rope)."""
+        if self.attention == "mla":
+            return int(self.qk_nope_head_dim) + int(self.qk_rope_head_dim)
+        return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
+
+    @property
+    def value_head_dim(self) -> int:
+        """Per-head value width."""
+        return int(self.v_head_dim) if self.attention == "mla" else self.attn_head_dim
+
+    @property
+    def shared_ffn(self) -> int:
+        """Hidden width of one shared expert."""
+        if self.shared_expert_ffn_hidden_size is not None:
+            return self.shared_expert_ffn_hidden_size
+        return int(self.moe_ffn_hidden_size or 0)
+
+    @property
+    def num_moe_layers(self) -> int:
+        """How many layers are MoE layers."""
+        return sum(self.is_moe_layer(i) for i in range(self.num_layers))
+
+    # ---- parameter counts ---------------------------------------------------------------------
+    def norm_params(self, width: int) -> int:
+        """Parameters of one norm over `width` features."""
+        return 2 * width if self.norm == "layernorm" else width
+
+    def attention_params(self) -> int:
+        """Parameters of the attention block (projections, their biases, MLA norms)."""
+        return attention_param_parts(self)["total"]
+
+    def mlp_params(self, ffn: int) -> int:
+        """Parameters of one (dense or expert) MLP of hidden width `ffn`."""
+        n_in = 2 if self.gated_mlp else 1
+        bias = (n_in * ffn + self.hidden_size) if self.linear_bias else 0
+        return (n_in + 1) * self.hidden_size * ffn + bias
+
+    def router_params(self) -> int:
+        """Parameters of the MoE router (one logit per expert; bias for gpt-oss style)."""
+        return self.hidden_size * self.num_experts + (self.num_experts if self.linear_bias else 0)
+
+    def layer_params(self, i: int) -> int:
+        """All parameters of layer i (every expert counted)."""
+        base = self.attention_params() + 2 * self.norm_params(self.hidden_size)
+        if not self.is_moe_layer(i):
+            return base + self.mlp_params(self.ffn_hidden_size)
+        experts = self.num_experts * self.mlp_params(int(self.moe_ffn_hidden_size))
+        shared = self.num_shared_experts * self.mlp_params(self.shared_ffn)
+        return base + experts + shared + self.router_params()
+
+    def layer_active_params(self, i: int) -> int:
+        """Parameters of layer i that one token uses (top_k routed + shared experts + router)."""
+        if not self.is_moe_layer(i):
+            return self.layer_params(i)
+        unused = (self.num_experts - self.top_k) * self.mlp_params(int(self.moe_ffn_hidden_size))
+        return self.layer_params(i) - unused
+
+    def embedding_params(self) -> int:
+        """Input word embeddings plus learned position embeddings (if any)."""
+        pos = int(self.max_seq_len or 0) * self.hidden_size if self.learned_position_embeddings else 0
+        return self.vocab_size * self.hidden_size + pos
+
+    def head_params(self) -> int:
+        """Final norm plus the output projection (0 for the projection when tied)."""
+        proj = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
+        return self.norm_params(self.hidden_size) + proj
+
+    def num_params(self) -> int:
+        """Total parameters including embeddings, head and every expert."""
+        layers = sum(self.layer_params(i) for i in range(self.num_layers))
+        return self.embedding_params() + layers + self.head_params()
+
+    def num_active_params(self) -> int:
+        """Parameters used per token, including embeddings and head (MoE: top_k + shared)."""
+        layers = sum(self.layer_active_params(i) for i in range(self.num_layers))
+        return self.embedding_params() + layers + self.head_params()
+
+
+def attention_param_parts(m: ModelSpec) -> dict[str, int]:
+    """Named weight counts of the attention block; 'total' sums them with biases and norms."""
+    h, heads = m.hidden_size, m.num_heads
+    if m.attention == "mla":
+        parts = _mla_parts(m)
+    else:
+        d = m.attn_head_dim
+        parts = {"qkv": h * (heads + 2 * m.num_kv_heads) * d, "out": heads * d * h}
+        if m.linear_bias:
+            parts["bias"] = (heads + 2 * m.num_kv_heads) * d + h
+    parts["total"] = sum(parts.values())
+    return parts
+
+
+def _mla_parts(m: ModelSpec) -> dict[str, int]:
+    """MLA weights after DeepSeek-V3 modeling code (q_a/q_b, kv_a/kv_b, o and the two norms)."""
+    h, heads = m.hidden_size, m.num_heads
+    qk, rope, v, kvl = m.attn_head_dim, int(m.qk_rope_head_dim), m.value_head_dim, int(m.kv_lora_rank)
+    parts: dict[str, int] = {}
+    if m.q_lora_rank is None:
+        parts["q"] = h * heads * qk
+    else:
+        parts["q_down"] = h * m.q_lora_rank
+        parts["q_norm"] = m.norm_params(m.q_lora_rank)
+        parts["q_up"] = m.q_lora_rank * heads * qk
+    parts["kv_down"] = h * (kvl + rope)
+    parts["kv_norm"] = m.norm_params(kvl)
+    parts["kv_up"] = kvl * heads * (int(m.qk_nope_head_dim) + v)
+    parts["out"] = heads * v * h
+    return parts
+
+
+def _check_layer_index(m: ModelSpec, i: int) -> None:
+    if not 0 <= i < m.num_layers:
+        raise WorkloadError(f"layer_index = {i}: must be in 0..{m.num_layers - 1} for {m.name}")
+
+
+def _check_sizes(m: ModelSpec) -> None:
+    for field in ("num_layers", "hidden_size", "num_heads", "num_kv_heads", "ffn_hidden_size",
+                  "vocab_size"):
+        value = getattr(m, field)
+        if not isinstance(value, int) or value <= 0:
+            raise WorkloadError(f"{m.name}: {field} = {value!r}: must be a positive integer")
+    if m.num_heads % m.num_kv_heads:
+        raise WorkloadError(
+            f"{m.name}: num_heads = {m.num_heads} is not divisible by num_kv_heads = "
+            f"{m.num_kv_heads}: choose num_kv_heads dividing num_heads"
+        )
+    if m.head_dim is not None and m.head_dim <= 0:
+        raise WorkloadError(f"{m.name}: head_dim = {m.head_dim}: must be positive or None")
+    if m.learned_position_embeddings and not m.max_seq_len:
+        raise WorkloadError(
+            f"{m.name}: learned_position_embeddings needs max_seq_len (got {m.max_seq_len}): set it"
+        )
+    if m.norm not in ("rmsnorm", "layernorm"):
+        raise WorkloadError(f"{m.name}: norm = {m.norm!r}: use rmsnorm or layernorm")
+
+
+def _check_moe(m: ModelSpec) -> None:
+    if m.num_experts < 0:
+        raise WorkloadError(f"{m.name}: num_experts = {m.num_experts}: must be >= 0 (0 = dense)")
+    if m.num_experts == 0:
+        if m.top_k or m.num_shared_experts:
+            raise WorkloadError(
+                f"{m.name}: top_k = {m.top_k}, num_shared_experts = {m.num_shared_experts} "
+                "need num_experts > 0: set num_experts or zero them"
+            )
+        return
+    if not 1 <= m.top_k <= m.num_experts:
+        raise WorkloadError(
+            f"{m.name}: top_k = {m.top_k}: must be in 1..num_experts ({m.num_experts}) for MoE"
+        )
+    if not m.moe_ffn_hidden_size or m.moe_ffn_hidden_size <= 0:
+        raise WorkloadError(
+            f"{m.name}: moe_ffn_hidden_size = {m.moe_ffn_hidden_size}: MoE needs a positive value"
+        )
+    if not 0 <= m.first_dense_layers <= m.num_layers or m.moe_layer_freq < 1:
+        raise WorkloadError(
+            f"{m.name}: first_dense_layers = {m.first_dense_layers}, moe_layer_freq = "
+            f"{m.moe_layer_freq}: need 0 <= first_dense_layers <= {m.num_layers}, freq >= 1"
+        )
+    if m.capacity_factor is not None and m.capacity_factor <= 0:
+        raise WorkloadError(f"{m.name}: capacity_factor = {m.capacity_factor}: must be > 0 or None")
+
+
+def _check_mla(m: ModelSpec) -> None:
+    if m.attention not in ("mha", "mla"):
+        raise WorkloadError(f"{m.name}: attention = {m.attention!r}: use mha or mla")
+    if m.attention != "mla":
+        return
+    for field in _MLA_FIELDS:
+        value = getattr(m, field)
+        if value is None or value <= 0:
+            raise WorkloadError(f"{m.name}: attention = 'mla' needs {field} > 0 (got {value})")

@@ -1,0 +1,135 @@
+"""Bundled model presets (one YAML file per model) and the name resolution used to find them.
+
+Owns `MODEL_PRESETS` (name -> ModelSpec, read once from workloads/presets/*.yaml), the alias table
+that maps the model strings of published_runs.csv and common spellings onto preset names,
+`get_model` and `load_model` (user YAML files or mappings). Does not own training settings.
+
+YAML keys are exactly the `ModelSpec` field names plus `source` (the citation of the shape).
+"""
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from workloads.errors import WorkloadError
+from workloads.model import ModelSpec
+
+PRESET_DIR = Path(__file__).parent / "presets"
+
+# Normalised alias -> preset name. Keys are what `normalise_model_name` makes of the `model`
+# column of workloads/data/published_runs.csv and of common spellings.
+MODEL_ALIASES: dict[str, str] = {
+    "llama3.1-405b": "llama3-405b",
+    "llama-3.1-405b": "llama3-405b",
+    "llama3.1-70b": "llama3-70b",
+    "llama3.1-8b": "llama3-8b",
+    "llama-3-8b": "llama3-8b",
+    "llama-3-70b": "llama3-70b",
+    "deepseekv3": "deepseek-v3",
+    "deepseek-v3-w-o-mtp": "deepseek-v3",
+    "kimi-k2-base": "kimi-k2",
+    "nemotron4-340b": "nemotron-4-340b",
+    "nemotron-340b": "nemotron-4-340b",
+    "gpt-3-175b": "gpt3-175b",
+    "gpt-174.6b": "gpt3-175b",
+    "megatron-175b": "gpt3-175b",
+    "megatron-530b": "gpt-529.6b",
+    "megatron-1t": "gpt-1008.0b",
+    "gpt-3-175b-slightly-175b-due-to-larger-vocab": "gpt-177b",
+    "mixtral-8x7b-v0.1": "mixtral-8x7b",
+    "llama-4-scout": "llama4-scout",
+    "llama4-scout-17b-16e": "llama4-scout",
+}
+
+
+def normalise_model_name(name: str) -> str:
+    """Lower-case, and turn every run of characters other than [a-z0-9.] into one '-'."""
+    return re.sub(r"[^a-z0-9.]+", "-", name.strip().lower()).strip("-")
+
+
+def resolve_model_name(name: str) -> str:
+    """Map any accepted spelling ('LLAMA3.1_405B', 'GPT OSS 120B', 'DeepSeekV3 (dropless)') to a preset.
+
+    Tries the normalised name, then the alias table, then both again with a trailing
+    parenthesised run qualifier removed ('(tokendrop)', '(w/ MTP)'), which names how a run was
+    configured, not the model's shape. Raises WorkloadError listing the valid names.
+    """
+    candidates = [name, re.sub(r"\s*\(.*\)\s*$", "", name)]
+    for candidate in candidates:
+        key = normalise_model_name(candidate)
+        if key in MODEL_PRESETS:
+            return key
+        if key in MODEL_ALIASES:
+            return MODEL_ALIASES[key]
+    raise WorkloadError(
+        f"model = {name!r} is not a preset: use one of {', '.join(sorted(MODEL_PRESETS))} "
+        "or a YAML file with ModelSpec fields"
+    )
+
+
+def get_model(name: str) -> ModelSpec:
+    """The preset ModelSpec for a preset name or alias."""
+    return MODEL_PRESETS[resolve_model_name(name)]
+
+
+def load_model(path_or_mapping: str | Path | Mapping[str, Any]) -> ModelSpec:
+    """A ModelSpec from a YAML file path or a mapping of ModelSpec fields.
+
+    A mapping with only `preset: <name>` plus overrides starts from that preset.
+    """
+    data = _read_mapping(path_or_mapping) if not isinstance(path_or_mapping, Mapping) \
+        else dict(path_or_mapping)
+    if "preset" in data:
+        base = get_model(str(data.pop("preset")))
+        return model_from_mapping({**dataclasses.asdict(base), **data})
+    return model_from_mapping(data)
+
+
+def model_from_mapping(data: Mapping[str, Any]) -> ModelSpec:
+    """Build a ModelSpec from plain data, naming unknown or missing keys in the error."""
+    fields = {f.name for f in dataclasses.fields(ModelSpec)}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise WorkloadError(
+            f"model keys {unknown} are not ModelSpec fields: use only {', '.join(sorted(fields))}"
+        )
+    required = {f.name for f in dataclasses.fields(ModelSpec)
+                if f.default is dataclasses.MISSING}
+    missing = sorted(required - set(data))
+    if missing:
+        raise WorkloadError(f"model {data.get('name', '?')!r} lacks keys {missing}: add them")
+    try:
+        return ModelSpec(**data)
+    except TypeError as exc:
+        raise WorkloadError(f"model {data.get('name', '?')!r}: {exc}") from exc
+
+
+def _read_mapping(path: str | Path) -> dict[str, Any]:
+    file = Path(path)
+    if not file.is_file():
+        raise WorkloadError(f"model file {str(file)!r} does not exist: give a YAML path or a preset")
+    try:
+        data = yaml.safe_load(file.read_text())
+    except yaml.YAMLError as exc:
+        first = str(exc).splitlines()[0] if str(exc) else "syntax error"
+        raise WorkloadError(f"model file {str(file)!r} is not valid YAML ({first}): fix it") from exc
+    if not isinstance(data, dict):
+        raise WorkloadError(f"model file {str(file)!r} must hold a mapping of ModelSpec fields")
+    return data
+
+
+def _load_presets(directory: Path) -> dict[str, ModelSpec]:
+    presets: dict[str, ModelSpec] = {}
+    for file in sorted(directory.glob("*.yaml")):
+        spec = model_from_mapping(_read_mapping(file))
+        if spec.name != file.stem:
+            raise WorkloadError(f"preset file {file.name}: name {spec.name!r} must equal the file stem")
+        presets[spec.name] = spec
+    return presets
+
+
+MODEL_PRESETS: dict[str, ModelSpec] = _load_presets(PRESET_DIR)

@@ -1,0 +1,73 @@
+"""Training-run description: sequence length, batch, numeric precision, optimizer.
+
+Owns `TrainingSpec` and the per-parameter byte counts that follow from precision and optimizer.
+Does not know about parallel plans or memory placement (simulator/partition.py does that).
+"""
+
+from dataclasses import dataclass
+from typing import Literal
+
+from workloads.errors import WorkloadError
+
+Precision = Literal["bf16", "fp16", "fp8", "fp32"]
+Optimizer = Literal["adam", "sgd"]
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainingSpec:
+    """What one optimizer step trains on, and in which numeric formats."""
+
+    seq_len: int
+    """Tokens per sequence."""
+    global_batch_size: int
+    """Sequences per optimizer step (all data-parallel replicas and micro-batches together)."""
+    precision: Precision = "bf16"
+    """Compute precision of the GEMMs; fp8 keeps bf16 weights/activations and FP8 GEMM inputs."""
+    optimizer: Optimizer = "adam"
+    """Optimizer whose state is kept per parameter."""
+
+    def __post_init__(self) -> None:
+        if self.seq_len <= 0:
+            raise WorkloadError(f"seq_len = {self.seq_len}: must be a positive token count")
+        if self.global_batch_size <= 0:
+            raise WorkloadError(
+                f"global_batch_size = {self.global_batch_size}: must be a positive number of sequences"
+            )
+        if self.precision not in ("bf16", "fp16", "fp8", "fp32"):
+            raise WorkloadError(f"precision = {self.precision!r}: use one of bf16, fp16, fp8, fp32")
+        if self.optimizer not in ("adam", "sgd"):
+            raise WorkloadError(f"optimizer = {self.optimizer!r}: use one of adam, sgd")
+
+    @property
+    def tokens_per_step(self) -> int:
+        """Tokens consumed by one optimizer step: global_batch_size * seq_len."""
+        return self.global_batch_size * self.seq_len
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes per parameter of the working weight copy (fp8 runs keep bf16 weights, as TE does)."""
+        return 4 if self.precision == "fp32" else 2
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes per gradient element (Megatron accumulates bf16 grads in fp32 main_grad buffers)."""
+        return 4
+
+    @property
+    def master_param_bytes(self) -> int:
+        """Bytes per fp32 master weight kept by the optimizer in mixed precision (0 when fp32)."""
+        return 0 if self.precision == "fp32" else 4
+
+    @property
+    def optimizer_state_bytes(self) -> int:
+        """Optimizer state bytes per parameter: Adam keeps two fp32 moments (8), SGD one momentum (4).
+
+        Source: Rajbhandari et al. 2020 (ZeRO), section 3.1: mixed-precision Adam holds 16 bytes per
+        parameter = 2 (fp16 weights) + 2 (fp16 grads) + 12 (fp32 weights, momentum, variance).
+        """
+        return 8 if self.optimizer == "adam" else 4
+
+    @property
+    def activation_bytes(self) -> int:
+        """Bytes per stored activation element (fp8 runs keep bf16 activations between layers)."""
+        return 4 if self.precision == "fp32" else 2
