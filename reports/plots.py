@@ -128,7 +128,8 @@ def plot_mfu(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
     return ax
 
 
-def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None) -> Axes:
+def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None, *,
+                   subject: str = "best plan") -> Axes:
     """Stacked bars per scale of the step-time fraction by cause, ideal compute at the bottom."""
     ax = ax if ax is not None else new_axes()
     several = fractions["cluster"].nunique() > 1
@@ -144,11 +145,11 @@ def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None) -> Axes:
                label=cause.label, edgecolor="white", linewidth=0.5)
         bottom = [b + v for b, v in zip(bottom, values)]
     ax.set_xticks(positions, labels)
-    ax.set_xlabel("GPUs (best plan at each scale)")
+    ax.set_xlabel(f"GPUs ({subject} at each scale)")
     ax.set_ylabel("fraction of step time")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, 1.0)
-    ax.set_title("Where the step time goes")
+    ax.set_title(f"Where the step time goes: {subject}")
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     return ax
 

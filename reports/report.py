@@ -23,7 +23,8 @@ from reports.plots import (
 from reports.scaling import lost_time_fractions, scaling_table
 from reports.summary import summary_sentences
 from reports.tables import (
-    BEST_SERIES, NAIVE_SERIES, PLAN_COLUMNS, ResultsInput, best_rows, error_table, hardware_table, load_results, plan_table, with_costs,
+    BEST_SERIES, NAIVE_SERIES, PLAN_COLUMNS, ResultsInput, best_rows, error_table,
+    hardware_table, load_results, plan_table, series_rows, with_costs,
 )
 
 PLANS_SHOWN_PER_SCALE = 5
@@ -40,6 +41,8 @@ class ReportData:
     """Per (cluster, series, GPU count): tokens/s/GPU, MFU, scaling efficiency."""
     fractions: pd.DataFrame
     """Best plan per (cluster, GPU count): fraction of step time by cause."""
+    naive_fractions: pd.DataFrame
+    """The naive DP baseline per (cluster, GPU count): fraction of step time by cause."""
     plans: pd.DataFrame
     """Every ok plan, fastest first per scale, with its speed-up over naive DP."""
     hardware: pd.DataFrame
@@ -56,6 +59,7 @@ def report_data(results: ResultsInput,
     frame = with_costs(load_results(results), cost_per_gpu_hour)
     return ReportData(
         results=frame, curves=scaling_table(frame), fractions=lost_time_fractions(best_rows(frame)),
+        naive_fractions=lost_time_fractions(series_rows(frame, NAIVE_SERIES)),
         plans=plan_table(frame), hardware=hardware_table(frame), errors=error_table(frame),
         sentences=summary_sentences(frame),
     )
@@ -78,6 +82,11 @@ def _figures(data: ReportData) -> list[PageFigure]:
             PageFigure(key="mfu", caption="Model FLOPs utilisation (PaLM convention) against "
                        "GPU count", png=png_bytes(plot_mfu(data.curves))),
         ]
+    if not data.naive_fractions.empty:
+        figures.append(PageFigure(key="lost_time_naive_dp", caption="The same for the naive "
+                                  "baseline: DP replicas of the smallest plan that fits",
+                                  png=png_bytes(plot_lost_time(data.naive_fractions,
+                                                               subject="naive DP"))))
     if len(data.hardware) > 1:
         figures.append(PageFigure(key="hardware", caption="Best plan per cluster: tokens/s per "
                                   "GPU and $ per million tokens",
@@ -106,8 +115,9 @@ def write_scaling_report(results: ResultsInput, out_dir: str | Path, *, title: s
                          cost_per_gpu_hour: float | Mapping[str, float] | None = None) -> Path:
     """Write the scaling report into ``out_dir`` (created if missing); return report.html's path.
 
-    Files: throughput_per_gpu.png, scaling_efficiency.png, lost_time.png, mfu.png,
-    hardware.png (several clusters only), results.csv, scaling.csv, lost_time.csv,
+    Files: throughput_per_gpu.png, scaling_efficiency.png, lost_time.png,
+    lost_time_naive_dp.png (when the naive baseline ran), mfu.png, hardware.png (several
+    clusters only), results.csv, scaling.csv, lost_time.csv, lost_time_naive_dp.csv,
     plan_table.csv, hardware.csv, errors.csv, report.html (self-contained).
     """
     out = Path(out_dir)
@@ -116,7 +126,8 @@ def write_scaling_report(results: ResultsInput, out_dir: str | Path, *, title: s
     for figure in figures:
         write_bytes_atomic(out / f"{figure.key}.png", figure.png)
     for name, frame in (("results", data.results), ("scaling", data.curves),
-                        ("lost_time", data.fractions), ("plan_table", data.plans),
+                        ("lost_time", data.fractions),
+                        ("lost_time_naive_dp", data.naive_fractions), ("plan_table", data.plans),
                         ("hardware", data.hardware), ("errors", data.errors)):
         write_csv_atomic(out / f"{name}.csv", frame)
     meta = (f"{len(data.results):,} result rows, {len(data.errors):,} failed; "

@@ -118,7 +118,7 @@ def _check_ok_rows(ok: pd.DataFrame) -> None:
     """Ok rows need finite, positive metrics and a breakdown that sums to the step time."""
     numeric = ["num_gpus", "step_time_s", "tokens_per_s_per_gpu", "ideal_compute_s"]
     for column in numeric:
-        values = pd.to_numeric(ok[column], errors="coerce")
+        values = pd.to_numeric(ok[column], errors="coerce").astype(float)
         bad = ok[~(np.isfinite(values) & (values > 0))]
         if not bad.empty:
             raise ReportError(f"results: {column} must be a positive number in ok rows, got "
@@ -154,9 +154,9 @@ def with_costs(frame: pd.DataFrame,
     """
     out = frame.copy()
     price = _prices(out, cost_per_gpu_hour)
+    if (price.dropna() < 0).any():
+        raise ReportError(f"cost_per_gpu_hour = {price.min()} $/GPU-hour; prices must be >= 0")
     price = price.where(price > 0)
-    if price.notna().any() and (price.dropna() < 0).any():
-        raise ReportError("cost_per_gpu_hour must be >= 0 $/GPU-hour")
     throughput = pd.to_numeric(out["tokens_per_s_per_gpu"], errors="coerce")
     out["cost_per_gpu_hour"] = price
     out["cost_per_million_tokens"] = price / SECONDS_PER_HOUR / throughput * 1e6

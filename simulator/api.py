@@ -138,11 +138,13 @@ def _summarise(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
                stages: tuple[StageCost, ...], memory: tuple, intervals: list[Interval], step: float,
                m: int, inputs: dict[str, Any], waits: tuple[float, ...] | None) -> Result:
     per_stage_devices = plan.dp * plan.tp * plan.cp
-    hw = sum(c.flops + c.recompute_flops for st in stages for c in st.chunks) * m * per_stage_devices
+    device = sum(c.flops for st in stages for c in st.chunks) * m * per_stage_devices
+    recomputed = sum(c.recompute_flops for st in stages for c in st.chunks) * m * per_stage_devices
+    model_flops = model_flops_per_step(model, training)
     crit = critical_unit(intervals)
     return Result(
         step_time=step, tokens_per_step=training.tokens_per_step, num_gpus=cluster.num_gpus,
-        model_flops=model_flops_per_step(model, training), hardware_flops=hw,
+        model_flops=model_flops, hardware_flops=model_flops + recomputed, device_flops=device,
         peak_flops=peak_for(cluster.accelerator, training.precision, True),
         breakdown=breakdown_of(intervals, crit[0], crit[1], step),
         stage_breakdowns=tuple(breakdown_of(intervals, crit[0], s, step) for s in range(plan.pp)),

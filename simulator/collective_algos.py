@@ -117,7 +117,7 @@ def _reducing_switch(groups: np.ndarray, fabric: Fabric) -> bool:
     sw = fabric.local_switch[groups]
     if (sw < 0).any():
         return False
-    return all(bool(fabric.graph.nodes[fabric.nodes[s]].get("in_network_reduction")) for s in np.unique(sw))
+    return bool(fabric.reduces[sw].all())
 
 
 def applicable(kind: str, groups: np.ndarray, fabric: Fabric) -> tuple[str, ...]:

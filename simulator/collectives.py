@@ -10,8 +10,9 @@ Cost model: an algorithm is a list of steps; in a step every flow of every group
 With equal start times, the fluid (max-min) makespan of a step is exactly
 ``S * max_l(load_l / capacity_l)`` where ``load_l`` is bytes per byte of collective size; a
 pipelined composite step (hierarchical, in-switch across nodes) uses the same link bound.
-time = overhead + sum_steps repeat * (alpha_step + S * beta_step), where alpha is the path
-latency paid once per sequential hop. beta uses the links of the representative (first) group;
+time = overhead + sum_steps repeat * (alpha_step + (S + min(S, F)) * beta_step), where alpha is
+the path latency paid once per sequential hop and F = PIPELINE_FILL_BYTES (the first F bytes move
+at half rate while the pipeline fills). beta uses the links of the representative (first) group;
 for groups that are translates of each other this equals the global makespan (tested).
 The per-step (alpha, beta) pattern does not depend on the size and is memoised per fabric, so a
 sweep over sizes, or the engine's repeated calls, cost one arithmetic line each.
@@ -34,6 +35,11 @@ BUS_FACTOR: Mapping[str, str] = {
     "all_to_all": "(n-1)/n", "broadcast": "1", "send_recv": "1",
 }
 """nccl-tests busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md)."""
+PIPELINE_FILL_BYTES: float = 32 * 2**20
+"""Bytes of a collective that move at half rate while NCCL's pipeline fills (8 channels x 4 MiB
+NCCL_BUFFSIZE, NCCL environment-variable docs). One constant for every fabric; it reproduces the
+mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_bandwidth.csv).
+Overridden by a profile attribute ``pipeline_fill_bytes`` when the profile has one."""
 
 
 class CollectiveError(ClusterSimError):
@@ -116,7 +122,7 @@ def _check(kind: str, size: float, groups: Sequence[Sequence[int]], num_gpus: in
     arr = np.asarray(groups, dtype=np.int64)
     if arr.min() < 0 or arr.max() >= num_gpus:
         raise CollectiveError(f"groups name devices {arr.min()}..{arr.max()}; the cluster has 0..{num_gpus - 1}")
-    if any(len(set(g)) != len(g) for g in arr.tolist()):
+    if (np.diff(np.sort(arr, axis=1), axis=1) == 0).any():
         raise CollectiveError("a group lists the same device twice; list each device once per group")
     if kind == "send_recv" and arr.shape[1] != 2:
         raise CollectiveError(f"send_recv groups must be [src, dst] pairs, got groups of {arr.shape[1]}")
@@ -160,8 +166,8 @@ def _pattern(fabric: Fabric, kind: str, algorithm: str, groups: np.ndarray, eff_
 
 
 def _cost(pattern: _Pattern, kind: str, algorithm: str, size: float, n: int, overhead: float,
-          fabric: Fabric) -> CollectiveCost:
-    time = overhead + pattern.alpha + size * pattern.beta
+          fabric: Fabric, fill: float) -> CollectiveCost:
+    time = overhead + pattern.alpha + (size + min(size, fill)) * pattern.beta
     alg_bw = size / time if time > 0 else float("inf")
     return CollectiveCost(
         time=time, algorithm=algorithm, alg_bandwidth=alg_bw, bus_bandwidth=alg_bw * bus_factor(kind, n),
@@ -189,14 +195,19 @@ def price_collective(
         return CollectiveCost(time=0.0, algorithm="none", bus_bandwidth=0.0, alg_bandwidth=float("inf"),
                               bytes_per_rank_sent=0.0, link_utilisation=None)
     eff_switch = profile.link_eff("in_network_reduction")
-    options = applicable(kind, arr, fabric)
+    options_key = ("applicable", kind, arr.shape, arr.tobytes())
+    if options_key not in fabric.memo:
+        fabric.memo[options_key] = applicable(kind, arr, fabric)
+    options: tuple[str, ...] = fabric.memo[options_key]  # type: ignore[assignment]
     if algorithm is not None:
         if algorithm not in ALGORITHMS.get(kind, ()):
             raise CollectiveError(f"algorithm = '{algorithm}' does not implement {kind}; use one of {ALGORITHMS[kind]}")
         if algorithm not in options:
             raise CollectiveError(f"algorithm = '{algorithm}' cannot run {kind} on these groups; use one of {options}")
         options = (algorithm,)
-    costs = [_cost(_pattern(fabric, kind, a, arr, eff_switch), kind, a, size, n, overhead, fabric) for a in options]
+    fill = 0.0 if kind == "send_recv" else float(getattr(profile, "pipeline_fill_bytes", PIPELINE_FILL_BYTES))
+    costs = [_cost(_pattern(fabric, kind, a, arr, eff_switch), kind, a, size, n, overhead, fabric, fill)
+             for a in options]
     return min(costs, key=lambda c: c.time)
 
 
@@ -208,4 +219,5 @@ def full_mode_time(kind: str, size: float, groups: Sequence[Sequence[int]], clus
     arr = _check(kind, size, groups, fabric.num_gpus)
     p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
-    return overhead + p.alpha + size * p.beta_full
+    fill = 0.0 if kind == "send_recv" else float(getattr(profile, "pipeline_fill_bytes", PIPELINE_FILL_BYTES))
+    return overhead + p.alpha + (size + min(size, fill)) * p.beta_full

@@ -52,6 +52,7 @@ def op_time(
 ) -> float:
     """Seconds for one pass of ``op``; ``flops_scale`` stretches its math (expert imbalance)."""
     flops, nbytes = _flops_bytes(op, which)
+    flops *= op.causal_flops_fraction  # a causal kernel skips the masked half of s x s
     if flops <= 0 and nbytes <= 0:
         return 0.0
     peak = peak_for(accelerator, precision, op.fp8)

@@ -129,12 +129,17 @@ class _Cycle:
     restore: float  # seconds to read the checkpoint back
 
 
+Phases = tuple[tuple[str, float], ...]
+"""Consecutive (cause, seconds) pieces of one wait; an interrupt splits elapsed time in order."""
+
+
 @dataclass
 class _Ledger:
     """Mutable tally of one simulated history (a runtime object, one per run)."""
 
     seconds: dict[str, float]
-    phase: str = "train"
+    training: bool = True
+    phases: Phases = ()
     phase_start: float = 0.0
     pending_swaps: int = 0
 
@@ -163,43 +168,54 @@ def _settle_training(ledger: _Ledger, cyc: _Cycle, now: float, failed: bool) -> 
 
 
 def _close_phase(ledger: _Ledger, now: float) -> None:
-    ledger.seconds[ledger.phase] += now - ledger.phase_start
-    ledger.phase, ledger.phase_start = "idle", now
+    """Charge the time since the phases began to their causes, in order."""
+    left = now - ledger.phase_start
+    for cause, duration in ledger.phases:
+        used = min(left, duration)
+        ledger.seconds[cause] += used
+        left -= used
+    ledger.phases, ledger.phase_start = (), now
 
 
-def _phase(env: simpy.Environment, ledger: _Ledger, name: str, duration: float):
-    ledger.phase, ledger.phase_start = name, env.now
-    if duration > 0:
-        yield env.timeout(duration)
+def _spend(env: simpy.Environment, ledger: _Ledger, phases: Phases):
+    """Wait through consecutive phases with one timeout (one event, not one per phase)."""
+    ledger.phases, ledger.phase_start = phases, env.now
+    total = sum(duration for _, duration in phases)
+    if total > 0:
+        yield env.timeout(total)
     _close_phase(ledger, env.now)
 
 
 def _recovery(env: simpy.Environment, cyc: _Cycle, spec: FailureSpec, spares: simpy.Container,
               ledger: _Ledger):
     """Detect, take a spare for each failed node, reschedule, relaunch and restore."""
-    yield from _phase(env, ledger, "detection", spec.detection_time)
-    swapped = False
+    relaunch = spec.restart_time + cyc.restore
+    if spec.repair_time == 0:  # a failed node is back at once: nobody waits for a spare
+        swap = spec.reschedule_time if ledger.pending_swaps else 0.0
+        ledger.pending_swaps = 0
+        yield from _spend(env, ledger, (("detection", spec.detection_time), ("restart", swap + relaunch)))
+        return
+    yield from _spend(env, ledger, (("detection", spec.detection_time),))
+    swapped = ledger.pending_swaps > 0
     while ledger.pending_swaps:
-        ledger.phase, ledger.phase_start = "spare_wait", env.now
+        ledger.phases, ledger.phase_start = (("spare_wait", math.inf),), env.now
         with spares.get(1) as request:
             yield request
         ledger.pending_swaps -= 1
-        swapped = True
         _close_phase(ledger, env.now)
-    if swapped:
-        yield from _phase(env, ledger, "restart", spec.reschedule_time)
-    yield from _phase(env, ledger, "restart", spec.restart_time + cyc.restore)
+    yield from _spend(env, ledger, (("restart", (spec.reschedule_time if swapped else 0.0) + relaunch),))
 
 
 def _job(env: simpy.Environment, cyc: _Cycle, spec: FailureSpec, spares: simpy.Container,
          ledger: _Ledger, horizon: float):
     """Train until a failure, recover (again if a failure hits recovery), repeat."""
     while True:
-        ledger.phase, ledger.phase_start = "train", env.now
+        ledger.training, ledger.phase_start = True, env.now
         try:
             yield env.timeout(2 * horizon)
         except simpy.Interrupt:
             _settle_training(ledger, cyc, env.now, failed=True)
+        ledger.training = False
         while True:
             try:
                 yield from _recovery(env, cyc, spec, spares, ledger)
@@ -220,7 +236,8 @@ def _inject(env: simpy.Environment, job: simpy.Process, timeline: FailureTimelin
         yield env.timeout(when - env.now)
         if swap:
             ledger.pending_swaps += 1
-            env.process(_repair(env, spares, spec.repair_time))
+            if spec.repair_time > 0:
+                env.process(_repair(env, spares, spec.repair_time))
         job.interrupt()
 
 
@@ -232,9 +249,9 @@ def _run_once(timeline: FailureTimeline, cyc: _Cycle, spec: FailureSpec) -> RunR
     job = env.process(_job(env, cyc, spec, spares, ledger, timeline.horizon))
     env.process(_inject(env, job, timeline, spec, spares, ledger))
     env.run(until=timeline.horizon)
-    if ledger.phase == "train":
+    if ledger.training:
         _settle_training(ledger, cyc, timeline.horizon, failed=False)
-    elif ledger.phase != "idle":
+    else:
         _close_phase(ledger, timeline.horizon)
     useful = ledger.seconds.pop("useful")
     return RunRecord(goodput=useful / timeline.horizon, useful_time=useful,
@@ -351,7 +368,7 @@ def sweep_intervals(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: Fai
     cost = checkpoint_cost(checkpoint, state_bytes_per_device=spec.state_bytes_per_device,
                            num_gpus=spec.num_gpus, gpus_per_node=spec.gpus_per_node)
     mtbf = system_mtbf(failures, spec.num_gpus, spec.gpus_per_node)
-    grid = sorted(intervals) if intervals else interval_grid(spec, cost.blocking_time, mtbf)
+    grid = sorted(set(intervals)) if intervals else interval_grid(spec, cost.blocking_time, mtbf)
     timelines = draw_timelines(spec, failures, rng)
     results = [run_timelines(replace(spec, checkpoint_interval=x), checkpoint, failures, timelines) for x in grid]
     means = [r.goodput_mean for r in results]

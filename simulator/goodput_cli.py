@@ -20,24 +20,20 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Annotated, Any
 
-import matplotlib
+import numpy as np
+import typer
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
+from rich.console import Console
+from rich.table import Table
 
-matplotlib.use("Agg")
-
-import matplotlib.pyplot as plt  # noqa: E402  (after the backend is chosen)
-import numpy as np  # noqa: E402
-import typer  # noqa: E402
-from matplotlib.axes import Axes  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-from simulator.api import simulate  # noqa: E402
-from simulator.checkpoint import CheckpointSpec, LongRunError  # noqa: E402
-from simulator.errors import ClusterSimError  # noqa: E402
-from simulator.failures import FailureSpec  # noqa: E402
-from simulator.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,  # noqa: E402
+from simulator.api import simulate
+from simulator.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
+from simulator.errors import ClusterSimError
+from simulator.failures import FailureSpec, system_mtbf
+from simulator.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,
                                simulate_long_run, sweep_intervals)
-from simulator.scenario import load_scenario  # noqa: E402
+from simulator.scenario import load_scenario
 
 EXIT_BAD_INPUT = 2
 HOUR = 3600.0
@@ -86,7 +82,7 @@ def unique_state_per_device(state_bytes_per_device: float, plan: Any) -> float:
 
 def plot_goodput_curve(sweep: IntervalSweep, ax: Axes | None = None) -> Axes:
     """Mean goodput (95% CI bars) against checkpoint interval, with Young, Daly and the best."""
-    ax = ax or plt.figure(figsize=(7, 4)).add_subplot()
+    ax = ax or Figure(figsize=(7, 4)).add_subplot()  # no pyplot: no global figure state
     minutes = np.array(sweep.intervals) / 60.0
     ax.errorbar(minutes, sweep.goodput_mean, yerr=sweep.goodput_ci_half, marker="o", capsize=3, label="simulated")
     ax.axvspan(sweep.band[0] / 60.0, sweep.band[1] / 60.0, alpha=0.15, label="within best's 95% CI")
@@ -114,7 +110,6 @@ def _write_atomic(path: Path, write: Any) -> None:
 def _save_plot(sweep: IntervalSweep, path: Path) -> None:
     ax = plot_goodput_curve(sweep)
     _write_atomic(path, lambda tmp: ax.figure.savefig(tmp, dpi=120, bbox_inches="tight"))
-    plt.close(ax.figure)
 
 
 def _save_json(doc: dict[str, Any], path: Path) -> None:
@@ -158,17 +153,14 @@ def _long_run_spec(scenario: Any, days: float, repetitions: int) -> LongRunSpec:
 def run_goodput(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: FailureSpec, seed: int,
                 interval: float | None) -> tuple[LongRunResult, IntervalSweep]:
     """The sweep (best interval) and the result at the chosen interval, on the same histories."""
-    probe = sweep_intervals(replace(spec, repetitions=2), checkpoint, failures, np.random.default_rng(seed),
-                            intervals=[spec.step_time]) if interval is None else None
-    grid = interval_grid(spec, probe.best.cost.blocking_time if probe else 0.0,
-                         probe.best.system_mtbf if probe else math.inf)
-    if interval is not None:
-        cost_probe = simulate_long_run(replace(spec, repetitions=2, checkpoint_interval=interval),
-                                       checkpoint, failures, np.random.default_rng(seed))
-        grid = interval_grid(spec, cost_probe.cost.blocking_time, cost_probe.system_mtbf) + [interval]
-    sweep = sweep_intervals(spec, checkpoint, failures, np.random.default_rng(seed), intervals=grid)
+    cost = checkpoint_cost(checkpoint, state_bytes_per_device=spec.state_bytes_per_device,
+                           num_gpus=spec.num_gpus, gpus_per_node=spec.gpus_per_node)
+    grid = interval_grid(spec, cost.blocking_time, system_mtbf(failures, spec.num_gpus, spec.gpus_per_node))
+    sweep = sweep_intervals(spec, checkpoint, failures, np.random.default_rng(seed),
+                            intervals=grid + ([interval] if interval is not None else []))
     if interval is None:
         return sweep.best, sweep
+    # same seed, same spawned streams: the same failure histories as the sweep
     return simulate_long_run(replace(spec, checkpoint_interval=interval), checkpoint, failures,
                              np.random.default_rng(seed)), sweep
 
@@ -196,12 +188,13 @@ def goodput_command(
     seed: Annotated[int | None, typer.Option(help="Seed; default: the scenario's.")] = None,
     plot: Annotated[Path | None, typer.Option(help="PNG of goodput against interval.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="JSON summary file.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Scenario override, e.g. plan.tp=4.")] = None,
 ) -> None:
     """Goodput distribution, best checkpoint interval and lost hours over a long run."""
     console, errors = Console(), Console(stderr=True)
     try:
         interval = _parse_interval(checkpoint_interval)
-        scenario = load_scenario(scenario_file, {})
+        scenario = load_scenario(scenario_file, set_ or [])
         spec = _long_run_spec(scenario, days, repetitions)
         checkpoint = CheckpointSpec(write_bandwidth_per_node=node_write_gbps * GBIT,
                                     storage_bandwidth=storage_gbps * GBIT, asynchronous=asynchronous, sharded=sharded)

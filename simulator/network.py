@@ -21,7 +21,6 @@ Capacities are ``bandwidth * profile.link_eff(link_class)``; per-hop latency is 
 
 from __future__ import annotations
 
-from collections import deque
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Mapping, Sequence
@@ -93,9 +92,11 @@ class Fabric:
         self.nodes: list[str] = list(graph.nodes)
         self.node_id: dict[str, int] = {n: i for i, n in enumerate(self.nodes)}
         self.kind: list[str] = [graph.nodes[n].get("kind", "") for n in self.nodes]
+        self.reduces: np.ndarray = np.array([bool(graph.nodes[n].get("in_network_reduction")) for n in self.nodes])
+        """Per node: the switch reduces in-network (NVLS / SHARP)."""
         self.edges: list[tuple[str, str]] = list(graph.edges)
         self.edge_id: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
-        data = [graph.edges[e] for e in self.edges]
+        data = [d for _, _, d in graph.edges(data=True)]
         self.link_class: list[str] = [d["link_class"] for d in data]
         self.bandwidth = np.array([d["bandwidth"] for d in data], dtype=float)
         eff = np.array([profile.link_eff(c) for c in self.link_class])
@@ -110,7 +111,9 @@ class Fabric:
         self._local_tables()
         self.egress = self._walk_tables(out=True)
         self.ingress = self._walk_tables(out=False)
-        self._dags: dict[int, tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]] = {}
+        self._dist: np.ndarray | None = None
+        self._pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float]] = {}
+        self._hops: dict[tuple[int, int], tuple[np.ndarray, list[int]]] = {}
         self._fallback: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.memo: dict[tuple[object, ...], object] = {}
         """Size-independent results of callers (collective cost patterns), keyed by their inputs."""
@@ -170,42 +173,63 @@ class Fabric:
         u, v = self.edges[e]
         return f"{u}->{v}"
 
-    def _dag(self, dst: int) -> tuple[list[tuple[np.ndarray, np.ndarray]], np.ndarray]:
-        """Shortest-path DAG towards fabric switch ``dst``: per level (edge ids, split fraction)
-        from the farthest level down, and the expected latency from every node to ``dst``."""
-        if dst in self._dags:
-            return self._dags[dst]
-        dist = {dst: 0}
-        queue = deque([dst])
-        while queue:
-            v = queue.popleft()
-            for name in self.graph.predecessors(self.nodes[v]):
-                u = self.node_id[name]
-                if u not in dist and self.kind[u] in FABRIC_KINDS:
-                    dist[u] = dist[v] + 1
-                    queue.append(u)
-        levels: list[tuple[np.ndarray, np.ndarray]] = []
-        lat = np.zeros(len(self.nodes))
-        for d in range(1, max(dist.values(), default=0) + 1):
-            es, fr = [], []
-            for u in (n for n, k in dist.items() if k == d):
-                nxt = [self.edge_id[(self.nodes[u], v)] for v in self.graph.successors(self.nodes[u])
-                       if dist.get(self.node_id[v], -1) == d - 1]
-                es += nxt
-                fr += [1.0 / len(nxt)] * len(nxt)
-                lat[u] = float(np.mean([self.latency[e] + lat[self.dst_of[e]] for e in nxt]))
-            levels.append((np.array(es, dtype=np.int64), np.array(fr)))
-        self._dags[dst] = (levels[::-1], lat)
-        return self._dags[dst]
+    def _fabric_dist(self) -> np.ndarray:
+        """Hop distances between fabric switches (all pairs, breadth-first by matrix products);
+        rows/columns follow ``self.fabric_nodes``; unreachable = a large number."""
+        if self._dist is None:
+            ids = np.array([i for i, k in enumerate(self.kind) if k in FABRIC_KINDS], dtype=np.int64)
+            self.fabric_index = np.full(len(self.nodes), -1, dtype=np.int64)
+            self.fabric_index[ids] = np.arange(len(ids))
+            fe = (self.fabric_index[self.src_of] >= 0) & (self.fabric_index[self.dst_of] >= 0)
+            adj = np.zeros((len(ids), len(ids)), dtype=np.float32)
+            adj[self.fabric_index[self.src_of[fe]], self.fabric_index[self.dst_of[fe]]] = 1.0
+            dist = np.where(np.eye(len(ids), dtype=bool), 0, 10**6).astype(np.int64)
+            reach = np.eye(len(ids), dtype=np.float32)
+            for hop in range(1, len(ids)):
+                reach = np.minimum(reach + reach @ adj, 1.0)
+                new = (reach > 0) & (dist > hop)
+                if not new.any():
+                    break
+                dist[new] = hop
+            self._dist = dist
+            order = np.argsort(self.src_of[fe], kind="stable")
+            fedges = np.flatnonzero(fe)[order]
+            self._fsucc_edges = fedges
+            self._fsucc_ptr = np.searchsorted(self.src_of[fedges], np.arange(len(self.nodes) + 1))
+        return self._dist
 
-    def _spread(self, mass: np.ndarray, dst: int, loads: np.ndarray) -> None:
-        """Push node ``mass`` (bytes at fabric switches) along the DAG to ``dst``, adding to ``loads``."""
-        levels, _ = self._dag(dst)
-        for edges, frac in levels:
-            flow = mass[self.src_of[edges]] * frac
-            loads += np.bincount(edges, weights=flow, minlength=len(loads))
-            mass = mass + np.bincount(self.dst_of[edges], weights=flow, minlength=len(mass))
-            mass[np.unique(self.src_of[edges])] = 0.0
+    def _next_hops(self, u: int, fb: int) -> tuple[np.ndarray, list[int]]:
+        """Edges out of node ``u`` on shortest paths to fabric switch index ``fb``, and their heads."""
+        key = (u, fb)
+        if key not in self._hops:
+            dist = self._fabric_dist()
+            out = self._fsucc_edges[self._fsucc_ptr[u]:self._fsucc_ptr[u + 1]]
+            out = out[dist[self.fabric_index[self.dst_of[out]], fb] == dist[self.fabric_index[u], fb] - 1]
+            self._hops[key] = (out, self.dst_of[out].tolist())
+        return self._hops[key]
+
+    def _pair_route(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """Per-hop ECMP split from fabric switch ``a`` to ``b``: edge ids, fractions, latency."""
+        key = (a, b)
+        if key not in self._pairs:
+            dist = self._fabric_dist()
+            fb = self.fabric_index[b]
+            mass = {a: 1.0}
+            edges: list[np.ndarray] = []
+            fracs: list[np.ndarray] = []
+            for _ in range(int(dist[self.fabric_index[a], fb])):
+                nxt: dict[int, float] = {}
+                for u, m in mass.items():
+                    out, heads = self._next_hops(u, int(fb))
+                    edges.append(out)
+                    fracs.append(np.full(len(out), m / len(out)))
+                    for v in heads:
+                        nxt[v] = nxt.get(v, 0.0) + m / len(out)
+                mass = nxt
+            e = np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64)
+            f = np.concatenate(fracs) if fracs else np.zeros(0)
+            self._pairs[key] = (e, f, float(np.sum(f * self.latency[e])))
+        return self._pairs[key]
 
     def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
@@ -250,12 +274,16 @@ class Fabric:
         flow_of = np.repeat(np.arange(len(s)), ks * kd)
         ok = (a >= 0) & (b >= 0) & (pw > 0)
         a, b, pw, flow_of = a[ok], b[ok], pw[ok], flow_of[ok]
-        for dst in np.unique(b):
-            sel = b == dst
-            mass = np.bincount(a[sel], weights=pw[sel], minlength=len(self.nodes))
-            self._spread(mass, int(dst), loads)
-            share = pw[sel] / w[flow_of[sel]]
-            lat_flow += np.bincount(flow_of[sel], weights=share * self._dag(int(dst))[1][a[sel]], minlength=len(s))
+        uniq, inv = np.unique(a * len(self.nodes) + b, return_inverse=True)
+        pair_mass = np.bincount(inv, weights=pw, minlength=len(uniq))
+        routes = [self._pair_route(int(p // len(self.nodes)), int(p % len(self.nodes))) for p in uniq]
+        sizes = np.array([len(r[0]) for r in routes])
+        if sizes.sum():
+            all_e = np.concatenate([r[0] for r in routes])
+            all_f = np.concatenate([r[1] for r in routes]) * np.repeat(pair_mass, sizes)
+            loads += np.bincount(all_e, weights=all_f, minlength=len(loads))
+        pair_lat = np.array([r[2] for r in routes])
+        lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * pair_lat[inv], minlength=len(s))
         lat[mask] = lat_flow
 
     def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:

@@ -57,7 +57,9 @@ class Result:
     model_flops: float
     """Model FLOPs per step, PaLM convention."""
     hardware_flops: float
-    """FLOPs executed per step over all devices, recompute included."""
+    """Model FLOPs plus the FLOPs recomputed per step (the HFU numerator)."""
+    device_flops: float
+    """FLOPs of every device's ops summed (fwd + bwd, no recompute): conservation checks."""
     peak_flops: float
     """Dense peak FLOP/s per device at the training precision."""
     breakdown: Mapping[str, float]

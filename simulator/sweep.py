@@ -257,7 +257,7 @@ def write_part(out_dir: Path, pid: str, point: Mapping[str, object],
     final = parts_dir(out_dir) / f"{pid}.json"
     temp = final.with_name(f".{pid}.{os.getpid()}.tmp")
     payload = {"point_id": pid, "point": point, "row": row}
-    temp.write_text(json.dumps(payload, default=_json_default, sort_keys=True))
+    temp.write_text(json.dumps(payload, default=_json_default))  # keeps the row's column order
     os.replace(temp, final)
     return final
 
@@ -389,7 +389,7 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, evaluator: str = DEFAULT_
     lost: list[str] = []
     interrupted = False
     try:
-        _drain(executor.run(evaluator, todo) if todo else iter(()), spec, out_dir, tasks, rows,
+        _drain(executor.run(evaluator, todo) if todo else _no_outcomes(), spec, out_dir, tasks, rows,
                lost, progress=progress, consolidate_every_s=consolidate_every_s)
     except KeyboardInterrupt:
         interrupted = True
@@ -403,6 +403,24 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, evaluator: str = DEFAULT_
     return report
 
 
+def sweep(source: str | Path | Mapping[str, object], out_dir: str | Path, *,
+          scheduler: str | None = None, workers: int = 0, evaluator: str = DEFAULT_EVALUATOR,
+          progress: bool = True) -> pd.DataFrame:
+    """Load a sweep file (or mapping), run it (resuming), return its table.
+
+    ``scheduler`` is a Dask address; otherwise a local pool of ``workers`` processes
+    (0 = min(2, CPUs), 1 = serial in this process).
+    """
+    executor = make_executor(scheduler=scheduler, workers=workers or default_workers())
+    return run_sweep(load_sweep(source), out_dir, evaluator=evaluator, executor=executor,
+                     progress=progress).frame
+
+
+def _no_outcomes() -> Iterator[Outcome]:
+    """An empty outcome generator (closable, like an executor's) for a sweep already done."""
+    yield from ()
+
+
 def _drain(outcomes: Iterator[Outcome], spec: SweepSpec, out_dir: Path, tasks: Sequence[Task],
            rows: dict[str, dict[str, object]], lost: list[str], *, progress: bool,
            consolidate_every_s: float) -> None:
@@ -414,10 +432,11 @@ def _drain(outcomes: Iterator[Outcome], spec: SweepSpec, out_dir: Path, tasks: S
         errors = sum(row.get("status") == "error" for row in done)
         bar_id = bar.add_task(escape(spec.name), total=len(tasks), completed=len(done), errors=errors)
         for pid, row, note in outcomes:
-            if row is None:
+            if row is None:  # say why once; a broken pool loses every remaining point
                 lost.append(pid)
-                bar.console.print(f"[yellow]point {pid} lost:[/yellow] {escape(note)}; rerun to "
-                                  f"retry it", highlight=False)
+                if len(lost) == 1:
+                    bar.console.print(f"[yellow]point {pid} lost:[/yellow] {escape(note)}; "
+                                      f"rerun to retry lost points", highlight=False)
                 continue
             write_part(out_dir, pid, point_of[pid], row)
             rows[pid] = row

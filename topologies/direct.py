@@ -44,12 +44,14 @@ def _index(coords: Sequence[int], dims: Sequence[int]) -> int:
 
 
 def torus(
-    dims: Sequence[int], node: NodeSpec, *, link_bandwidth: float, servers_per_router: int = 1
+    dims: Sequence[int], node: NodeSpec | None = None, *, link_bandwidth: float, servers_per_router: int = 1
 ) -> nx.DiGraph:
     """A 2D or 3D torus of routers with wraparound links; ``servers_per_router`` servers each.
 
-    A dimension of size 2 has one link between its two routers, of size 1 none.
+    A dimension of size 2 has one link between its two routers, of size 1 none. Without ``node``
+    each router serves one single-GPU server whose NIC runs at ``link_bandwidth``.
     """
+    node = node or NodeSpec(gpus_per_node=1, nic_bandwidth=link_bandwidth)
     dims = tuple(int(d) for d in dims)
     if len(dims) not in (2, 3) or min(dims) < 1:
         raise TopologyError(f"torus dims = {dims} must be 2 or 3 positive sizes, e.g. (4, 4) or (4, 4, 4)")
@@ -57,7 +59,8 @@ def torus(
     num_routers = math.prod(dims)
     parts = GraphParts(name=f"torus{len(dims)}d")
     nics = add_servers(parts, num_routers * servers_per_router * node.gpus_per_node, node)
-    routers = [parts.switch(f"router{r}", "router", coords=c) for r, c in enumerate(itertools.product(*map(range, dims)))]
+    grid = itertools.product(*map(range, dims))
+    routers = [parts.switch(f"router{r}", "router", coords=c) for r, c in enumerate(grid)]
     seen: set[tuple[int, int]] = set()
     for coords in itertools.product(*map(range, dims)):
         here = _index(coords, dims)
@@ -74,16 +77,19 @@ def torus(
 
 
 def dragonfly(
-    groups: int, routers_per_group: int, hosts_per_router: int, node: NodeSpec, *,
+    groups: int, routers_per_group: int, hosts_per_router: int, node: NodeSpec | None = None, *,
     local_bandwidth: float, global_bandwidth: float,
 ) -> nx.DiGraph:
     """Dragonfly: routers of a group fully connected (local links); one global link per pair of
     groups, placed round-robin: the link between groups i < j leaves group i from router
     (j - 1) % routers_per_group and enters group j at router i % routers_per_group.
-    ``hosts_per_router`` counts servers.
+    ``hosts_per_router`` counts servers (single-GPU with NICs at ``global_bandwidth`` without ``node``).
     """
+    node = node or NodeSpec(gpus_per_node=1, nic_bandwidth=global_bandwidth)
     if groups < 1 or routers_per_group < 1:
-        raise TopologyError(f"dragonfly needs groups >= 1 and routers_per_group >= 1, got {groups}, {routers_per_group}")
+        raise TopologyError(
+            f"dragonfly needs groups >= 1 and routers_per_group >= 1, got {groups} and {routers_per_group}"
+        )
     _check_direct(node, hosts_per_router, {"local_bandwidth": local_bandwidth, "global_bandwidth": global_bandwidth})
     a = routers_per_group
     parts = GraphParts(name="dragonfly")

@@ -10,6 +10,7 @@ nor topology shapes (``topologies.fabrics``).
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
@@ -98,11 +99,18 @@ SYSTEM_KEYS: frozenset[str] = frozenset({
 """Overrides of the server design and the cluster record."""
 
 
+def _domain(system: SystemSpec, gpus_per_node: int, o: dict[str, Any]) -> int:
+    """NVLink domain size; a partial server (fewer GPUs than one node) is its own domain."""
+    if gpus_per_node < int(o.get("gpus_per_node", system.gpus_per_node)):
+        return gpus_per_node
+    return int(o.get("nvlink_domain_size", system.nvlink_domain_size))
+
+
 def _node_spec(system: SystemSpec, accelerator: AcceleratorSpec, gpus_per_node: int, o: dict[str, Any]) -> NodeSpec:
     return NodeSpec(
         gpus_per_node=gpus_per_node,
         nvlink_bandwidth=float(o.get("nvlink_bandwidth", accelerator.nvlink_bandwidth)),
-        nvlink_domain_size=max(gpus_per_node, int(o.get("nvlink_domain_size", system.nvlink_domain_size))),
+        nvlink_domain_size=_domain(system, gpus_per_node, o),
         in_network_reduction=accelerator.nvls,
         nic_bandwidth=float(o.get("nic_bandwidth", system.nic_bandwidth)),
     )
@@ -122,6 +130,28 @@ def _need(o: dict[str, Any], key: str, fabric: str) -> Any:
     return o[key]
 
 
+def _check_direct_size(num_gpus: int, node: NodeSpec, fabric: str, servers: int) -> None:
+    if servers * node.gpus_per_node != num_gpus:
+        raise TopologyError(
+            f"{fabric} shape holds {servers} servers x {node.gpus_per_node} GPUs = {servers * node.gpus_per_node} "
+            f"!= num_gpus = {num_gpus}; change dims/groups or num_gpus"
+        )
+
+
+def _torus(num_gpus: int, node: NodeSpec, o: dict[str, Any]) -> Any:
+    dims, per_router = tuple(_need(o, "dims", "torus")), int(o.get("servers_per_router", 1))
+    _check_direct_size(num_gpus, node, "torus", math.prod(dims) * per_router)
+    return torus(dims, node, link_bandwidth=o.get("link_bandwidth", node.nic_bandwidth), servers_per_router=per_router)
+
+
+def _dragonfly(num_gpus: int, node: NodeSpec, o: dict[str, Any]) -> Any:
+    shape = [int(_need(o, k, "dragonfly")) for k in ("groups", "routers_per_group", "hosts_per_router")]
+    _check_direct_size(num_gpus, node, "dragonfly", math.prod(shape))
+    per_server = node.nic_bandwidth * node.gpus_per_node  # default: router links carry one server's NICs
+    return dragonfly(*shape, node, local_bandwidth=o.get("local_bandwidth", per_server),
+                     global_bandwidth=o.get("global_bandwidth", per_server))
+
+
 def _build_graph(fabric: str, num_gpus: int, node: NodeSpec, o: dict[str, Any], spl: int) -> Any:
     """Dispatch to the builder named ``fabric`` with the overrides it understands."""
     common = {k: o[k] for k in ("oversubscription", "num_spines", "sharp") if k in o}
@@ -137,17 +167,14 @@ def _build_graph(fabric: str, num_gpus: int, node: NodeSpec, o: dict[str, Any], 
                                servers_per_leaf=o.get("servers_per_leaf", spl), **common,
                                **{k: o[k] for k in keys if k in o})
         case "torus":
-            return torus(_need(o, "dims", fabric), node, link_bandwidth=o.get("link_bandwidth", node.nic_bandwidth),
-                         servers_per_router=o.get("servers_per_router", 1))
+            return _torus(num_gpus, node, o)
         case "dragonfly":
-            return dragonfly(_need(o, "groups", fabric), _need(o, "routers_per_group", fabric),
-                             _need(o, "hosts_per_router", fabric), node,
-                             local_bandwidth=o.get("local_bandwidth", node.nic_bandwidth * node.gpus_per_node),
-                             global_bandwidth=o.get("global_bandwidth", node.nic_bandwidth * node.gpus_per_node))
+            return _dragonfly(num_gpus, node, o)
         case "single_domain":
             return single_domain(num_gpus, node)
     raise TopologyError(
-        f"fabric {fabric!r} is unknown; use one of rail_optimized, fat_tree, multi_plane, torus, dragonfly, single_domain"
+        f"fabric {fabric!r} is unknown; use one of rail_optimized, fat_tree, multi_plane, torus, dragonfly, "
+        "single_domain"
     )
 
 
@@ -171,6 +198,20 @@ def _gpus_per_node(num_gpus: int, gpus_per_node: int) -> int:
     return gpus_per_node
 
 
+def _params(system: SystemSpec, node: NodeSpec, o: dict[str, Any]) -> dict[str, object]:
+    """Effective builder parameters (defaults filled in, SI units) for provenance and fast paths."""
+    params: dict[str, object] = {
+        "oversubscription": float(o.get("oversubscription", 1.0)),
+        "servers_per_leaf": int(o.get("servers_per_leaf", system.servers_per_leaf)),
+        "nvlink_bandwidth": node.nvlink_bandwidth,
+        "nic_bandwidth": node.nic_bandwidth,
+        "in_network_reduction": node.in_network_reduction,
+        "sharp": bool(o.get("sharp", False)),
+        "system_source": system.source,
+    }
+    return params | {k: v for k, v in o.items() if k in FABRIC_KEYS}
+
+
 def build_cluster(system: SystemSpec, num_gpus: int, **overrides: Any) -> Cluster:
     """A validated ``Cluster`` of ``num_gpus`` devices of ``system`` (overrides in SI units)."""
     _check_override_keys(overrides)
@@ -181,8 +222,7 @@ def build_cluster(system: SystemSpec, num_gpus: int, **overrides: Any) -> Cluste
     node = _node_spec(system, acc, g, o)
     fabric = _fabric_name(system, o)
     graph = _build_graph(fabric, num_gpus, node, o, system.servers_per_leaf)
-    params = {k: v for k, v in o.items() if k in FABRIC_KEYS}
-    params |= {"nvlink_bandwidth": node.nvlink_bandwidth, "system_source": system.source}
+    params = _params(system, node, o)
     cluster = Cluster(
         name=str(o.get("name", system.name)), accelerator=acc, num_gpus=num_gpus, gpus_per_node=g, graph=graph,
         fabric=fabric, params=params, nic_bandwidth=node.nic_bandwidth,
@@ -254,8 +294,10 @@ def cpu_loopback(
     if num_gpus < 1 or not loopback_bandwidth > 0:
         raise TopologyError(f"cpu_loopback needs num_gpus >= 1 (got {num_gpus}) and loopback_bandwidth > 0 "
                             f"(got {loopback_bandwidth})")
-    acc = accelerator or cpu_accelerator(peak_flops=_CPU_PLACEHOLDER_FLOPS, memory_capacity=_CPU_PLACEHOLDER_MEMORY,
-                                         memory_bandwidth=_CPU_PLACEHOLDER_MEMORY_BW, source="placeholder, not measured")
+    acc = accelerator or cpu_accelerator(
+        peak_flops=_CPU_PLACEHOLDER_FLOPS, memory_capacity=_CPU_PLACEHOLDER_MEMORY,
+        memory_bandwidth=_CPU_PLACEHOLDER_MEMORY_BW, source="placeholder, not measured",
+    )
     parts = GraphParts(name="cpu_loopback")
     parts.nodes.extend(
         (gpu_name(i), {"kind": "gpu", "rank_slot": i, "server": 0, "local": i, "domain": 0}) for i in range(num_gpus)

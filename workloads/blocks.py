@@ -41,14 +41,17 @@ def residual_op(name: str, tokens: float, width: int, dtype_bytes: int) -> Op:
 
 
 def attention_core_op(model: ModelSpec, shape: LocalShape, heads_local: int,
-                      kv_heads_local: int) -> Op:
-    """Softmax(QK^T)V for the local heads: 2*b*sq*sk*heads*(d_qk + d_v) FLOPs, full s^2.
+                      kv_heads_local: int, window: int | None = None) -> Op:
+    """Softmax(QK^T)V for the local heads: 2*b*sq*sk*heads*(d_qk + d_v) FLOPs.
 
+    Full layers count the whole s x s square (sk = seq_len; a causal kernel runs half of it);
+    sliding-window layers count the band they execute (sk = min(window, seq_len), fraction 1).
     Backward = 2x forward (brief convention; FlashAttention-2 really does 2.5x incl. recompute).
-    HBM bytes (fused kernel, no s^2 tensor): read Q, all seq_len keys/values, write O.
+    HBM bytes (fused kernel, no s^2 tensor): read Q, the keys/values in reach, write O.
     """
     d_qk, d_v = model.attn_head_dim, model.value_head_dim
-    b, sq, sk = shape.micro_batch, shape.seq_len // shape.cp, shape.seq_len
+    b, sq = shape.micro_batch, shape.seq_len // shape.cp
+    sk = shape.seq_len if window is None else min(window, shape.seq_len)
     flops = 2.0 * b * sq * sk * heads_local * (d_qk + d_v)
     q_bytes = b * sq * heads_local * (d_qk + d_v)  # Q in, O out
     kv_bytes = b * sk * kv_heads_local * (d_qk + d_v)
@@ -56,10 +59,10 @@ def attention_core_op(model: ModelSpec, shape: LocalShape, heads_local: int,
     return Op(name="attn_core", kind="attention", flops=flops, bytes=moved,
               bwd_flops=2.0 * flops, bwd_bytes=2.0 * moved, params=0,
               gemm_shape=(sq, sk, d_qk), fp8=False, recompute_selective=True,
-              causal_flops_fraction=0.5)
+              causal_flops_fraction=0.5 if window is None else 1.0)
 
 
-def mha_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
+def mha_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> tuple[Op, ...]:
     """QKV projection, attention core and output projection of MHA/GQA/MQA.
 
     Megatron-core shards query heads and key/value groups over tp (requires both divisible).
@@ -72,12 +75,12 @@ def mha_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
     out_bias = h if model.linear_bias else 0  # row-parallel bias is replicated on tp ranks
     return (
         gemm_op("qkv", shape.tokens, n_qkv, h, dt, params=h * n_qkv + qkv_bias),
-        attention_core_op(model, shape, heads, kv),
+        attention_core_op(model, shape, heads, kv, window),
         gemm_op("attn_out", shape.tokens, h, heads * d, dt, params=heads * d * h + out_bias),
     )
 
 
-def mla_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
+def mla_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> tuple[Op, ...]:
     """DeepSeek-V3 multi-head latent attention (Megatron-core multi_latent_attention.py).
 
     Down-projections are duplicated across tp and run on the sequence-parallel tokens; their
@@ -100,7 +103,7 @@ def mla_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
     ops.append(norm_op(model, "kv_latent_norm", T, kvl, dt))
     n_up = heads * (int(model.qk_nope_head_dim) + d_v)
     ops.append(gemm_op("kv_up", T, n_up, kvl, dt, params=kvl * n_up))
-    ops.append(attention_core_op(model, shape, heads, heads))
+    ops.append(attention_core_op(model, shape, heads, heads, window))
     ops.append(gemm_op("attn_out", T, h, heads * d_v, dt, params=heads * d_v * h))
     return tuple(ops)
 

@@ -23,7 +23,8 @@ def model_flops_per_step(model: ModelSpec, training: TrainingSpec, *,
 
     Source: Chowdhery et al. 2022, "PaLM", Appendix B. N = active parameters per token
     (MoE: top_k routed + shared experts + router); by default nothing is excluded and the
-    attention term uses the full s^2; recompute is never counted.
+    attention term uses the full s^2 (sliding-window layers count their s x window band);
+    recompute is never counted.
     Variants the NVIDIA tables use (fitted to workloads/data/published_runs.csv, see
     tests/workloads/test_flops.py): NeMo 24.07 excludes the input-embedding lookup
     (`include_input_embedding=False`; the output projection still counts, tied or not);
@@ -32,10 +33,19 @@ def model_flops_per_step(model: ModelSpec, training: TrainingSpec, *,
     n = model.num_active_params()
     if not include_input_embedding:
         n -= input_lookup_params(model)
-    attention = 12.0 * model.num_layers * attention_width(model) * training.seq_len
-    if causal_attention:
-        attention /= 2.0
+    attention = attention_flops_per_token(model, training.seq_len, causal_attention)
     return (6.0 * n + attention) * training.tokens_per_step
+
+
+def attention_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
+    """12*h_attn*keys summed over layers: keys = seq_len for full layers (halved when `causal`),
+    min(window, seq_len) for sliding-window layers (the band, already causal)."""
+    total = 0.0
+    for i in range(model.num_layers):
+        window = model.attention_window(i)
+        keys = seq_len / (2.0 if causal else 1.0) if window is None else min(window, seq_len)
+        total += 12.0 * attention_width(model) * keys
+    return total
 
 
 def input_lookup_params(model: ModelSpec) -> int:

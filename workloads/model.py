@@ -79,6 +79,14 @@ class ModelSpec:
     """Linear layers carry biases (GPT-3/Megatron GPT, gpt-oss)."""
     learned_position_embeddings: bool = False
     """Absolute learned position embeddings of max_seq_len rows (GPT-3, MPT) instead of RoPE."""
+    sliding_window: int | None = None
+    """Keys each query sees in sliding-window layers (gpt-oss: 128); None = all layers full."""
+    full_attention_freq: int = 1
+    """With a sliding window, layer i attends fully when (i + 1) % full_attention_freq == 0 and
+    uses the window otherwise (gpt-oss: 2, alternating; HF `layer_types`)."""
+    mtp_layers: int = 0
+    """DeepSeek-V3 multi-token-prediction modules, each two norms, a 2h->h projection and one
+    transformer layer shaped like the last layer, sharing embedding and output head (0 = none)."""
     source: str = ""
     """Citation of the configuration (paper table or official config file)."""
 
@@ -97,6 +105,13 @@ class ModelSpec:
         """Whether layer i (0-based) has an MoE block instead of a dense MLP."""
         _check_layer_index(self, i)
         return self.is_moe and i >= self.first_dense_layers and i % self.moe_layer_freq == 0
+
+    def attention_window(self, i: int) -> int | None:
+        """Keys per query of layer i's attention: the sliding window, or None for full causal."""
+        _check_layer_index(self, i)
+        if self.sliding_window is None or (i + 1) % self.full_attention_freq == 0:
+            return None
+        return self.sliding_window
 
     @property
     def attn_head_dim(self) -> int:
@@ -159,7 +174,8 @@ class ModelSpec:
 
     def embedding_params(self) -> int:
         """Input word embeddings plus learned position embeddings (if any)."""
-        pos = int(self.max_seq_len or 0) * self.hidden_size if self.learned_position_embeddings else 0
+        learned = self.learned_position_embeddings
+        pos = int(self.max_seq_len or 0) * self.hidden_size if learned else 0
         return self.vocab_size * self.hidden_size + pos
 
     def head_params(self) -> int:
@@ -167,15 +183,24 @@ class ModelSpec:
         proj = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
         return self.norm_params(self.hidden_size) + proj
 
+    def mtp_params(self, active: bool = False) -> int:
+        """Parameters of the MTP modules (DeepSeek-V3 report sec. 2.2: norms, projection M_k of
+        2h x h, one transformer block; embedding and output head are shared, not counted)."""
+        last = self.num_layers - 1
+        block = self.layer_active_params(last) if active else self.layer_params(last)
+        own = 2 * self.hidden_size * self.hidden_size + 2 * self.norm_params(self.hidden_size)
+        return self.mtp_layers * (block + own)
+
     def num_params(self) -> int:
-        """Total parameters including embeddings, head and every expert."""
+        """Total parameters including embeddings, head, every expert and MTP modules."""
         layers = sum(self.layer_params(i) for i in range(self.num_layers))
-        return self.embedding_params() + layers + self.head_params()
+        return self.embedding_params() + layers + self.head_params() + self.mtp_params()
 
     def num_active_params(self) -> int:
         """Parameters used per token, including embeddings and head (MoE: top_k + shared)."""
         layers = sum(self.layer_active_params(i) for i in range(self.num_layers))
-        return self.embedding_params() + layers + self.head_params()
+        base = self.embedding_params() + layers + self.head_params()
+        return base + self.mtp_params(active=True)
 
 
 def attention_param_parts(m: ModelSpec) -> dict[str, int]:
@@ -195,7 +220,8 @@ def attention_param_parts(m: ModelSpec) -> dict[str, int]:
 def _mla_parts(m: ModelSpec) -> dict[str, int]:
     """MLA weights after DeepSeek-V3 modeling code (q_a/q_b, kv_a/kv_b, o and the two norms)."""
     h, heads = m.hidden_size, m.num_heads
-    qk, rope, v, kvl = m.attn_head_dim, int(m.qk_rope_head_dim), m.value_head_dim, int(m.kv_lora_rank)
+    qk, rope, v = m.attn_head_dim, int(m.qk_rope_head_dim), m.value_head_dim
+    kvl = int(m.kv_lora_rank)
     parts: dict[str, int] = {}
     if m.q_lora_rank is None:
         parts["q"] = h * heads * qk
@@ -232,6 +258,13 @@ def _check_sizes(m: ModelSpec) -> None:
         raise WorkloadError(
             f"{m.name}: learned_position_embeddings needs max_seq_len (got {m.max_seq_len}): set it"
         )
+    if (m.sliding_window is not None and m.sliding_window <= 0) or m.full_attention_freq < 1:
+        raise WorkloadError(
+            f"{m.name}: sliding_window = {m.sliding_window}, full_attention_freq = "
+            f"{m.full_attention_freq}: need a positive window (or None) and a frequency >= 1"
+        )
+    if m.mtp_layers < 0:
+        raise WorkloadError(f"{m.name}: mtp_layers = {m.mtp_layers}: must be >= 0")
     if m.norm not in ("rmsnorm", "layernorm"):
         raise WorkloadError(f"{m.name}: norm = {m.norm!r}: use rmsnorm or layernorm")
 

@@ -119,7 +119,8 @@ def split(total: int, parts: int, field: str, axis: str) -> int:
     """total / parts, raising a WorkloadError naming the field when it does not divide."""
     if total % parts:
         raise WorkloadError(
-            f"{field} = {total} is not divisible by {axis} = {parts}: choose {axis} dividing {total}"
+            f"{field} = {total} is not divisible by {axis} = {parts}: "
+            f"choose {axis} dividing {total}"
         )
     return total // parts
 

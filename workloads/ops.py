@@ -10,6 +10,7 @@ communication, apart from the `alltoall_marker` ops that show where EP all-to-al
 Conventions:
 - FLOPs of attention use the full s^2 (PaLM/Megatron model-FLOPs convention); the attention op's
   causal_flops_fraction (0.5) tells the compute model what a causal kernel really executes.
+  Sliding-window layers count the s x window band they execute (fraction 1).
 - Summed over the tp*cp ranks of a group, GEMM and attention FLOPs equal the unsharded layer's;
   ep ranks are data-parallel for the dense part, so each processes its own micro-batch.
 - Tied embeddings: the head op holds no parameters (the embedding op does); a partitioner that
@@ -38,7 +39,9 @@ def layer_ops(model: ModelSpec, layer_index: int, *, micro_batch: int, seq_len: 
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes)
     h, t_sp = model.hidden_size, shape.tokens_sp
-    attention = mla_ops(model, shape) if model.attention == "mla" else mha_ops(model, shape)
+    window = model.attention_window(layer_index)
+    build = mla_ops if model.attention == "mla" else mha_ops
+    attention = build(model, shape, window)
     mlp = moe_ops(model, shape) if moe else mlp_ops(model, shape, model.ffn_hidden_size)
     return (
         norm_op(model, "attn_norm", t_sp, h, dtype_bytes),

@@ -31,7 +31,8 @@ class TrainingSpec:
             raise WorkloadError(f"seq_len = {self.seq_len}: must be a positive token count")
         if self.global_batch_size <= 0:
             raise WorkloadError(
-                f"global_batch_size = {self.global_batch_size}: must be a positive number of sequences"
+                f"global_batch_size = {self.global_batch_size}: "
+                "must be a positive number of sequences"
             )
         if self.precision not in ("bf16", "fp16", "fp8", "fp32"):
             raise WorkloadError(f"precision = {self.precision!r}: use one of bf16, fp16, fp8, fp32")
@@ -45,12 +46,12 @@ class TrainingSpec:
 
     @property
     def param_bytes(self) -> int:
-        """Bytes per parameter of the working weight copy (fp8 runs keep bf16 weights, as TE does)."""
+        """Bytes per parameter of the working weights (fp8 runs keep bf16 weights, as TE does)."""
         return 4 if self.precision == "fp32" else 2
 
     @property
     def grad_bytes(self) -> int:
-        """Bytes per gradient element (Megatron accumulates bf16 grads in fp32 main_grad buffers)."""
+        """Bytes per gradient element (Megatron accumulates grads in fp32 main_grad buffers)."""
         return 4
 
     @property
@@ -60,7 +61,7 @@ class TrainingSpec:
 
     @property
     def optimizer_state_bytes(self) -> int:
-        """Optimizer state bytes per parameter: Adam keeps two fp32 moments (8), SGD one momentum (4).
+        """Optimizer state bytes per parameter: Adam two fp32 moments (8), SGD one momentum (4).
 
         Source: Rajbhandari et al. 2020 (ZeRO), section 3.1: mixed-precision Adam holds 16 bytes per
         parameter = 2 (fp16 weights) + 2 (fp16 grads) + 12 (fp32 weights, momentum, variance).

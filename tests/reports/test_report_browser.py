@@ -45,7 +45,7 @@ def test_report_renders_in_chromium(tmp_path: Path,
     body = re.search(r"<body[^>]*>", dom)
     assert body, dom[:500]
     attributes = dict(re.findall(r'data-([a-z-]+)="(\d+)"', body.group(0)))
-    assert attributes.get("images-total") == "5"  # 4 scaling figures + hardware
+    assert attributes.get("images-total") == "6"  # 5 scaling figures + hardware
     assert attributes.get("images-loaded") == attributes["images-total"]
     assert attributes.get("tables") == "4"
     for table_id in ("scaling-table", "plan-table", "hardware-table", "errors-table"):

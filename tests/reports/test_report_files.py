@@ -17,7 +17,8 @@ from reports.cli import register
 from reports.report import write_scaling_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
-FIGURES = ("throughput_per_gpu", "scaling_efficiency", "lost_time", "mfu", "hardware")
+FIGURES = ("throughput_per_gpu", "scaling_efficiency", "lost_time", "lost_time_naive_dp", "mfu",
+           "hardware")
 CSVS = ("results", "scaling", "lost_time", "plan_table", "hardware", "errors")
 TABLE_IDS = ("scaling-table", "plan-table", "hardware-table", "errors-table")
 

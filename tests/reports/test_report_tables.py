@@ -71,8 +71,9 @@ def test_cost_per_million_tokens_closed_form(results_factory: Factory) -> None:
     assert (flat["cost_per_gpu_hour"] == 2.0).all()
     unpriced = with_costs(frame, None)  # data says 0 $/GPU-h: unknown, not free
     assert unpriced["cost_per_million_tokens"].isna().all()
-    with pytest.raises(ReportError, match="cost_per_gpu_hour"):
-        with_costs(frame, -1.0)
+    for negative in (-1.0, {"h100": -1.0}):
+        with pytest.raises(ReportError, match="cost_per_gpu_hour"):
+            with_costs(frame, negative)
 
 
 def test_plan_table_is_fastest_first_and_naive_speedup_is_one(results_factory: Factory) -> None:
@@ -97,3 +98,15 @@ def test_plan_label_names_degrees() -> None:
     row = {"tp": 8, "pp": 4, "dp": 32, "cp": 2, "ep": 1, "vpp": 1, "micro_batch": 2,
            "schedule": "interleaved", "recompute": "selective", "zero": 1, "fsdp": "none"}
     assert plan_label(row) == "tp8 pp4 dp32 cp2 mb2 interleaved rc=selective zero1"
+
+
+def test_bad_values_in_ok_rows_are_named(results_factory: Factory) -> None:
+    frame = results_factory()
+    frame.loc[2, "tokens_per_s_per_gpu"] = float("nan")
+    with pytest.raises(ReportError, match=r"tokens_per_s_per_gpu .* at point h100-tp4-pp1-8"):
+        load_results(frame)
+    fractional = results_factory()
+    fractional["tp"] = fractional["tp"].astype(float)
+    fractional.loc[0, "tp"] = 2.5
+    with pytest.raises(ReportError, match="tp must hold whole numbers"):
+        load_results(fractional)

@@ -28,7 +28,9 @@ def expected_row(point: Mapping[str, object]) -> dict[str, object]:
 def evaluate_point(point: dict[str, object]) -> dict[str, object]:
     """Fake evaluation: validation error if tp does not divide num_gpus, else expected_row."""
     num_gpus, tp = point["cluster"]["num_gpus"], point["plan"]["tp"]
-    time.sleep(float(point.get("stub", {}).get("sleep_s", 0.0)))
+    sleep_s = float(point.get("stub", {}).get("sleep_s", 0.0))
+    if sleep_s > 0:
+        time.sleep(sleep_s)
     log = os.environ.get(LOG_ENV)
     if log:
         with open(log, "a", encoding="utf-8") as handle:

@@ -23,7 +23,7 @@ import yaml
 
 from simulator.executors import LocalExecutor, SerialExecutor, SweepError, evaluate_task
 from simulator.sweep import SweepInterrupted, expand_points, load_sweep, parts_dir, point_id
-from simulator.sweep import read_parts, run_sweep, with_override
+from simulator.sweep import read_parts, run_sweep, sweep, with_override
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -159,6 +159,18 @@ def test_rerun_computes_only_missing_or_corrupt_parts(stub: ModuleType, tmp_path
     assert (report.skipped, report.computed) == (16, 2)
     check_frame(report.frame, tasks, stub)
     assert not list(parts_dir(out).glob(".*.tmp"))
+    (tmp_path / "calls.log").unlink()
+    done = run_sweep(spec, out, evaluator=STUB, executor=LocalExecutor(workers=2), progress=False)
+    assert (done.skipped, done.computed) == (18, 0) and not evaluated_ids(tmp_path)
+    pd.testing.assert_frame_equal(done.frame, report.frame)
+
+
+def test_sweep_api_runs_a_file_and_resumes(stub: ModuleType, tmp_path: Path) -> None:
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({"base": BASE, "grid": GRID}))
+    first = sweep(tmp_path / "s.yaml", tmp_path / "out", workers=1, progress=False, evaluator=STUB)
+    again = sweep(tmp_path / "s.yaml", tmp_path / "out", workers=1, progress=False, evaluator=STUB)
+    pd.testing.assert_frame_equal(first, again)
+    assert len(evaluated_ids(tmp_path)) == len(first) == 18
 
 
 def test_retry_errors_recomputes_only_error_rows(stub: ModuleType, tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ PUBLISHED_SIZES = [
     ("qwen3-30b-a3b", 30.5e9, 3.3e9, "Qwen3 Technical Report, Table 2"),
     ("qwen3-235b-a22b", 235e9, 22e9, "Qwen3 Technical Report, Table 2"),
     ("nemotron-4-340b", 341e9, None, "Nemotron-4 340B Technical Report, Table 1 (341B)"),
+    ("llama4-scout", 109e9, 17e9, "Meta Llama 4 model card: 17B active, 109B total"),
+    ("kimi-k2", 1.04e12, None, "moonshotai Kimi-K2 model card / tech report: 1.04T total"),
 ]
 
 
@@ -36,6 +38,11 @@ def test_gpt_oss_counts_match_model_card_convention() -> None:
     assert model.num_params() == pytest.approx(116.83e9, rel=0.02)
     lookup = model.vocab_size * model.hidden_size
     assert model.num_active_params() - lookup == pytest.approx(5.13e9, rel=0.02)
+
+
+def test_kimi_k2_active_params_match_rounded_model_card() -> None:
+    # moonshotai/Kimi-K2-Base model card: "32B activated parameters" (two significant digits)
+    assert get_model("kimi-k2").num_active_params() == pytest.approx(32e9, rel=0.03)
 
 
 def test_dense_active_equals_total_and_moe_active_is_smaller() -> None:

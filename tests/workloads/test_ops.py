@@ -84,6 +84,14 @@ def test_attention_core_closed_form_and_causal_fraction() -> None:
     assert core.causal_flops_fraction == 0.5 and core.recompute_selective and not core.fp8
 
 
+def test_sliding_window_core_counts_the_band() -> None:
+    m = get_model("gpt-oss-120b")
+    sliding, full = (next(o for o in layer_ops(m, i, micro_batch=1, seq_len=4096)
+                          if o.kind == "attention") for i in (0, 1))
+    assert sliding.flops == pytest.approx(full.flops * 128 / 4096)
+    assert sliding.causal_flops_fraction == 1.0 and full.causal_flops_fraction == 0.5
+
+
 def test_gemm_backward_is_twice_forward_and_fp8_marks_linears() -> None:
     ops = layer_ops(get_model("llama3-8b"), 0, micro_batch=1, seq_len=1024, tp=2)
     for op in ops:

@@ -1,0 +1,46 @@
+"""Speed of ``price_collective`` on DGX H100 fat trees of 1k, 4k and 16k GPUs.
+
+Prints, per size, the milliseconds to build the fabric tables (once per cluster), to price a
+data-parallel all-reduce with every concurrent DP group on the links (cold: first call for those
+groups; warm: another message size, patterns memoised) and a TP all-reduce inside nodes.
+Run: ``.venv/bin/python benchmarks/bench_collectives.py``. Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from simulator.calibration import CalibrationProfile
+from simulator.collectives import price_collective
+from simulator.network import fabric_for
+from topologies.presets import get_cluster
+
+
+def _ms(fn: object) -> tuple[float, object]:
+    t0 = time.perf_counter()
+    out = fn()  # type: ignore[operator]
+    return (time.perf_counter() - t0) * 1e3, out
+
+
+def bench(num_gpus: int, tp: int = 8, dp: int = 128, oversubscription: float = 2.0) -> None:
+    """Print timings for one cluster size (DP groups of ``dp`` ranks, stride ``num_gpus // dp``)."""
+    profile = CalibrationProfile()
+    t_build, cluster = _ms(lambda: get_cluster("dgx-h100", num_gpus, oversubscription=oversubscription))
+    t_fabric, _ = _ms(lambda: fabric_for(cluster.graph, profile))
+    ids = np.arange(num_gpus)
+    dp_groups = ids.reshape(dp, num_gpus // dp).T.tolist()  # rank r of every DP group, all at once
+    tp_groups = ids.reshape(-1, tp).tolist()
+    t_cold, cost = _ms(lambda: price_collective("all_reduce", 2**30, dp_groups, cluster, profile))
+    t_warm, _ = _ms(lambda: price_collective("all_reduce", 2**28, dp_groups, cluster, profile))
+    t_tp, tp_cost = _ms(lambda: price_collective("all_reduce", 2**26, tp_groups, cluster, profile))
+    print(f"{num_gpus:6d} GPUs: graph {t_build:7.1f} ms, fabric tables {t_fabric:7.1f} ms, "
+          f"DP all-reduce ({len(dp_groups)} groups x {dp}) cold {t_cold:7.1f} ms warm {t_warm:6.2f} ms "
+          f"[{cost.algorithm}, busbw {cost.bus_bandwidth / 1e9:.0f} GB/s], "
+          f"TP all-reduce ({len(tp_groups)} groups) {t_tp:6.1f} ms [{tp_cost.algorithm}]")
+
+
+if __name__ == "__main__":
+    for n, d in ((1024, 128), (4096, 128), (16384, 128)):
+        bench(n, dp=d)

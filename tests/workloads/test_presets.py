@@ -1,0 +1,98 @@
+"""Model presets: every YAML loads and cites a source; published-run names resolve."""
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from workloads import MODEL_PRESETS, WorkloadError, get_model, load_model, resolve_model_name
+from workloads.presets import MODEL_ALIASES, PRESET_DIR
+
+RUNS = Path(__file__).resolve().parents[2] / "workloads" / "data" / "published_runs.csv"
+# Hybrid Mamba (Nemotron-3) and unpublished (DeepSeek-V4) shapes are deliberately not presets.
+NOT_PRESETS = ("Nemotron_3", "DeepSeekV4")
+
+
+def test_every_yaml_is_a_preset_with_a_source() -> None:
+    files = sorted(PRESET_DIR.glob("*.yaml"))
+    assert len(files) == len(MODEL_PRESETS) >= 45
+    for file in files:
+        data = yaml.safe_load(file.read_text())
+        assert data["name"] == file.stem
+        assert len(data["source"]) > 20, file.name
+
+
+def test_published_run_models_resolve_to_presets_of_the_same_shape() -> None:
+    runs = pd.read_csv(RUNS)
+    for _, row in runs.drop_duplicates("model").iterrows():
+        if row.model.startswith(NOT_PRESETS):
+            with pytest.raises(WorkloadError):
+                get_model(row.model)
+            continue
+        spec = get_model(row.model)
+        for column, field in [("num_layers", "num_layers"), ("hidden_size", "hidden_size"),
+                              ("num_heads", "num_heads"), ("ffn_hidden_size", "ffn_hidden_size"),
+                              ("vocab_size", "vocab_size"), ("num_kv_heads", "num_kv_heads")]:
+            if pd.notna(row[column]):
+                assert getattr(spec, field) == int(row[column]), (row.model, field)
+
+
+@pytest.mark.parametrize(("alias", "preset"), [
+    ("LLAMA3.1_405B", "llama3-405b"), ("LLAMA3_70B", "llama3-70b"), ("MPT-7b", "mpt-7b"),
+    ("Qwen3_30B_a3B", "qwen3-30b-a3b"), ("GPT OSS 120B", "gpt-oss-120b"),
+    ("DeepSeekV3", "deepseek-v3"), ("Kimi_K2", "kimi-k2"), ("Nemotron4-340B", "nemotron-4-340b"),
+    ("GPT3-175B", "gpt3-175b"), ("LLAMA2-7B", "llama2-7b"),
+    ("DeepSeekV3 (tokendrop)", "deepseek-v3"),
+    ("megatron-530b", "gpt-529.6b"), ("megatron-1t", "gpt-1008.0b"), ("Llama3.1-8B", "llama3-8b"),
+])
+def test_aliases(alias: str, preset: str) -> None:
+    assert resolve_model_name(alias) == preset
+    assert get_model(alias) is MODEL_PRESETS[preset]
+
+
+def test_aliases_point_at_presets() -> None:
+    assert set(MODEL_ALIASES.values()) <= set(MODEL_PRESETS)
+
+
+def test_megatron_gpt_family_sizes_match_their_names() -> None:
+    # Narayanan et al. SC'21 Table 1 prints each model's parameter count (billions) as its name;
+    # those are rounded to 3-4 significant digits (1.7 for 1.65B), hence 3%.
+    for name in ("gpt-1.7b", "gpt-3.6b", "gpt-7.5b", "gpt-18.4b", "gpt-39.1b", "gpt-76.1b",
+                 "gpt-145.6b", "gpt-310.1b", "gpt-529.6b", "gpt-1008.0b", "gpt-177b", "gpt-462b"):
+        billions = float(name.removeprefix("gpt-").removesuffix("b"))
+        assert get_model(name).num_params() / 1e9 == pytest.approx(billions, rel=0.03), name
+
+
+def test_unknown_name_lists_valid_names() -> None:
+    with pytest.raises(WorkloadError, match="llama3-8b") as info:
+        get_model("llama9-1t")
+    assert "\n" not in str(info.value)
+
+
+def test_load_model_from_mapping_file_and_preset_override(tmp_path: Path) -> None:
+    spec = load_model({"preset": "llama3-8b", "num_layers": 4, "name": "llama3-8b-4l"})
+    assert spec.num_layers == 4 and spec.hidden_size == 4096
+    file = tmp_path / "m.yaml"
+    file.write_text(yaml.safe_dump({**spec.__dict__}))
+    assert load_model(file) == spec
+    assert load_model(str(PRESET_DIR / "tiny.yaml")) == get_model("tiny")
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    ("name: x\nnum_layers: 2\n", "lacks keys"),
+    ("name: x\nbogus_field: 1\n", "bogus_field"),
+    ("name: [unclosed\n", "not valid YAML"),
+    ("- a\n- b\n", "mapping"),
+])
+def test_bad_model_files_give_one_line_errors(tmp_path: Path, content: str, message: str) -> None:
+    file = tmp_path / "bad.yaml"
+    file.write_text(content)
+    with pytest.raises(WorkloadError, match=message) as info:
+        load_model(file)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(WorkloadError, match="does not exist"):
+        load_model(tmp_path / "nope.yaml")
