@@ -47,7 +47,10 @@ def png_bytes(ax: Axes) -> bytes:
 
 def _style(series: str, cluster_index: int, n_clusters: int,
            other_index: int) -> dict[str, object]:
-    """Line style of one curve: best solid, naive DP dashed, other plans thin."""
+    """Line style of one curve: best solid, naive DP dashed, other plans thin and dotted.
+
+    Other plans get legend entries only with one cluster and at most MAX_LABELLED_SERIES of them.
+    """
     color = f"C{cluster_index % 10}" if n_clusters > 1 else None
     match series:
         case "best":
@@ -55,9 +58,10 @@ def _style(series: str, cluster_index: int, n_clusters: int,
         case "naive_dp":
             return {"color": color or "C3", "lw": 2.0, "marker": "s", "ls": "--"}
         case _:
-            hidden = other_index >= MAX_LABELLED_SERIES
-            return {"color": "#bbbbbb" if hidden else (color or f"C{(other_index + 4) % 10}"),
-                    "lw": 1.0, "marker": ".", "ls": ":", "hidden": hidden}
+            crowded = other_index >= MAX_LABELLED_SERIES
+            return {"color": "#bbbbbb" if crowded else (color or f"C{(other_index + 4) % 10}"),
+                    "lw": 1.0, "marker": ".", "ls": ":", "alpha": 0.8,
+                    "hidden": crowded or n_clusters > 1}
 
 
 def _draw_curves(curves: pd.DataFrame, column: str, ax: Axes) -> None:
@@ -65,17 +69,26 @@ def _draw_curves(curves: pd.DataFrame, column: str, ax: Axes) -> None:
     clusters = sorted(curves["cluster"].unique())
     others = sorted(set(curves["series"]) - {BEST_SERIES, NAIVE_SERIES})
     order = [s for s in (BEST_SERIES, NAIVE_SERIES) if s in set(curves["series"])] + others
+    unlabelled = False
     for ci, cluster in enumerate(clusters):
         for series in order:
             rows = curves[(curves["cluster"] == cluster) & (curves["series"] == series)]
             if rows.empty:
                 continue
-            style = _style(series, ci, len(clusters), others.index(series) if series in others
-                           else 0)
-            hidden = style.pop("hidden", False)
+            index = others.index(series) if series in others else 0
+            style = _style(series, ci, len(clusters), index)
+            hidden = bool(style.pop("hidden", False))
+            unlabelled |= hidden
             label = series if len(clusters) == 1 else f"{series} @ {cluster}"
             ax.plot(rows["num_gpus"], rows[column], label=None if hidden else label, **style)
+    if unlabelled:
+        ax.plot([], [], color="#888888", lw=1.0, ls=":", marker=".", label="other plans")
     _gpu_axis(ax, sorted(set(curves["num_gpus"].astype(int))))
+
+
+def _legend(ax: Axes) -> None:
+    """The legend outside the plot, to the right, so that it never hides a curve."""
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
 
 
 def _gpu_axis(ax: Axes, counts: list[int]) -> None:
@@ -99,7 +112,7 @@ def plot_throughput_per_gpu(curves: pd.DataFrame, ax: Axes | None = None) -> Axe
     ax.set_ylabel("tokens/s per GPU")
     ax.set_ylim(bottom=0)
     ax.set_title("Throughput per GPU")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return ax
 
 
@@ -112,7 +125,7 @@ def plot_scaling_efficiency(curves: pd.DataFrame, ax: Axes | None = None) -> Axe
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, max(1.1, float(curves["scaling_efficiency"].max()) * 1.05))
     ax.set_title("Scaling efficiency")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return ax
 
 
@@ -124,7 +137,7 @@ def plot_mfu(curves: pd.DataFrame, ax: Axes | None = None) -> Axes:
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, max(0.1, float(curves["mfu"].max()) * 1.15))
     ax.set_title("Model FLOPs utilisation")
-    ax.legend(fontsize=8)
+    _legend(ax)
     return ax
 
 
@@ -150,7 +163,7 @@ def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None, *,
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, 1.0)
     ax.set_title(f"Where the step time goes: {subject}")
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    _legend(ax)
     return ax
 
 

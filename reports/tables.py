@@ -24,10 +24,13 @@ BREAKDOWN_COLUMNS: tuple[str, ...] = (
 """Seconds of one step by cause; they sum to ``step_time_s`` (docs/ARCHITECTURE.md)."""
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
-    "num_gpus", "cluster", "series", "status", "step_time_s", "tokens_per_s_per_gpu", "mfu",
+    "num_gpus", "cluster", "status", "step_time_s", "tokens_per_s_per_gpu", "mfu",
     "ideal_compute_s", *BREAKDOWN_COLUMNS,
 )
-"""The columns every report reads; the other contract columns are shown when present."""
+"""The columns every report reads; the other contract columns are shown when present.
+
+``series`` is optional: without it each row's series is its plan label less dp (one series per
+plan family across scales) and the best plan per scale is derived (so a plain `clustersim sweep` output can be reported as it is)."""
 
 PLAN_COLUMNS: tuple[str, ...] = (
     "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "schedule", "recompute", "zero", "fsdp",
@@ -94,11 +97,14 @@ def check_results(frame: pd.DataFrame) -> pd.DataFrame:
         raise ReportError("results: no rows; run a sweep first (`clustersim sweep`)")
     out = frame.copy()
     out["status"] = out["status"].astype(str).str.strip().str.lower()
-    out["series"] = out["series"].astype(str)
-    out["cluster"] = out["cluster"].astype(str)
     for column in INTEGER_COLUMNS:
-        if column in out.columns and pd.api.types.is_numeric_dtype(out[column]):
+        if column in out.columns:
             out[column] = _as_integers(out[column], column)
+    for column in ("cluster", "series"):
+        if column in out.columns:
+            out[column] = out[column].map(lambda v: v if pd.isna(v) else str(v))
+    if "series" not in out.columns:
+        out["series"] = [plan_label(r, with_dp=False) for r in out.to_dict("records")]
     if "point_id" not in out.columns:
         out["point_id"] = [f"row{i}" for i in range(len(out))]
     _check_ok_rows(out[out["status"] == "ok"])
@@ -107,11 +113,16 @@ def check_results(frame: pd.DataFrame) -> pd.DataFrame:
 
 def _as_integers(values: pd.Series, column: str) -> pd.Series:
     """A whole-number column as nullable integers (NaN in failed rows stays missing)."""
-    present = values.dropna()
+    numbers = pd.to_numeric(values, errors="coerce")
+    unreadable = values[numbers.isna() & values.notna() & (values.astype(str) != "")]
+    if not unreadable.empty:
+        raise ReportError(f"results: {column} must hold whole numbers, got "
+                          f"{unreadable.iloc[0]!r}")
+    present = numbers.dropna()
     if not (present == present.round()).all():
         raise ReportError(f"results: {column} must hold whole numbers, got "
                           f"{present[present != present.round()].iloc[0]}")
-    return values.astype("Int64")
+    return numbers.astype("Int64")
 
 
 def _check_ok_rows(ok: pd.DataFrame) -> None:
@@ -181,9 +192,13 @@ def _prices(frame: pd.DataFrame,
     return pd.Series(float(cost_per_gpu_hour), index=frame.index, dtype=float)
 
 
-def plan_label(row: Mapping[str, object]) -> str:
-    """A short plan name such as ``tp8 pp4 dp32 cp2 vpp2 mb1 1f1b rc=selective zero1``."""
-    parts = [f"{axis}{int(row[axis])}" for axis in ("tp", "pp", "dp", "cp", "ep", "vpp")
+def plan_label(row: Mapping[str, object], *, with_dp: bool = True) -> str:
+    """A short plan name such as ``tp8 pp4 dp32 cp2 vpp2 mb1 1f1b rc=selective zero1``.
+
+    ``with_dp=False`` drops the dp degree: the name of a plan family across scales.
+    """
+    axes = ("tp", "pp", "dp", "cp", "ep", "vpp") if with_dp else ("tp", "pp", "cp", "ep", "vpp")
+    parts = [f"{axis}{int(row[axis])}" for axis in axes
              if _present(row, axis) and (axis in ("tp", "pp", "dp") or int(row[axis]) > 1)]
     if _present(row, "micro_batch"):
         parts.append(f"mb{int(row['micro_batch'])}")

@@ -1,7 +1,7 @@
 """The compute-loss waterfall of one result: from peak FLOP/s down to the achieved MFU.
 
-Reads one flat result (a dict with the breakdown columns of docs/ARCHITECTURE.md: ``t_*`` seconds
-and ``ideal_compute_s``; ``mfu`` and ``hfu`` optional). In units of the step time, a step run at
+Reads one result: a flat sweep row (``t_*`` seconds and ``ideal_compute_s``, docs/ARCHITECTURE.md)
+or ``Result.to_dict()`` (its ``breakdown_s`` mapping); ``mfu`` and ``hfu`` optional. In units of the step time, a step run at
 peak FLOP/s with nothing lost would take ``ideal_compute_s``: that is the 100 % bar. Each loss
 then removes its share of the step time, and what remains is the ideal-compute share, i.e. MFU
 (ideal / step). When both ``mfu`` and ``hfu`` are given, the recompute share,
@@ -27,8 +27,19 @@ from reports.tables import BREAKDOWN_COLUMNS
 RECOMPUTE_COLOR = "#e69138"
 
 
+def flat_result(result: Mapping[str, object]) -> dict[str, object]:
+    """``result`` with a nested ``breakdown_s`` ({"compute": s, ...}, as ``Result.to_dict()``
+    writes it) spread into the flat ``t_*`` columns of a sweep row."""
+    nested = result.get("breakdown_s")
+    flat = dict(result)
+    if isinstance(nested, Mapping):
+        flat.update({f"t_{k}": v for k, v in nested.items() if f"t_{k}" not in result})
+    return flat
+
+
 def waterfall_steps(result: Mapping[str, object]) -> list[tuple[str, float, str]]:
     """(label, signed fraction of peak, colour) bars: 1.0, then each loss < 0, then achieved."""
+    result = flat_result(result)
     missing = [c for c in (*BREAKDOWN_COLUMNS, "ideal_compute_s") if c not in result]
     if missing:
         raise ReportError(f"waterfall: result lacks {missing}; pass a result dict with the "
@@ -91,7 +102,7 @@ def plot_waterfall(result: Mapping[str, object], ax: Axes | None = None) -> Axes
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
     ax.set_ylim(0, 1.1)
     ax.set_ylabel("share of peak compute")
-    ax.set_title(_title(result))
+    ax.set_title(_title(flat_result(result)))
     ax.grid(True, axis="y", alpha=0.3)
     return ax
 

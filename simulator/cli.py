@@ -16,9 +16,10 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from simulator import calibrate_cli, collective_cli, goodput_cli, search_cli, sweep_cli, validate_cli
+from simulator import search_cli, sweep_cli
 from simulator.api import simulate
 from simulator.calibration import load_profile
 from simulator.result import CATEGORIES, Result
@@ -29,7 +30,7 @@ from workloads import MODEL_PRESETS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="clustersim: predict distributed training step time, MFU and memory.")
-console = Console()
+console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
 
@@ -104,7 +105,7 @@ def presets_cmd() -> None:
         console.print(table)
 
 
-for _module in (collective_cli, goodput_cli, calibrate_cli, sweep_cli, search_cli, validate_cli):
+for _module in (sweep_cli, search_cli):
     _module.register(app)
 
 
@@ -112,11 +113,9 @@ def main() -> None:
     """Entry point: run the app; user errors are one red line and exit status 2."""
     try:
         app()
-    except ValueError as exc:
-        err_console.print(f"[red]error:[/red] {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}")
-        sys.exit(2)
-    except FileNotFoundError as exc:
-        err_console.print(f"[red]error:[/red] {exc}")
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        err_console.print(f"[red]error:[/red] {escape(text)}", soft_wrap=True)
         sys.exit(2)
 
 

@@ -51,6 +51,8 @@ def op_time(
     flops_scale: float = 1.0,
 ) -> float:
     """Seconds for one pass of ``op``; ``flops_scale`` stretches its math (expert imbalance)."""
+    if op.kind == "alltoall_marker":
+        return 0.0  # its bytes are network payload (priced by the EP all-to-all), not HBM traffic
     flops, nbytes = _flops_bytes(op, which)
     flops *= op.causal_flops_fraction  # a causal kernel skips the masked half of s x s
     if flops <= 0 and nbytes <= 0:

@@ -32,7 +32,6 @@ from simulator.errors import ClusterSimError
 
 if TYPE_CHECKING:
     from distributed import Client
-    from distributed import Future as DaskFuture
 
 Task = tuple[str, Mapping[str, object]]
 """One unit of work: (point_id, point mapping)."""
@@ -177,18 +176,22 @@ class DaskExecutor:
     """Seconds to wait for the scheduler before giving up."""
 
     def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
-        """Submit every task with key = point id; yield rows via distributed.as_completed."""
+        """Submit every task keyed by its point id; yield rows as they complete."""
         # deferred import: distributed costs ~1 s to import, and local pool workers import us
         import distributed
 
         client = self._connect(distributed)
         futures = []
         try:
-            futures = [client.submit(evaluate_task, evaluator, pid, dict(point), pure=True,
-                                     key=task_key(evaluator, pid)) for pid, point in tasks]
+            ids = [pid for pid, _ in tasks]
+            futures = client.map(evaluate_task, [evaluator] * len(tasks), ids,
+                                 [dict(point) for _, point in tasks], pure=True,
+                                 key=[task_key(evaluator, pid) for pid in ids])
             point_of = {future.key: pid for future, (pid, _) in zip(futures, tasks)}
-            for future in distributed.as_completed(futures, loop=client.loop):
-                yield _dask_outcome(point_of[future.key], future)
+            done = distributed.as_completed(futures, loop=client.loop, with_results=True,
+                                            raise_errors=False)
+            for future, result in done:
+                yield _dask_outcome(point_of[future.key], result)
         except BaseException:
             client.cancel(futures)
             raise
@@ -206,12 +209,12 @@ class DaskExecutor:
                              f"or fix the address") from exc
 
 
-def _dask_outcome(point_id: str, future: DaskFuture) -> Outcome:
-    """The outcome of a finished Dask future; KilledWorker (too many deaths) loses the point."""
-    try:
-        return point_id, future.result(), ""
-    except Exception as exc:
-        return point_id, None, f"task failed: {type(exc).__name__}: {exc}"
+def _dask_outcome(point_id: str, result: object) -> Outcome:
+    """The outcome of a finished Dask task; an exception (KilledWorker after repeated worker
+    deaths, a cancelled task) loses the point."""
+    if isinstance(result, BaseException):
+        return point_id, None, f"task failed: {type(result).__name__}: {result}"
+    return point_id, result, ""
 
 
 def make_executor(*, scheduler: str | None, workers: int) -> Executor:

@@ -130,7 +130,7 @@ class _Cycle:
 
 
 Phases = tuple[tuple[str, float], ...]
-"""Consecutive (cause, seconds) pieces of one wait; an interrupt splits elapsed time in order."""
+"""Consecutive (cause, seconds) pieces of one wait; a failure splits the elapsed time in order."""
 
 
 @dataclass
@@ -142,6 +142,7 @@ class _Ledger:
     phases: Phases = ()
     phase_start: float = 0.0
     pending_swaps: int = 0
+    next_failure: int = 0
 
 
 def _cycle(spec: LongRunSpec, cost: CheckpointCost) -> _Cycle:
@@ -177,85 +178,99 @@ def _close_phase(ledger: _Ledger, now: float) -> None:
     ledger.phases, ledger.phase_start = (), now
 
 
-def _spend(env: simpy.Environment, ledger: _Ledger, phases: Phases):
-    """Wait through consecutive phases with one timeout (one event, not one per phase)."""
-    ledger.phases, ledger.phase_start = phases, env.now
-    total = sum(duration for _, duration in phases)
-    if total > 0:
-        yield env.timeout(total)
-    _close_phase(ledger, env.now)
+class _History:
+    """One failure history run on SimPy: the job process and the spare-node pool.
 
+    The job knows the failure times in advance, so it waits with one timeout to whichever comes
+    first, the end of its current phase or the next failure (no interrupt machinery); failed
+    nodes go to repair as their own processes and come back through a ``simpy.Container``.
+    """
 
-def _recovery(env: simpy.Environment, cyc: _Cycle, spec: FailureSpec, spares: simpy.Container,
-              ledger: _Ledger):
-    """Detect, take a spare for each failed node, reschedule, relaunch and restore."""
-    relaunch = spec.restart_time + cyc.restore
-    if spec.repair_time == 0:  # a failed node is back at once: nobody waits for a spare
-        swap = spec.reschedule_time if ledger.pending_swaps else 0.0
-        ledger.pending_swaps = 0
-        yield from _spend(env, ledger, (("detection", spec.detection_time), ("restart", swap + relaunch)))
-        return
-    yield from _spend(env, ledger, (("detection", spec.detection_time),))
-    swapped = ledger.pending_swaps > 0
-    while ledger.pending_swaps:
-        ledger.phases, ledger.phase_start = (("spare_wait", math.inf),), env.now
-        with spares.get(1) as request:
-            yield request
-        ledger.pending_swaps -= 1
+    def __init__(self, timeline: FailureTimeline, cyc: _Cycle, spec: FailureSpec) -> None:
+        self.env = simpy.Environment()
+        self.spares = simpy.Container(self.env, init=spec.spare_nodes)
+        self.ledger = _Ledger(seconds=dict.fromkeys(("useful",) + CAUSES, 0.0))
+        self.times = timeline.times.tolist() + [math.inf]
+        self.swaps = timeline.needs_swap.tolist()
+        self.cyc, self.spec, self.horizon = cyc, spec, timeline.horizon
+
+    def _next_failure(self) -> float:
+        return self.times[self.ledger.next_failure]
+
+    def _register_failures(self) -> None:
+        """Book every failure up to now: a failed node leaves the job and goes to repair."""
+        ledger, now = self.ledger, self.env.now
+        while self.times[ledger.next_failure] <= now:
+            if self.swaps[ledger.next_failure]:
+                ledger.pending_swaps += 1
+                if self.spec.repair_time > 0:
+                    self.env.timeout(self.spec.repair_time).callbacks.append(self._repaired)
+            ledger.next_failure += 1
+
+    def _repaired(self, _event: simpy.Event) -> None:
+        """A repaired node joins the spare pool."""
+        self.spares.put(1)
+
+    def _spend(self, phases: Phases):
+        """Wait through consecutive phases; returns False if a failure cut them short."""
+        ledger, env = self.ledger, self.env
+        ledger.phases, ledger.phase_start = phases, env.now
+        end = env.now + sum(duration for _, duration in phases)
+        if end > env.now:
+            yield env.timeout(min(end, self._next_failure()) - env.now)
         _close_phase(ledger, env.now)
-    yield from _spend(env, ledger, (("restart", (spec.reschedule_time if swapped else 0.0) + relaunch),))
+        return env.now >= end
 
+    def _take_spares(self):
+        """Take a spare for each failed node; returns False if a failure came first."""
+        ledger, env = self.ledger, self.env
+        while ledger.pending_swaps:
+            ledger.phases, ledger.phase_start = (("spare_wait", math.inf),), env.now
+            request, deadline = self.spares.get(1), env.timeout(self._next_failure() - env.now)
+            yield request | deadline
+            _close_phase(ledger, env.now)
+            if not request.triggered:
+                request.cancel()
+                return False
+            ledger.pending_swaps -= 1
+        return True
 
-def _job(env: simpy.Environment, cyc: _Cycle, spec: FailureSpec, spares: simpy.Container,
-         ledger: _Ledger, horizon: float):
-    """Train until a failure, recover (again if a failure hits recovery), repeat."""
-    while True:
-        ledger.training, ledger.phase_start = True, env.now
-        try:
-            yield env.timeout(2 * horizon)
-        except simpy.Interrupt:
-            _settle_training(ledger, cyc, env.now, failed=True)
-        ledger.training = False
+    def _recover(self):
+        """Detect, swap failed nodes, relaunch and restore; returns False if interrupted."""
+        spec, relaunch = self.spec, self.spec.restart_time + self.cyc.restore
+        swap = spec.reschedule_time if self.ledger.pending_swaps else 0.0
+        if spec.repair_time == 0:  # failed nodes are back at once: nobody waits for a spare
+            self.ledger.pending_swaps = 0
+            return (yield from self._spend((("detection", spec.detection_time), ("restart", swap + relaunch))))
+        if not (yield from self._spend((("detection", spec.detection_time),))):
+            return False
+        if not (yield from self._take_spares()):
+            return False
+        return (yield from self._spend((("restart", swap + relaunch),)))
+
+    def job(self):
+        """Train until the next failure, recover (again if a failure hits recovery), repeat."""
+        ledger, env = self.ledger, self.env
         while True:
-            try:
-                yield from _recovery(env, cyc, spec, spares, ledger)
-                break
-            except simpy.Interrupt:
-                _close_phase(ledger, env.now)
+            ledger.training, ledger.phase_start = True, env.now
+            yield env.timeout(self._next_failure() - env.now)
+            _settle_training(ledger, self.cyc, env.now, failed=True)
+            ledger.training = False
+            self._register_failures()
+            while not (yield from self._recover()):
+                self._register_failures()
 
-
-def _repair(env: simpy.Environment, spares: simpy.Container, repair_time: float):
-    yield env.timeout(repair_time)
-    yield spares.put(1)
-
-
-def _inject(env: simpy.Environment, job: simpy.Process, timeline: FailureTimeline,
-            spec: FailureSpec, spares: simpy.Container, ledger: _Ledger):
-    """Interrupt the job at every failure; a failed node goes to repair."""
-    for when, swap in zip(timeline.times.tolist(), timeline.needs_swap.tolist()):
-        yield env.timeout(when - env.now)
-        if swap:
-            ledger.pending_swaps += 1
-            if spec.repair_time > 0:
-                env.process(_repair(env, spares, spec.repair_time))
-        job.interrupt()
-
-
-def _run_once(timeline: FailureTimeline, cyc: _Cycle, spec: FailureSpec) -> RunRecord:
-    """Simulate one failure history with SimPy and tally where the wall time went."""
-    env = simpy.Environment()
-    spares = simpy.Container(env, init=spec.spare_nodes)
-    ledger = _Ledger(seconds=dict.fromkeys(("useful",) + CAUSES, 0.0))
-    job = env.process(_job(env, cyc, spec, spares, ledger, timeline.horizon))
-    env.process(_inject(env, job, timeline, spec, spares, ledger))
-    env.run(until=timeline.horizon)
-    if ledger.training:
-        _settle_training(ledger, cyc, timeline.horizon, failed=False)
-    else:
-        _close_phase(ledger, timeline.horizon)
-    useful = ledger.seconds.pop("useful")
-    return RunRecord(goodput=useful / timeline.horizon, useful_time=useful,
-                     lost_time=dict(ledger.seconds), num_failures=int(timeline.times.size))
+    def run(self) -> RunRecord:
+        """Simulate to the horizon and tally where the wall time went."""
+        self.env.process(self.job())
+        self.env.run(until=self.horizon)
+        if self.ledger.training:
+            _settle_training(self.ledger, self.cyc, self.horizon, failed=False)
+        else:
+            _close_phase(self.ledger, self.horizon)
+        useful = self.ledger.seconds.pop("useful")
+        return RunRecord(goodput=useful / self.horizon, useful_time=useful,
+                         lost_time=dict(self.ledger.seconds), num_failures=len(self.swaps))
 
 
 def _validate(spec: LongRunSpec) -> None:
@@ -296,7 +311,7 @@ def run_timelines(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: Failu
     cost = checkpoint_cost(checkpoint, state_bytes_per_device=spec.state_bytes_per_device,
                            num_gpus=spec.num_gpus, gpus_per_node=spec.gpus_per_node)
     cyc = _cycle(spec, cost)
-    records = [_run_once(timeline, cyc, failures) for timeline in timelines]
+    records = [_History(timeline, cyc, failures).run() for timeline in timelines]
     mtbf = system_mtbf(failures, spec.num_gpus, spec.gpus_per_node)
     return _summarise(spec, cyc, cost, mtbf, failures.spare_nodes, records)
 
@@ -337,7 +352,8 @@ class IntervalSweep:
     best: LongRunResult
     """The full result at the interval with the highest mean goodput."""
     band: tuple[float, float]
-    """Shortest and longest interval whose mean goodput lies inside the best one's 95% CI."""
+    """Confidence band of the optimum: the nearest intervals below and above the best whose mean
+    goodput is under the best's lower 95% bound (the grid's ends where none is)."""
     young: float
     """Young's optimum sqrt(2 * stall * MTBF) (s)."""
     daly: float
@@ -361,6 +377,14 @@ def interval_grid(spec: LongRunSpec, stall: float, mtbf: float, points: int = 17
     return [s * spec.step_time for s in steps]
 
 
+def _band(intervals: list[float], means: list[float], best: int, floor: float) -> tuple[float, float]:
+    """The nearest intervals on each side of the best whose mean goodput falls below ``floor``
+    (the best's lower 95% bound): the optimum lies between them (grid edges if none)."""
+    low = next((intervals[i] for i in range(best - 1, -1, -1) if means[i] < floor), intervals[0])
+    high = next((intervals[i] for i in range(best + 1, len(means)) if means[i] < floor), intervals[-1])
+    return low, high
+
+
 def sweep_intervals(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: FailureSpec,
                     rng: np.random.Generator, intervals: list[float] | None = None) -> IntervalSweep:
     """Simulate every interval on the same failure histories and pick the best."""
@@ -372,12 +396,12 @@ def sweep_intervals(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: Fai
     timelines = draw_timelines(spec, failures, rng)
     results = [run_timelines(replace(spec, checkpoint_interval=x), checkpoint, failures, timelines) for x in grid]
     means = [r.goodput_mean for r in results]
-    best = results[int(np.argmax(means))]
-    inside = [r.checkpoint_interval for r in results if r.goodput_mean >= best.goodput_ci95[0]]
+    best_index = int(np.argmax(means))
+    best = results[best_index]
     return IntervalSweep(
         intervals=tuple(r.checkpoint_interval for r in results), goodput_mean=tuple(means),
         goodput_ci_half=tuple((r.goodput_ci95[1] - r.goodput_ci95[0]) / 2 for r in results),
-        best=best, band=(min(inside), max(inside)),
+        best=best, band=_band([r.checkpoint_interval for r in results], means, best_index, best.goodput_ci95[0]),
         young=young_interval(cost.blocking_time, mtbf) if math.isfinite(mtbf) else math.inf,
         daly=daly_interval(cost.blocking_time, mtbf) if math.isfinite(mtbf) else math.inf)
 

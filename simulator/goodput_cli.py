@@ -73,11 +73,13 @@ def _parse_interval(text: str) -> float | None:
     return minutes * 60.0
 
 
-def unique_state_per_device(state_bytes_per_device: float, plan: Any) -> float:
-    """Bytes each device writes: replicated state (no ZeRO/FSDP) is split over its DP replicas,
-    as Megatron's fully parallel save does; sharded state is written as held."""
-    replicated = getattr(plan, "zero", 0) == 0 and getattr(plan, "fsdp", "none") == "none"
-    return state_bytes_per_device / plan.dp if replicated else state_bytes_per_device
+def state_bytes_written_per_device(memory: Any, plan: Any) -> float:
+    """Bytes each device writes per checkpoint: its weights and optimizer state divided by how
+    many DP/CP ranks hold a copy (Megatron's fully parallel save splits replicated state over
+    them); the largest stage gates. Approximation: expert weights count as replicated too."""
+    weight_copies = plan.dp * plan.cp / plan.param_shard
+    optimizer_copies = plan.dp * plan.cp / plan.optimizer_shard
+    return max(m.weights / weight_copies + m.optimizer / optimizer_copies for m in memory)
 
 
 def plot_goodput_curve(sweep: IntervalSweep, ax: Axes | None = None) -> Axes:
@@ -85,7 +87,7 @@ def plot_goodput_curve(sweep: IntervalSweep, ax: Axes | None = None) -> Axes:
     ax = ax or Figure(figsize=(7, 4)).add_subplot()  # no pyplot: no global figure state
     minutes = np.array(sweep.intervals) / 60.0
     ax.errorbar(minutes, sweep.goodput_mean, yerr=sweep.goodput_ci_half, marker="o", capsize=3, label="simulated")
-    ax.axvspan(sweep.band[0] / 60.0, sweep.band[1] / 60.0, alpha=0.15, label="within best's 95% CI")
+    ax.axvspan(sweep.band[0] / 60.0, sweep.band[1] / 60.0, alpha=0.15, label="optimum band (95%)")
     for value, label, style in ((sweep.young, "Young", "--"), (sweep.daly, "Daly", ":")):
         if math.isfinite(value):
             ax.axvline(value / 60.0, linestyle=style, color="k", label=f"{label} {value / 60:.1f} min")
@@ -101,6 +103,7 @@ def _write_atomic(path: Path, write: Any) -> None:
     os.close(handle)
     try:
         write(tmp)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; results are meant to be shared
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -132,7 +135,7 @@ def results_table(spec: LongRunSpec, chosen: LongRunResult, sweep: IntervalSweep
             ("tokens trained", f"{chosen.tokens_mean:.4g}"), ("cost", f"{chosen.cost_mean:,.0f}")]
     rows += [(f"lost hours: {cause}", f"{chosen.lost_hours[cause]:.1f} h") for cause in CAUSES]
     rows += [("best interval (simulated)", f"{sweep.best.checkpoint_interval / 60:.1f} min"),
-             ("band within best's CI", f"{sweep.band[0] / 60:.1f} - {sweep.band[1] / 60:.1f} min"),
+             ("optimum band (95%)", f"{sweep.band[0] / 60:.1f} - {sweep.band[1] / 60:.1f} min"),
              ("Young / Daly", f"{sweep.young / 60:.1f} / {sweep.daly / 60:.1f} min")]
     for label, value in rows:
         table.add_row(label, value)
@@ -145,7 +148,7 @@ def _long_run_spec(scenario: Any, days: float, repetitions: int) -> LongRunSpec:
                     profile=scenario.profile, seed=scenario.seed)
     return LongRunSpec(days=days, step_time=step.step_time, tokens_per_step=step.tokens_per_step,
                        num_gpus=step.num_gpus, gpus_per_node=scenario.cluster.gpus_per_node,
-                       state_bytes_per_device=unique_state_per_device(step.checkpoint_bytes_per_device, scenario.plan),
+                       state_bytes_per_device=state_bytes_written_per_device(step.memory, scenario.plan),
                        checkpoint_interval=step.step_time, cost_per_gpu_hour=scenario.cluster.cost_per_gpu_hour,
                        repetitions=repetitions)
 

@@ -91,7 +91,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool) -> d
     return out
 
 
-def _flow_shop(compute: list[float], comm: list[float]) -> float:
+def flow_shop(compute: list[float], comm: list[float]) -> float:
     """Two streams, comm prefetching one item ahead: item i computes after comm i finishes.
 
     Returns the extra seconds over sum(compute) that waiting for comm costs.
@@ -159,7 +159,7 @@ def _fsdp_exposed(c: Costing, per_layer: list[tuple[list[Op], bool]]) -> tuple[f
         return sum(gathers), sum(gathers) + sum(scatters)
     # backward: the comm stream carries the next layer's gather and the previous layer's scatter
     comm_b = [g + (scatters[i - 1] if i > 0 else 0.0) for i, g in enumerate(gathers)]
-    return _flow_shop(fwd, gathers), _flow_shop(bwd[::-1], comm_b) + scatters[-1]
+    return flow_shop(fwd, gathers), flow_shop(bwd[::-1], comm_b) + scatters[-1]
 
 
 def _grad_axis(plan: ParallelPlan) -> tuple[str, str]:

@@ -112,8 +112,7 @@ class Fabric:
         self.egress = self._walk_tables(out=True)
         self.ingress = self._walk_tables(out=False)
         self._dist: np.ndarray | None = None
-        self._pairs: dict[tuple[int, int], tuple[np.ndarray, np.ndarray, float]] = {}
-        self._hops: dict[tuple[int, int], tuple[np.ndarray, list[int]]] = {}
+        self._dags: dict[int, tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], np.ndarray]] = {}
         self._fallback: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.memo: dict[tuple[object, ...], object] = {}
         """Size-independent results of callers (collective cost patterns), keyed by their inputs."""
@@ -192,44 +191,35 @@ class Fabric:
                     break
                 dist[new] = hop
             self._dist = dist
-            order = np.argsort(self.src_of[fe], kind="stable")
-            fedges = np.flatnonzero(fe)[order]
-            self._fsucc_edges = fedges
-            self._fsucc_ptr = np.searchsorted(self.src_of[fedges], np.arange(len(self.nodes) + 1))
+            self._fe = np.flatnonzero(fe)
+            self._fe_src = self.fabric_index[self.src_of[fe]]
+            self._fe_dst = self.fabric_index[self.dst_of[fe]]
         return self._dist
 
-    def _next_hops(self, u: int, fb: int) -> tuple[np.ndarray, list[int]]:
-        """Edges out of node ``u`` on shortest paths to fabric switch index ``fb``, and their heads."""
-        key = (u, fb)
-        if key not in self._hops:
-            dist = self._fabric_dist()
-            out = self._fsucc_edges[self._fsucc_ptr[u]:self._fsucc_ptr[u + 1]]
-            out = out[dist[self.fabric_index[self.dst_of[out]], fb] == dist[self.fabric_index[u], fb] - 1]
-            self._hops[key] = (out, self.dst_of[out].tolist())
-        return self._hops[key]
+    def _dst_dag(self, fb: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
+        """Shortest-path DAG towards fabric switch index ``fb``: per level, farthest first, the
+        (global edge ids, tail, head, split fraction) with fabric-local node indices; and the
+        expected (ECMP-averaged) latency from every fabric switch to ``fb``."""
+        if fb not in self._dags:
+            d = self._fabric_dist()[:, fb]
+            on = d[self._fe_src] == d[self._fe_dst] + 1
+            src, dst, eg = self._fe_src[on], self._fe_dst[on], self._fe[on]
+            frac = 1.0 / np.bincount(src, minlength=len(d))[src]
+            lat = np.zeros(len(d))
+            levels = []
+            for h in range(1, int(d[src].max(initial=0)) + 1):
+                k = d[src] == h
+                lat += np.bincount(src[k], weights=frac[k] * (self.latency[eg[k]] + lat[dst[k]]), minlength=len(d))
+                levels.append((eg[k], src[k], dst[k], frac[k]))
+            self._dags[fb] = (levels[::-1], lat)
+        return self._dags[fb]
 
-    def _pair_route(self, a: int, b: int) -> tuple[np.ndarray, np.ndarray, float]:
-        """Per-hop ECMP split from fabric switch ``a`` to ``b``: edge ids, fractions, latency."""
-        key = (a, b)
-        if key not in self._pairs:
-            dist = self._fabric_dist()
-            fb = self.fabric_index[b]
-            mass = {a: 1.0}
-            edges: list[np.ndarray] = []
-            fracs: list[np.ndarray] = []
-            for _ in range(int(dist[self.fabric_index[a], fb])):
-                nxt: dict[int, float] = {}
-                for u, m in mass.items():
-                    out, heads = self._next_hops(u, int(fb))
-                    edges.append(out)
-                    fracs.append(np.full(len(out), m / len(out)))
-                    for v in heads:
-                        nxt[v] = nxt.get(v, 0.0) + m / len(out)
-                mass = nxt
-            e = np.concatenate(edges) if edges else np.zeros(0, dtype=np.int64)
-            f = np.concatenate(fracs) if fracs else np.zeros(0)
-            self._pairs[key] = (e, f, float(np.sum(f * self.latency[e])))
-        return self._pairs[key]
+    def _spread(self, mass: np.ndarray, fb: int, loads: np.ndarray) -> None:
+        """Push ``mass`` (bytes entering the fabric at each switch) down the DAG to ``fb``."""
+        for edges, src, dst, frac in self._dst_dag(fb)[0]:
+            flow = mass[src] * frac
+            loads[edges] += flow  # edge ids are unique within a level
+            mass = mass + np.bincount(dst, weights=flow, minlength=len(mass))
 
     def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
@@ -274,16 +264,15 @@ class Fabric:
         flow_of = np.repeat(np.arange(len(s)), ks * kd)
         ok = (a >= 0) & (b >= 0) & (pw > 0)
         a, b, pw, flow_of = a[ok], b[ok], pw[ok], flow_of[ok]
-        uniq, inv = np.unique(a * len(self.nodes) + b, return_inverse=True)
-        pair_mass = np.bincount(inv, weights=pw, minlength=len(uniq))
-        routes = [self._pair_route(int(p // len(self.nodes)), int(p % len(self.nodes))) for p in uniq]
-        sizes = np.array([len(r[0]) for r in routes])
-        if sizes.sum():
-            all_e = np.concatenate([r[0] for r in routes])
-            all_f = np.concatenate([r[1] for r in routes]) * np.repeat(pair_mass, sizes)
-            loads += np.bincount(all_e, weights=all_f, minlength=len(loads))
-        pair_lat = np.array([r[2] for r in routes])
-        lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * pair_lat[inv], minlength=len(s))
+        self._fabric_dist()
+        fa, fbs = self.fabric_index[a], self.fabric_index[b]
+        order = np.argsort(fbs, kind="stable")
+        bounds = np.flatnonzero(np.diff(fbs[order])) + 1
+        for sel in np.split(order, bounds):
+            fb = int(fbs[sel[0]])
+            self._spread(np.bincount(fa[sel], weights=pw[sel], minlength=len(self._dist)), fb, loads)
+            share = pw[sel] / w[flow_of[sel]]
+            lat_flow += np.bincount(flow_of[sel], weights=share * self._dst_dag(fb)[1][fa[sel]], minlength=len(s))
         lat[mask] = lat_flow
 
     def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:

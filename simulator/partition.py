@@ -15,7 +15,17 @@ from simulator.errors import OutOfMemoryError
 from simulator.plan import ParallelPlan, num_microbatches
 from simulator.schedules import stage_program
 from topologies import Cluster
-from workloads import ModelSpec, Op, TrainingSpec, embedding_ops, head_ops, layer_activation_bytes, layer_ops
+from workloads import (
+    ModelSpec,
+    Op,
+    TrainingSpec,
+    embedding_activation_bytes,
+    embedding_ops,
+    head_activation_bytes,
+    head_ops,
+    layer_activation_bytes,
+    layer_ops,
+)
 
 RESERVED_BYTES = 2.0 * 2**30  # CUDA context, cuBLAS/NCCL workspaces, allocator slack (~2 GiB, as seen in Megatron runs)
 GIB = 2**30
@@ -40,7 +50,7 @@ def stage_chunks(plan: ParallelPlan, num_layers: int) -> list[list[tuple[int, ra
     return [[(v * plan.pp + s, split[v * plan.pp + s]) for v in range(plan.vpp)] for s in range(plan.pp)]
 
 
-def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> dict[str, int]:
+def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> dict[str, int | bool]:
     """The sharding keywords of ``workloads.layer_ops`` for this plan."""
     return {
         "micro_batch": plan.micro_batch,
@@ -50,6 +60,7 @@ def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> dict[str, int]:
         "ep": plan.ep,
         "etp": plan.etp,
         "dtype_bytes": training.activation_bytes,
+        "sp": plan.sp,
     }
 
 
@@ -95,12 +106,14 @@ def _params(ops: list[Op]) -> tuple[float, float]:
 
 
 def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range) -> float:
-    kw = dict(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp,
-              sp=plan.sp, recompute=plan.recompute, dtype_bytes=training.activation_bytes)
-    total = sum(layer_activation_bytes(model, i, **kw) for i in layers)
+    """Activations one micro-batch leaves on a device of this chunk (Korthikanti et al. 2022)."""
+    shard = dict(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
+    total = sum(layer_activation_bytes(model, i, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
+                                       ep=plan.ep, etp=plan.etp, **shard) for i in layers)
+    if chunk == 0:
+        total += embedding_activation_bytes(model, **shard)
     if chunk == plan.pp * plan.vpp - 1:
-        # fp32 logits and their gradient for the loss: 2 * b * s/cp * V/tp * 4 bytes
-        total += 2.0 * plan.micro_batch * training.seq_len / plan.cp * model.vocab_size / plan.tp * 4
+        total += head_activation_bytes(model, dtype_bytes=training.activation_bytes, **shard)
     return total
 
 

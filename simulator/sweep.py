@@ -144,10 +144,11 @@ def _spec_from_mapping(data: Mapping[str, object], folder: Path) -> SweepSpec:
         raise SweepError(f"sweep key(s) {unknown}: unknown; valid keys are {list(SWEEP_KEYS)}")
     base = data.get("base", {})
     if isinstance(base, (str, Path)):
-        base_file = folder / base
-        base = _absolute_paths(_read_yaml(base_file, "base scenario"), base_file.parent)
+        folder = (folder / base).parent
+        base = _read_yaml(folder / Path(base).name, "base scenario")
     if not isinstance(base, Mapping):
         raise SweepError(f"base: expected a scenario mapping or a path, got {type(base).__name__}")
+    base = _absolute_paths(base, folder)
     plan_mode = data.get("plan", "fixed")
     if plan_mode not in ("fixed", "best"):
         raise SweepError(f"plan: {plan_mode!r} is not valid; use 'fixed' or 'best'")
@@ -159,8 +160,8 @@ def _spec_from_mapping(data: Mapping[str, object], folder: Path) -> SweepSpec:
 
 
 def _absolute_paths(base: Mapping[str, object], folder: Path) -> dict[str, object]:
-    """Copy of a scenario read from a file whose relative YAML paths (model, calibration) are
-    made absolute, so they still resolve once the mapping leaves its file."""
+    """Copy of a scenario whose relative YAML paths (model, calibration) are made absolute
+    from the folder of the file that holds them, so they resolve wherever the point runs."""
     result = dict(base)
     for key in PATH_KEYS:
         value = result.get(key)
@@ -195,9 +196,9 @@ def with_override(mapping: Mapping[str, object], dotted_key: str, value: object)
     head, _, rest = dotted_key.partition(".")
     result = dict(mapping)
     current = mapping.get(head)
-    if rest:
-        inner = current if isinstance(current, Mapping) else {}
-        result[head] = with_override(inner, rest, value)
+    if rest:  # a preset name under a dotted key becomes {preset: name}, as --set does
+        inner = {"preset": current} if isinstance(current, str) else current
+        result[head] = with_override(inner if isinstance(inner, Mapping) else {}, rest, value)
     elif isinstance(current, Mapping) and isinstance(value, Mapping):
         result[head] = _deep_merge(current, value)
     else:

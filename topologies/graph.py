@@ -73,8 +73,9 @@ class GraphParts:
     def link(self, a: str, b: str, bandwidth: float, latency: float, link_class: str) -> None:
         """Add one physical link: two directed edges with the same attributes."""
         attrs = {"bandwidth": float(bandwidth), "latency": float(latency), "link_class": link_class}
+        # one dict for both directions is safe: networkx copies edge attributes on insertion
         self.edges.append((a, b, attrs))
-        self.edges.append((b, a, dict(attrs)))
+        self.edges.append((b, a, attrs))
 
     def to_digraph(self) -> nx.DiGraph:
         """The finished ``networkx.DiGraph`` (bulk insertion)."""

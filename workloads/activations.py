@@ -48,7 +48,8 @@ def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape
                            flash_attention: bool = True) -> tuple[ActivationTerm, ...]:
     """The tensors layer `layer_index` stores for backward, per Korthikanti et al. sec. 4.1."""
     n, h, dt = shape.micro_batch * shape.seq_len // shape.cp, model.hidden_size, shape.dtype_bytes
-    attention = _attention_terms(model, shape, n, flash_attention)
+    window = model.attention_window(layer_index)
+    attention = _attention_terms(model, shape, n, flash_attention, window)
     if model.is_moe_layer(layer_index):
         mlp = _moe_terms(model, shape, n)
     else:
@@ -104,8 +105,8 @@ def _per_device(term: ActivationTerm, tp: int, sp: bool) -> float:
             return term.bytes
 
 
-def _attention_terms(model: ModelSpec, shape: LocalShape, n: int,
-                     flash: bool) -> list[ActivationTerm]:
+def _attention_terms(model: ModelSpec, shape: LocalShape, n: int, flash: bool,
+                     window: int | None) -> list[ActivationTerm]:
     """QKV (or MLA latents) inputs, Q/K/V, the core's softmax state and the out-proj input."""
     h, dt, heads = model.hidden_size, shape.dtype_bytes, model.num_heads
     kv_heads = heads if model.attention == "mla" else model.num_kv_heads
@@ -120,16 +121,19 @@ def _attention_terms(model: ModelSpec, shape: LocalShape, n: int,
         ActivationTerm(name="query", bytes=dt * n * heads * d_qk, sharding="tp"),
         ActivationTerm(name="key", bytes=dt * n * kv_heads * d_qk, sharding="tp"),
         ActivationTerm(name="value", bytes=dt * n * kv_heads * d_v, sharding="tp"),
-        _core_term(model, shape, n, flash),
+        _core_term(model, shape, n, flash, window),
         ActivationTerm(name="out_proj_input", bytes=dt * n * heads * d_v, sharding="tp"),
     ]
     return terms
 
 
-def _core_term(model: ModelSpec, shape: LocalShape, n: int, flash: bool) -> ActivationTerm:
-    """Softmax output (2), its dropout mask (1) and dropout output (2) per score: 5*a*s_q*s_k*b;
-    with a fused (flash) kernel only the fp32 log-sum-exp per query and head."""
-    a, s_k = model.num_heads, shape.seq_len
+def _core_term(model: ModelSpec, shape: LocalShape, n: int, flash: bool,
+               window: int | None) -> ActivationTerm:
+    """Softmax output (2), its dropout mask (1) and dropout output (2) per score: 5*a*s_q*s_k*b
+    (s_k = the window in sliding-window layers); with a fused (flash) kernel only the fp32
+    log-sum-exp per query and head."""
+    a = model.num_heads
+    s_k = shape.seq_len if window is None else min(window, shape.seq_len)
     if flash:
         return ActivationTerm(name="softmax_lse", bytes=FP32_BYTES * a * n, sharding="tp",
                               attention_core=True)

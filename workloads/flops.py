@@ -34,14 +34,17 @@ def model_flops_per_step(model: ModelSpec, training: TrainingSpec, *,
     if not include_input_embedding:
         n -= input_lookup_params(model)
     attention = attention_flops_per_token(model, training.seq_len, causal_attention)
-    return (6.0 * n + attention) * training.tokens_per_step
+    # MTP modules run the shared output head again: 6*V*h per token each (weights not in N)
+    mtp_head = 6.0 * model.mtp_layers * model.vocab_size * model.hidden_size
+    return (6.0 * n + attention + mtp_head) * training.tokens_per_step
 
 
 def attention_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
-    """12*h_attn*keys summed over layers: keys = seq_len for full layers (halved when `causal`),
-    min(window, seq_len) for sliding-window layers (the band, already causal)."""
+    """12*h_attn*keys summed over layers (MTP blocks included): keys = seq_len for full layers
+    (halved when `causal`), min(window, seq_len) for sliding-window layers (the band)."""
     total = 0.0
-    for i in range(model.num_layers):
+    layers = [*range(model.num_layers), *[model.num_layers - 1] * model.mtp_layers]
+    for i in layers:
         window = model.attention_window(i)
         keys = seq_len / (2.0 if causal else 1.0) if window is None else min(window, seq_len)
         total += 12.0 * attention_width(model) * keys

@@ -184,11 +184,12 @@ class ModelSpec:
         return self.norm_params(self.hidden_size) + proj
 
     def mtp_params(self, active: bool = False) -> int:
-        """Parameters of the MTP modules (DeepSeek-V3 report sec. 2.2: norms, projection M_k of
-        2h x h, one transformer block; embedding and output head are shared, not counted)."""
+        """Parameters of the MTP modules (DeepSeek-V3 report sec. 2.2: three norms, projection
+        M_k of 2h x h, one transformer block; embedding and output head shared, not counted)."""
         last = self.num_layers - 1
         block = self.layer_active_params(last) if active else self.layer_params(last)
-        own = 2 * self.hidden_size * self.hidden_size + 2 * self.norm_params(self.hidden_size)
+        # norms: embedding, hidden state and the module's own final norm (HF shared_head.norm)
+        own = 2 * self.hidden_size * self.hidden_size + 3 * self.norm_params(self.hidden_size)
         return self.mtp_layers * (block + own)
 
     def num_params(self) -> int:

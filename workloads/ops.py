@@ -17,9 +17,11 @@ Conventions:
   puts embedding and head on different pipeline stages must add the copy itself (Megatron does).
 """
 
+import dataclasses
+
 from workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
 from workloads.model import ModelSpec
-from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split_padded
+from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split, split_padded
 
 __all__ = ["Op", "LocalShape", "layer_ops", "embedding_ops", "head_ops"]
 
@@ -75,17 +77,41 @@ def embedding_ops(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int =
 def head_ops(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1,
              ep: int = 1, etp: int = 1, dtype_bytes: int = 2,
              sp: bool = True) -> tuple[Op, ...]:
-    """Final norm, vocabulary-parallel output projection and fp32 cross-entropy loss."""
+    """Final norm, vocabulary-parallel output projection and fp32 cross-entropy loss, then the
+    MTP modules if the model has them (each: norms, 2h->h projection, one transformer layer
+    like the last one, and the shared output head and loss again; DeepSeek-V3 sec. 2.2)."""
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes)
-    h, T = model.hidden_size, shape.tokens
     v_local = split_padded(model.vocab_size, tp)
-    head_params = 0 if model.tied_embeddings else v_local * h
-    logits = T * v_local
-    loss = memory_op("loss", "loss", logits, 1, reads=dtype_bytes + FP32_BYTES,
-                     writes=dtype_bytes, flops_per_element=LOSS_FLOPS)
+    head_params = 0 if model.tied_embeddings else v_local * model.hidden_size
+    ops = list(_output_ops(model, shape, "", head_params))
+    for j in range(model.mtp_layers):
+        ops.extend(_mtp_ops(model, shape, f"mtp{j}_"))
+    return tuple(ops)
+
+
+def _output_ops(model: ModelSpec, shape: LocalShape, prefix: str, params: int) -> tuple[Op, ...]:
+    h, dt = model.hidden_size, shape.dtype_bytes
+    v_local = split_padded(model.vocab_size, shape.tp)
+    loss = memory_op(f"{prefix}loss", "loss", shape.tokens * v_local, 1,
+                     reads=dt + FP32_BYTES, writes=dt, flops_per_element=LOSS_FLOPS)
     return (
-        norm_op(model, "final_norm", shape.tokens_sp, h, dtype_bytes),
-        gemm_op("output", T, v_local, h, dtype_bytes, params=head_params, fp8=False),
+        norm_op(model, f"{prefix}final_norm", shape.tokens_sp, h, dt),
+        gemm_op(f"{prefix}output", shape.tokens, v_local, h, dt, params=params, fp8=False),
         loss,
     )
+
+
+def _mtp_ops(model: ModelSpec, shape: LocalShape, prefix: str) -> list[Op]:
+    """One MTP module; its projection is column-parallel over tp, its output head shared."""
+    h, dt = model.hidden_size, shape.dtype_bytes
+    h_local = split(h, shape.tp, "hidden_size", "tp")
+    block = layer_ops(model, model.num_layers - 1, micro_batch=shape.micro_batch,
+                      seq_len=shape.seq_len, tp=shape.tp, cp=shape.cp, ep=shape.ep,
+                      etp=shape.etp, dtype_bytes=dt, sp=shape.sp)
+    return [
+        norm_op(model, f"{prefix}input_norms", shape.tokens_sp, 2 * h, dt),
+        gemm_op(f"{prefix}proj", shape.tokens, h_local, 2 * h, dt, params=2 * h * h_local),
+        *(dataclasses.replace(op, name=prefix + op.name) for op in block),
+        *_output_ops(model, shape, prefix, 0),
+    ]

@@ -18,10 +18,10 @@ Factory = Callable[..., pd.DataFrame]
 
 
 def test_missing_columns_named_in_error(results_factory: Factory) -> None:
-    frame = results_factory().drop(columns=["t_bubble", "series"])
-    with pytest.raises(ReportError, match=r"t_bubble.*|series") as info:
+    frame = results_factory().drop(columns=["t_bubble", "mfu"])
+    with pytest.raises(ReportError, match="missing columns") as info:
         load_results(frame)
-    assert "t_bubble" in str(info.value) and "series" in str(info.value)
+    assert "t_bubble" in str(info.value) and "mfu" in str(info.value)
     assert "ARCHITECTURE" in str(info.value)  # the fix is named
 
 
@@ -110,3 +110,12 @@ def test_bad_values_in_ok_rows_are_named(results_factory: Factory) -> None:
     fractional.loc[0, "tp"] = 2.5
     with pytest.raises(ReportError, match="tp must hold whole numbers"):
         load_results(fractional)
+
+
+def test_without_series_each_plan_is_a_series(results_factory: Factory) -> None:
+    frame = results_factory().drop(columns=["series"])
+    loaded = load_results(frame)
+    ok = loaded[loaded["status"] == "ok"]
+    assert set(ok["series"]) == {"tp8 pp1 mb1 1f1b zero1", "tp8 pp2 mb1 1f1b zero1",
+                                 "tp4 pp1 mb1 1f1b zero1"}
+    assert (hardware_table(loaded)["plan"] == "tp8 pp2 dp256 mb1 1f1b zero1").all()

@@ -48,3 +48,9 @@ def test_write_waterfall_png(tmp_path: Path) -> None:
     assert image.shape[0] > 200
     ax = plot_waterfall(RESULT)
     assert len(ax.patches) == len(waterfall_steps(RESULT))
+
+
+def test_nested_breakdown_reads_like_flat_row() -> None:
+    nested = {"ideal_compute_s": 4.0, "mfu": 0.5, "hfu": 0.6,
+              "breakdown_s": {k[2:]: v for k, v in RESULT.items() if k.startswith("t_")}}
+    assert waterfall_steps(nested) == waterfall_steps(RESULT)

@@ -54,7 +54,8 @@ def cluster(tmp_path: Path) -> Iterator[tuple[str, list[subprocess.Popen]]]:
     try:
         workers = [start(["distributed.cli.dask_worker", address, "--nthreads", "1",
                           "--no-nanny", "--no-dashboard", "--host", "127.0.0.1",
-                          "--name", f"w{index}"], env) for index in range(2)]
+                          "--name", f"w{index}", "--local-directory", str(tmp_path / "dask")],
+                         env) for index in range(2)]
         processes += workers
         with distributed.Client(address, timeout=30, set_as_default=False) as client:
             client.wait_for_workers(2, timeout=60)

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import replace
 
 import numpy as np
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from simulator.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
 from simulator.failures import FailureSpec
 from simulator.goodput import (CAUSES, LongRunSpec, daly_interval, simulate_long_run, sweep_intervals,
                                young_interval)
+from simulator.goodput_cli import register
 
 DAY = 86400.0
 GB = 1e9
@@ -108,11 +112,53 @@ def test_goodput_falls_as_failures_rise() -> None:
     assert means[0] > means[1] > means[2]
 
 
+def test_failures_during_long_recoveries_match_renewal_theory() -> None:
+    # recovery of half an MTBF: many recoveries are hit again and restart from scratch
+    failures = FailureSpec(system_mtbf=4 * 3600.0, detection_time=600.0, restart_time=6600.0)
+    result = simulate_long_run(_llama(days=60, reps=60, interval=600.0), LLAMA_CKPT, failures,
+                               np.random.default_rng(12))
+    half = (result.goodput_ci95[1] - result.goodput_ci95[0]) / 2
+    assert result.goodput_mean == pytest.approx(_renewal_goodput(result, failures), abs=3 * half + 2e-3)
+
+
+def test_weibull_shape_one_is_exponential() -> None:
+    exp = replace(LLAMA_FAILURES, system_mtbf=math.inf, mtbf_gpu=16384 * 54 * DAY / 419)
+    means = [simulate_long_run(_llama(days=20, reps=40), LLAMA_CKPT, replace(exp, distribution=d),
+                               np.random.default_rng(6)) for d in ("exponential", "weibull")]
+    width = sum(r.goodput_ci95[1] - r.goodput_ci95[0] for r in means)
+    assert means[0].goodput_mean == pytest.approx(means[1].goodput_mean, abs=width)
+
+
+def test_ample_spares_make_repair_time_irrelevant() -> None:
+    quick = replace(LLAMA_FAILURES, reschedule_time=300.0)
+    slow_repair = replace(quick, repair_time=3 * DAY, spare_nodes=10_000)
+    runs = [simulate_long_run(_llama(days=5, reps=5), LLAMA_CKPT, f, np.random.default_rng(8))
+            for f in (quick, slow_repair)]
+    assert runs[0].goodput_mean == pytest.approx(runs[1].goodput_mean, rel=1e-9)
+    assert runs[1].lost_hours["spare_wait"] == 0.0
+
+
+def test_async_checkpoints_beat_sync_when_the_snapshot_is_cheap() -> None:
+    sync = simulate_long_run(_llama(days=10, reps=20), LLAMA_CKPT, LLAMA_FAILURES, np.random.default_rng(3))
+    asynchronous = simulate_long_run(_llama(days=10, reps=20), replace(LLAMA_CKPT, asynchronous=True),
+                                     LLAMA_FAILURES, np.random.default_rng(3))
+    assert asynchronous.cost.blocking_time < sync.cost.blocking_time
+    # first order: the stall saved per cycle, over the share of wall time spent training
+    tau, stall = sync.checkpoint_interval, sync.cost.blocking_time
+    training_share = sync.goodput_mean * (tau + stall) / tau
+    gain = (stall - asynchronous.cost.blocking_time) / (tau + stall) * training_share
+    assert asynchronous.goodput_mean - sync.goodput_mean == pytest.approx(gain, rel=0.25)
+
+
 def test_young_daly_optimum_lies_in_the_simulated_band() -> None:
     sweep = sweep_intervals(_llama(days=15, reps=30), LLAMA_CKPT, LLAMA_FAILURES, np.random.default_rng(5))
     assert sweep.band[0] <= sweep.best.checkpoint_interval <= sweep.band[1]
     assert sweep.band[0] <= sweep.young <= sweep.band[1]
     assert sweep.band[0] <= sweep.daly <= sweep.band[1]
+    # the band's ends are significantly worse than the best (or the grid's ends)
+    for edge in sweep.band:
+        index = sweep.intervals.index(edge)
+        assert sweep.goodput_mean[index] < sweep.best.goodput_ci95[0] or index in (0, len(sweep.intervals) - 1)
     assert max(sweep.goodput_mean) == sweep.best.goodput_mean
     # the curve falls away from the optimum on both sides
     assert sweep.goodput_mean[0] < sweep.best.goodput_mean > sweep.goodput_mean[-1]
@@ -133,3 +179,52 @@ def test_bad_inputs_name_the_field() -> None:
         simulate_long_run(_llama(reps=1), LLAMA_CKPT, LLAMA_FAILURES, np.random.default_rng(0))
     assert checkpoint_cost(LLAMA_CKPT, state_bytes_per_device=LLAMA_STATE_PER_GPU, num_gpus=16384,
                            gpus_per_node=8).blocking_time == pytest.approx(405e9 * 14 / 2e12)
+
+
+# --- the `clustersim goodput` command -------------------------------------------------------
+
+LLAMA3_SCENARIO = """\
+# Llama 3 405B pre-training layout (Llama 3 paper, Table 4): 16,384 H100, TP8 PP16 DP128, 2048 x 8192
+name: llama3-405b-h100-16k
+model: llama3-405b
+training: {seq_len: 8192, global_batch_size: 2048, precision: bf16}
+cluster: {preset: dgx-h100, num_gpus: 16384}
+plan: {tp: 8, pp: 16, dp: 128, micro_batch: 1, schedule: interleaved, vpp: 2, sp: true, zero: 1,
+       recompute: full}
+seed: 0
+"""
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer(add_completion=False)
+    app.callback()(lambda: None)
+    register(app)
+    return app
+
+
+def test_cli_llama3_gives_a_goodput_interval_plot_and_json(tmp_path) -> None:
+    scenario = tmp_path / "llama3.yaml"
+    scenario.write_text(LLAMA3_SCENARIO)
+    out_json, out_png = tmp_path / "goodput.json", tmp_path / "goodput.png"
+    result = CliRunner().invoke(_app(), ["goodput", str(scenario), "--days", "3", "--repetitions", "8",
+                                         "--mtbf-hours", str(54 * 24 / 419), "--json", str(out_json),
+                                         "--plot", str(out_png)])
+    assert result.exit_code == 0, result.output
+    assert "goodput mean" in result.output and "Young / Daly" in result.output
+    doc = json.loads(out_json.read_text())
+    low, high = doc["result"]["goodput_ci95"]
+    assert 0 < low <= doc["result"]["goodput_mean"] <= high < 1
+    # 405e9 params x (2/128 replicated bf16 weights + 12 bytes fp32 master+Adam, ZeRO-1 sharded)
+    # per 16,384 GPUs: a little over 405e9 * 14 / 16384 because the first/last stages hold more
+    assert doc["state_bytes_per_device"] == pytest.approx(405e9 * 14 / 16384, rel=0.15)
+    band = doc["sweep"]["band_s"]
+    assert band[0] <= doc["sweep"]["young_s"] <= band[1]
+    assert out_png.read_bytes()[:4] == b"\x89PNG"
+
+
+def test_cli_bad_interval_is_one_line_and_exit_2(tmp_path) -> None:
+    scenario = tmp_path / "llama3.yaml"
+    scenario.write_text(LLAMA3_SCENARIO)
+    result = CliRunner().invoke(_app(), ["goodput", str(scenario), "--checkpoint-interval", "soon"])
+    assert result.exit_code == 2
+    assert "checkpoint-interval" in result.output and "Traceback" not in result.output

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from simulator.checkpoint import LongRunError
+from simulator.scenario import scenario_from_dict
 from simulator.stragglers import (StragglerSpec, SymmetricStep, draw_compute_scale, draw_jitter,
                                   draw_slow_devices, step_time_distribution)
 
@@ -102,3 +103,26 @@ def test_bad_inputs_name_the_field() -> None:
         step_time_distribution(STEP, StragglerSpec(slow_device_factor=0.5), 10, np.random.default_rng(0))
     with pytest.raises(LongRunError, match="jitter_cv"):
         step_time_distribution(STEP, StragglerSpec(jitter_cv=-0.1), 10, np.random.default_rng(0))
+
+
+# --- full mode: one engine step per simulated step --------------------------------------------
+
+def _tiny_scenario():
+    return scenario_from_dict({"model": "tiny", "training": {"seq_len": 512, "global_batch_size": 32},
+                               "cluster": {"preset": "dgx-h100", "num_gpus": 16},
+                               "plan": {"tp": 2, "pp": 2, "dp": 4, "micro_batch": 1}})
+
+
+def test_engine_steps_are_never_faster_and_the_straggler_waits_least() -> None:
+    spec = StragglerSpec(jitter_cv=0.05, slow_device_fraction=1 / 16, slow_device_factor=1.5)
+    dist = step_time_distribution(_tiny_scenario(), spec, 4, np.random.default_rng(0))
+    assert dist.step_times.min() >= dist.base_step_time
+    assert dist.p50 <= dist.p99 <= dist.max
+    slow = draw_slow_devices(spec, 16, np.random.default_rng(0))  # the run's first draw
+    assert dist.straggler_rank == int(np.argmax(slow))
+    assert len(dist.rank_wait_time) == 16 and np.all(dist.rank_wait_time >= 0)
+
+
+def test_engine_without_stragglers_matches_the_base_step() -> None:
+    dist = step_time_distribution(_tiny_scenario(), StragglerSpec(), 2, np.random.default_rng(0))
+    assert dist.step_times == pytest.approx([dist.base_step_time] * 2, rel=1e-12)

@@ -22,8 +22,8 @@ import pytest
 import yaml
 
 from simulator.executors import LocalExecutor, SerialExecutor, SweepError, evaluate_task
-from simulator.sweep import SweepInterrupted, expand_points, load_sweep, parts_dir, point_id
-from simulator.sweep import read_parts, run_sweep, sweep, with_override
+from simulator.sweep import SweepInterrupted, SweepSpec, expand_points, load_sweep, parts_dir
+from simulator.sweep import point_id, read_parts, run_sweep, sweep, with_override
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -48,7 +48,8 @@ def evaluated_ids(tmp_path: Path) -> list[str]:
     return [point_id(json.loads(line)) for line in lines]
 
 
-def spec_of(grid: dict | None = None, **extra: object):
+def spec_of(grid: dict | None = None, **extra: object) -> SweepSpec:
+    """The test sweep (BASE x GRID unless a grid is given) with extra sweep keys."""
     return load_sweep({"base": BASE, "grid": GRID if grid is None else grid, **extra})
 
 
@@ -59,6 +60,7 @@ def test_override_deep_merges_and_never_mutates_input() -> None:
     out = with_override(base, "cluster.num_gpus", 64)
     out = with_override(out, "cluster", {"preset": "other"})
     out = with_override(out, "plan.new.deep", 3)
+    assert with_override(base, "model.num_layers", 2)["model"] == {"preset": "small", "num_layers": 2}
     assert base == BASE
     assert out["cluster"] == {"preset": "other", "num_gpus": 64, "gpus_per_node": 8}
     assert out["plan"] == {"tp": 1, "pp": 1, "new": {"deep": 3}}

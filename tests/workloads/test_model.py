@@ -45,6 +45,15 @@ def test_kimi_k2_active_params_match_rounded_model_card() -> None:
     assert get_model("kimi-k2").num_active_params() == pytest.approx(32e9, rel=0.03)
 
 
+def test_deepseek_v3_with_mtp_matches_the_685b_checkpoint() -> None:
+    # DeepSeek-V3 report sec. 4.2 / HF card: 685B = 671B main model + 14B MTP module, where the
+    # checkpoint stores the MTP module's own copies of embedding and output head.
+    model = get_model("deepseek-v3-mtp")
+    copies = 2 * model.vocab_size * model.hidden_size
+    assert model.num_params() + copies == pytest.approx(685e9, rel=0.01)
+    assert model.num_params() - model.mtp_params() == get_model("deepseek-v3").num_params()
+
+
 def test_dense_active_equals_total_and_moe_active_is_smaller() -> None:
     dense, moe = get_model("llama3-70b"), get_model("deepseek-v3")
     assert dense.num_active_params() == dense.num_params()

@@ -121,6 +121,19 @@ def test_embedding_and_head_ops() -> None:
     assert head_ops(tied, micro_batch=1, seq_len=2048)[1].params == 0
 
 
+def test_mtp_head_runs_one_more_layer_and_the_shared_head() -> None:
+    base, mtp = get_model("deepseek-v3"), get_model("deepseek-v3-mtp")
+    kwargs = dict(micro_batch=1, seq_len=1024, tp=2, ep=8)
+    plain = head_ops(base, **kwargs)
+    extra = head_ops(mtp, **kwargs)[len(plain):]
+    layer = layer_ops(base, base.num_layers - 1, **kwargs)
+    h = base.hidden_size
+    proj_flops = 2 * 1024 * (2 * h) * (h // 2)  # 2h -> h projection, column-parallel over tp=2
+    assert _flops(extra) == pytest.approx(_flops(layer) + _flops(plain) + proj_flops)
+    # the block, the projection's tp shard and three RMSNorms; the output head is shared
+    assert sum(o.params for o in extra) == sum(o.params for o in layer) + 2 * h * h // 2 + 3 * h
+
+
 def test_mla_and_moe_ops_present() -> None:
     names = [o.name for o in layer_ops(get_model("deepseek-v3"), 3, micro_batch=1, seq_len=256)]
     for expected in ("q_down", "kv_up", "router", "moe_dispatch", "expert_fc1", "shared_fc1"):
