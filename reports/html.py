@@ -95,7 +95,8 @@ FORMATTERS: dict[str, Callable[[object], str]] = {
     "mfu": _percent, "hfu": _percent, "scaling_efficiency": _percent,
     "tokens_per_s_per_gpu": _number, "tokens_per_s": _number,
     "cost_per_gpu_hour": _dollars, "cost_per_million_tokens": _dollars,
-    "step_time_s": _general, "peak_memory_gb": _general, "speedup_vs_naive_dp": _times, "num_gpus": _count,
+    "step_time_s": _general, "peak_memory_gb": _general, "speedup_vs_naive_dp": _times,
+    "num_gpus": _count,
 }
 """How each known numeric column is shown; other columns print as they are."""
 

@@ -30,7 +30,8 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 """The columns every report reads; the other contract columns are shown when present.
 
 ``series`` is optional: without it each row's series is its plan label less dp (one series per
-plan family across scales) and the best plan per scale is derived (so a plain `clustersim sweep` output can be reported as it is)."""
+plan family across scales) and the best plan per scale is derived, so that a plain
+`clustersim sweep` output can be reported as it is."""
 
 PLAN_COLUMNS: tuple[str, ...] = (
     "tp", "pp", "dp", "cp", "ep", "vpp", "micro_batch", "schedule", "recompute", "zero", "fsdp",

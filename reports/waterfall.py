@@ -1,12 +1,12 @@
 """The compute-loss waterfall of one result: from peak FLOP/s down to the achieved MFU.
 
-Reads one result: a flat sweep row (``t_*`` seconds and ``ideal_compute_s``, docs/ARCHITECTURE.md)
-or ``Result.to_dict()`` (its ``breakdown_s`` mapping); ``mfu`` and ``hfu`` optional. In units of the step time, a step run at
-peak FLOP/s with nothing lost would take ``ideal_compute_s``: that is the 100 % bar. Each loss
-then removes its share of the step time, and what remains is the ideal-compute share, i.e. MFU
-(ideal / step). When both ``mfu`` and ``hfu`` are given, the recompute share,
-ideal share x (hfu / mfu - 1), is split out of compute inefficiency. Used by
-``clustersim simulate --plot``. It does not simulate anything.
+Reads one result: a flat sweep row (``t_*`` seconds and ``ideal_compute_s``,
+docs/ARCHITECTURE.md) or ``Result.to_dict()`` (its ``breakdown_s`` mapping); ``mfu`` and ``hfu``
+optional. In units of the step time, a step run at peak FLOP/s with nothing lost would take
+``ideal_compute_s``: that is the 100 % bar. Each loss then removes its share of the step time,
+and what remains is the ideal-compute share, i.e. MFU (ideal / step). When both ``mfu`` and
+``hfu`` are given, the recompute share, ideal share x (hfu / mfu - 1), is split out of compute
+inefficiency. Used by ``clustersim simulate --plot``. It does not simulate anything.
 """
 
 from __future__ import annotations

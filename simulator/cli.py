@@ -14,16 +14,21 @@ import tempfile
 from pathlib import Path
 from typing import Any, Optional
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import Progress
 from rich.table import Table
 
+from reports import cli as reports_cli
+from reports.report import write_scaling_report
 from simulator import search_cli, sweep_cli
 from simulator.api import simulate
 from simulator.calibration import load_profile
 from simulator.result import CATEGORIES, Result
-from simulator.scenario import load_scenario
+from simulator.scaling import scaling_rows
+from simulator.scenario import apply_overrides, load_scenario, read_yaml
 from simulator.trace import write_trace
 from topologies import ACCELERATORS, CLUSTER_PRESETS
 from workloads import MODEL_PRESETS
@@ -94,6 +99,42 @@ def _plan_label(plan: Any) -> str:
     return plan.describe()
 
 
+@app.command("scale")
+def scale_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML: model, training, cluster preset."),
+    gpus: str = typer.Option("64,128,256,512,1024", "--gpus", help="Comma-separated GPU counts."),
+    out: Path = typer.Option(Path("report"), "--out", help="Output directory (created)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
+    cost_per_gpu_hour: Optional[float] = typer.Option(None, "--cost-per-gpu-hour", help="$ per GPU-hour."),
+) -> None:
+    """Scaling-efficiency report: the best plan at every scale vs naive DP replicas, with plots and HTML."""
+    counts = [int(x) for x in gpus.split(",") if x.strip()]
+    if not counts or any(c < 1 for c in counts):
+        raise ValueError(f"--gpus {gpus!r} must list positive GPU counts, e.g. 64,128,256")
+    base = apply_overrides(read_yaml(scenario), set_)
+    load_scenario(scenario, set_)  # validate the scenario once, with a clear error, before the sweep
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("simulating scales", total=None)
+        rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
+    page = write_scaling_report(pd.DataFrame(rows), out, title=f"Scaling report: {scenario.stem}",
+                                cost_per_gpu_hour=cost_per_gpu_hour)
+    console.print(scale_table(rows))
+    console.print(f"wrote {page}")
+
+
+def scale_table(rows: list[dict[str, Any]]) -> Table:
+    """Tokens/s/GPU, MFU and plan per (series, GPUs)."""
+    table = Table(title="scaling")
+    for col in ("series", "GPUs", "plan", "tokens/s/GPU", "MFU", "status"):
+        table.add_column(col)
+    for r in rows:
+        ok = r.get("status") == "ok"
+        table.add_row(str(r.get("series")), str(r.get("num_gpus")), str(r.get("plan_label", "")),
+                      f"{r['tokens_per_s_per_gpu']:,.0f}" if ok else "-", f"{r['mfu'] * 100:.1f}%" if ok else "-",
+                      "ok" if ok else str(r.get("error", ""))[:60])
+    return table
+
+
 @app.command("presets")
 def presets_cmd() -> None:
     """List the model, accelerator and cluster presets."""
@@ -105,7 +146,7 @@ def presets_cmd() -> None:
         console.print(table)
 
 
-for _module in (sweep_cli, search_cli):
+for _module in (sweep_cli, search_cli, reports_cli):
     _module.register(app)
 
 

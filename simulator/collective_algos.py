@@ -44,6 +44,9 @@ ALGORITHMS: Mapping[str, tuple[str, ...]] = {
     "send_recv": ("direct",),
 }
 """Algorithms each collective kind implements (the ``algorithm=`` values)."""
+SELECTABLE: frozenset[str] = frozenset({"ring", "tree", "hierarchical", "in_switch", "pairwise", "direct"})
+"""Algorithms the selector weighs (NCCL's: ring, tree, NVLS/CollNet, NVLS-tree); recursive
+halving-doubling (MPI's choice, not NCCL's) runs only when asked for by ``algorithm=``."""
 KINDS: frozenset[str] = frozenset(ALGORITHMS)
 """Collective kinds ``price_collective`` accepts."""
 _EMPTY_I = np.zeros(0, dtype=np.int64)

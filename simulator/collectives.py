@@ -3,7 +3,8 @@
 Owns ``price_collective`` (the engine's entry point), ``CollectiveCost``, the algorithms (ring
 with one channel per GPU of a node, double binary tree, recursive halving-doubling, hierarchical,
 in-switch reduction (NVLS/SHARP), pairwise all-to-all, direct send/recv) and the NCCL-like
-selector (the algorithm with the least modelled time wins). It does not route or share links
+selector (of NCCL's algorithms, the one with the least modelled time wins, as NCCL's tuner
+picks by its own cost model). It does not route or share links
 (``simulator.network``) nor decide which groups exist (``simulator.placement``).
 
 Cost model: an algorithm is a list of steps; in a step every flow of every group runs at once.
@@ -26,7 +27,7 @@ from typing import Iterator, Literal, Mapping, Sequence
 import numpy as np
 
 from simulator.calibration import CalibrationProfile
-from simulator.collective_algos import ALGORITHMS, KINDS, Step, build_steps, applicable
+from simulator.collective_algos import ALGORITHMS, KINDS, SELECTABLE, Step, applicable, build_steps
 from simulator.errors import ClusterSimError
 from simulator.network import Fabric, fabric_for
 
@@ -205,6 +206,8 @@ def price_collective(
         if algorithm not in options:
             raise CollectiveError(f"algorithm = '{algorithm}' cannot run {kind} on these groups; use one of {options}")
         options = (algorithm,)
+    else:
+        options = tuple(a for a in options if a in SELECTABLE)
     fill = 0.0 if kind == "send_recv" else float(getattr(profile, "pipeline_fill_bytes", PIPELINE_FILL_BYTES))
     costs = [_cost(_pattern(fabric, kind, a, arr, eff_switch), kind, a, size, n, overhead, fabric, fill)
              for a in options]

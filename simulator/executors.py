@@ -102,8 +102,9 @@ class SerialExecutor:
 
 def default_workers() -> int:
     """Local pool size when none is given: min(2, CPUs available to this process)."""
-    return max(1, min(2, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity")
-                      else (os.cpu_count() or 1)))
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, min(2, len(os.sched_getaffinity(0))))
+    return max(1, min(2, os.cpu_count() or 1))
 
 
 def _ignore_sigint() -> None:
@@ -134,7 +135,11 @@ def _pool_outcome(point_id: str, future: Future[dict[str, object]]) -> Outcome:
 
 @dataclass(frozen=True, kw_only=True)
 class LocalExecutor:
-    """A pool of ``workers`` spawned processes on this machine (concurrent.futures)."""
+    """A pool of ``workers`` spawned processes on this machine (concurrent.futures).
+
+    Spawned workers re-import the caller's main module, so drive it from a script, ``-m``
+    module, notebook or test, not from code piped into ``python -``.
+    """
 
     workers: int
     """Number of worker processes (>= 1)."""

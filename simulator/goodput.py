@@ -92,8 +92,11 @@ class LongRunResult:
     goodput_ci95: tuple[float, float]
     """95% confidence interval of the mean goodput (normal approximation)."""
     goodput_p5: float
+    """5th percentile of goodput over the repetitions."""
     goodput_p50: float
+    """Median goodput."""
     goodput_p95: float
+    """95th percentile of goodput."""
     tokens_mean: float
     """Mean tokens trained (useful time / step time * tokens per step)."""
     lost_hours: dict[str, float]
@@ -367,12 +370,13 @@ class IntervalSweep:
 
 
 def interval_grid(spec: LongRunSpec, stall: float, mtbf: float, points: int = 17) -> list[float]:
-    """A log grid over [Young/8, Young*8] (Young itself in the middle), in whole steps."""
+    """A log grid over [Young/8, Young*8] (Young in the middle), in whole steps, capped at the horizon."""
     if math.isfinite(mtbf) and stall > 0:
         centre = young_interval(stall, mtbf)
         raw = np.geomspace(centre / 8.0, centre * 8.0, points)
     else:  # without failures (or free checkpoints) longer is never worse: span step .. horizon
         raw = np.geomspace(spec.step_time, spec.horizon, points)
+    raw = np.clip(raw, spec.step_time, spec.horizon)  # past the horizon every interval is alike
     steps = sorted({max(1, round(x / spec.step_time)) for x in raw})
     return [s * spec.step_time for s in steps]
 

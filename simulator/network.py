@@ -34,6 +34,10 @@ FABRIC_KINDS: frozenset[str] = frozenset({"leaf", "spine", "core", "router"})
 """Node kinds of the scale-out switch fabric (routed on shortest paths with ECMP)."""
 LOCAL_SWITCH_KINDS: frozenset[str] = frozenset({"nvswitch", "pcie"})
 """Node kinds that join the GPUs of one domain or server."""
+_GPU, _LOCAL, _NIC, _FABRIC = 1, 2, 3, 4
+_CODES: Mapping[str, int] = {"gpu": _GPU, "nvswitch": _LOCAL, "pcie": _LOCAL, "nic": _NIC,
+                             **{k: _FABRIC for k in FABRIC_KINDS}}
+"""Integer codes of node kinds for vectorised table building."""
 _TINY: float = 1e-12
 """Relative tolerance of the progressive-filling saturation test."""
 
@@ -91,8 +95,9 @@ class Fabric:
         self.graph = graph
         self.nodes: list[str] = list(graph.nodes)
         self.node_id: dict[str, int] = {n: i for i, n in enumerate(self.nodes)}
-        self.kind: list[str] = [graph.nodes[n].get("kind", "") for n in self.nodes]
-        self.reduces: np.ndarray = np.array([bool(graph.nodes[n].get("in_network_reduction")) for n in self.nodes])
+        attrs = [d for _, d in graph.nodes(data=True)]
+        self.kind: list[str] = [d.get("kind", "") for d in attrs]
+        self.reduces: np.ndarray = np.array([bool(d.get("in_network_reduction")) for d in attrs])
         """Per node: the switch reduces in-network (NVLS / SHARP)."""
         self.edges: list[tuple[str, str]] = list(graph.edges)
         self.edge_id: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
@@ -108,6 +113,9 @@ class Fabric:
         self.gpu_node = np.array([self.node_id[f"gpu{i}"] for i in range(self.num_gpus)], dtype=np.int64)
         self.src_of = np.array([self.node_id[u] for u, _ in self.edges], dtype=np.int64)
         self.dst_of = np.array([self.node_id[v] for _, v in self.edges], dtype=np.int64)
+        self._code = np.array([_CODES.get(k, 0) for k in self.kind], dtype=np.int8)
+        self._gpu_of = np.full(len(self.nodes), -1, dtype=np.int64)
+        self._gpu_of[self.gpu_node] = np.arange(self.num_gpus)
         self._local_tables()
         self.egress = self._walk_tables(out=True)
         self.ingress = self._walk_tables(out=False)
@@ -123,49 +131,51 @@ class Fabric:
         self.local_switch = np.full(n, -1, dtype=np.int64)
         self.local_up = np.full(n, -1, dtype=np.int64)
         self.local_down = np.full(n, -1, dtype=np.int64)
-        for g in range(n):
-            name = f"gpu{g}"
-            sws = [v for v in self.graph.successors(name) if self.graph.nodes[v].get("kind") in LOCAL_SWITCH_KINDS]
-            if len(sws) == 1:
-                self.local_switch[g] = self.node_id[sws[0]]
-                self.local_up[g] = self.edge_id[(name, sws[0])]
-                self.local_down[g] = self.edge_id[(sws[0], name)]
-
-    def _walk(self, gpu: str, out: bool) -> tuple[dict[int, float], dict[int, float]]:
-        """Edges (with fractions) from ``gpu`` through NICs to the fabric, or back when not ``out``."""
-        edges: dict[int, float] = {}
-        switches: dict[int, float] = {}
-        frontier = {gpu: 1.0}
-        while frontier:
-            nxt: dict[str, float] = {}
-            for node, mass in frontier.items():
-                hops = self.graph.successors(node) if out else self.graph.predecessors(node)
-                hops = [h for h in hops if self.graph.nodes[h].get("kind") in FABRIC_KINDS | {"nic"}]
-                for h in hops:
-                    e = self.edge_id[(node, h) if out else (h, node)]
-                    edges[e] = edges.get(e, 0.0) + mass / len(hops)
-                    bucket = switches if self.graph.nodes[h]["kind"] in FABRIC_KINDS else nxt
-                    key = self.node_id[h] if bucket is switches else h
-                    bucket[key] = bucket.get(key, 0.0) + mass / len(hops)  # type: ignore[index]
-            frontier = nxt
-        return edges, switches
+        up = np.flatnonzero((self._code[self.src_of] == _GPU) & (self._code[self.dst_of] == _LOCAL))
+        g = self._gpu_of[self.src_of[up]]
+        single = np.bincount(g, minlength=n)[g] == 1
+        up, g = up[single], g[single]
+        self.local_up[g] = up
+        self.local_switch[g] = self.dst_of[up]
+        down = {(u, v): e for e, u, v in zip(range(len(self.edges)), self.src_of.tolist(), self.dst_of.tolist())
+                if self._code[v] == _GPU and self._code[u] == _LOCAL}
+        self.local_down[g] = [down[(int(sw), int(self.gpu_node[i]))] for i, sw in zip(g, self.dst_of[up])]
 
     def _walk_tables(self, out: bool) -> _Egress:
-        walks = [self._walk(f"gpu{g}", out) for g in range(self.num_gpus)]
-        width = max([1] + [len(w[0]) for w in walks])
-        kw = max([1] + [len(w[1]) for w in walks])
-        tab = _Egress(
-            edges=np.full((self.num_gpus, width), -1, dtype=np.int64),
-            edge_frac=np.zeros((self.num_gpus, width)),
-            switch=np.full((self.num_gpus, kw), -1, dtype=np.int64),
-            switch_frac=np.zeros((self.num_gpus, kw)),
+        """GPU -> NIC -> fabric switch chains (``out``) or their reverse, vectorised over GPUs."""
+        near, far = (self.src_of, self.dst_of) if out else (self.dst_of, self.src_of)
+        c_near, c_far = self._code[near], self._code[far]
+        e1 = np.flatnonzero((c_near == _GPU) & ((c_far == _NIC) | (c_far == _FABRIC)))
+        e2 = np.flatnonzero((c_near == _NIC) & (c_far == _FABRIC))
+        g1 = self._gpu_of[near[e1]]
+        f1 = 1.0 / np.bincount(g1, minlength=self.num_gpus)[g1]
+        e2 = e2[np.argsort(near[e2], kind="stable")]
+        ptr = np.searchsorted(near[e2], np.arange(len(self.nodes) + 1))
+        count = np.where(c_far[e1] == _NIC, ptr[far[e1] + 1] - ptr[far[e1]], 0)
+        rep = np.repeat(np.arange(len(e1)), count)
+        offs = np.arange(len(rep)) - np.repeat(np.cumsum(count) - count, count)
+        e2x = e2[ptr[far[e1]][rep] + offs]
+        f2 = f1[rep] / count[rep]
+        edges = np.concatenate([e1, e2x])
+        gpus = np.concatenate([g1, g1[rep]])
+        fracs = np.concatenate([f1, f2])
+        to_fabric = self._code[far[edges]] == _FABRIC
+        return _Egress(
+            edges=self._pad(gpus, edges, -1), edge_frac=self._pad(gpus, fracs, 0.0),
+            switch=self._pad(gpus[to_fabric], far[edges][to_fabric], -1),
+            switch_frac=self._pad(gpus[to_fabric], fracs[to_fabric], 0.0),
         )
-        for g, (edges, switches) in enumerate(walks):
-            tab.edges[g, : len(edges)] = list(edges)
-            tab.edge_frac[g, : len(edges)] = list(edges.values())
-            tab.switch[g, : len(switches)] = list(switches)
-            tab.switch_frac[g, : len(switches)] = list(switches.values())
-        return tab
+
+    def _pad(self, rows: np.ndarray, values: np.ndarray, fill: float) -> np.ndarray:
+        """A (num_gpus, width) table holding ``values`` row by row (``fill`` elsewhere)."""
+        order = np.argsort(rows, kind="stable")
+        rows, values = rows[order], values[order]
+        start = np.searchsorted(rows, np.arange(self.num_gpus))
+        col = np.arange(len(rows)) - start[rows]
+        width = int(col.max(initial=0)) + 1
+        table = np.full((self.num_gpus, width), fill, dtype=values.dtype if len(values) else float)
+        table[rows, col] = values
+        return table
 
     def edge_name(self, e: int) -> str:
         """``"u->v"`` name of directed edge ``e``."""

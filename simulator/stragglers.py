@@ -74,9 +74,13 @@ class StepTimeDistribution:
     rank_wait_time: np.ndarray
     """Mean seconds per step each rank spent waiting in collectives for slower ranks."""
     p50: float
+    """Median step time (s)."""
     p99: float
+    """99th-percentile step time (s)."""
     max: float
+    """Slowest step (s)."""
     mean: float
+    """Mean step time (s)."""
     straggler_rank: int
     """The rank that waits least (the one the others wait for)."""
 

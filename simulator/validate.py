@@ -102,7 +102,7 @@ def _accelerator_overrides(row: Mapping[str, Any], precision_label: str) -> dict
     if gpu.lower().startswith("a100") and mem is not None and round(mem) == 40:
         base = get_accelerator("a100", memory_gb=40)
     if precision_label == "nvfp4":
-        base = base or get_cluster(gpu, 8 if gpu.lower() != "gb200" and gpu.lower() != "gb300" else 4).accelerator
+        base = base or get_accelerator(gpu)
         peaks = dict(base.peak_flops)
         peaks["fp8"] = peaks.get("fp4", peaks["fp8"])
         base = replace(base, peak_flops=peaks)

@@ -71,7 +71,8 @@ def test_no_temporary_files_left(two_cluster_report: Path) -> None:
     assert not [n for n in names if n.endswith(".tmp") or n.startswith(".")]
 
 
-def test_same_input_same_bytes(tmp_path: Path, results_factory: Callable[..., pd.DataFrame]) -> None:
+def test_same_input_same_bytes(tmp_path: Path,
+                               results_factory: Callable[..., pd.DataFrame]) -> None:
     frame = results_factory(counts=(8, 64))
     first = write_scaling_report(frame, tmp_path / "a", title="t").read_bytes()
     second = write_scaling_report(frame, tmp_path / "b", title="t").read_bytes()
@@ -96,8 +97,8 @@ def test_cli_register_writes_report(tmp_path: Path,
     assert (pd.read_csv(tmp_path / "r" / "hardware.csv")["cost_per_gpu_hour"] == 2.0).all()
 
 
-def test_report_of_only_failures_still_renders(tmp_path: Path,
-                                               results_factory: Callable[..., pd.DataFrame]) -> None:
+def test_report_of_only_failures_still_renders(
+        tmp_path: Path, results_factory: Callable[..., pd.DataFrame]) -> None:
     frame = results_factory(counts=(8, 64)).assign(status="error")
     page = write_scaling_report(frame, tmp_path, title="all failed").read_text()
     assert "No point simulated successfully" in page

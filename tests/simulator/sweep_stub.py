@@ -4,7 +4,8 @@ Reads ``cluster.num_gpus``, ``plan.tp`` and ``model`` from the point; raises (an
 tp does not divide the GPU count; sleeps ``stub.sleep_s`` to look like real work; appends the
 point's canonical JSON to the file named by $CLUSTERSIM_STUB_LOG after the work (before
 any error), so tests can
-count evaluations across processes and machines.
+count evaluations across processes and machines. With ``stub.crash_once_file`` set, the first
+call to see that file missing creates it and kills its process (a worker crash).
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ def evaluate_point(point: dict[str, object]) -> dict[str, object]:
     sleep_s = float(point.get("stub", {}).get("sleep_s", 0.0))
     if sleep_s > 0:
         time.sleep(sleep_s)
+    crash_marker = point.get("stub", {}).get("crash_once_file")
+    if crash_marker and not os.path.exists(crash_marker):  # die like an OOM-killed worker, once
+        open(crash_marker, "w").close()
+        os._exit(3)
     log = os.environ.get(LOG_ENV)
     if log:
         with open(log, "a", encoding="utf-8") as handle:

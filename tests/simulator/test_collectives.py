@@ -142,7 +142,7 @@ def test_more_nic_bandwidth_is_never_slower(algorithm: str) -> None:
 
 def test_selector_picks_fastest_and_is_deterministic(dgx: SimpleNamespace) -> None:
     best = price_collective("all_reduce", 2.0**26, [list(range(8))], dgx, PROPOSED)
-    for algo in ("ring", "tree", "halving_doubling", "in_switch"):
+    for algo in ("ring", "tree", "in_switch"):
         assert best.time <= price_collective("all_reduce", 2.0**26, [list(range(8))], dgx, PROPOSED, algo).time
     assert price_collective("all_reduce", 2.0**26, [list(range(8))], dgx, PROPOSED) == best
 

@@ -195,6 +195,16 @@ def test_process_pool_gives_the_same_table_as_serial(stub: ModuleType, tmp_path:
     assert len(evaluated_ids(tmp_path)) == 2 * 18
 
 
+def test_a_dead_worker_loses_points_and_a_rerun_recovers(stub: ModuleType, tmp_path: Path) -> None:
+    crash = {"sleep_s": 0.0, "crash_once_file": str(tmp_path / "crashed")}
+    spec, out = spec_of({"cluster.num_gpus": [8, 16, 32, 64], "stub": [crash]}), tmp_path / "out"
+    first = run_sweep(spec, out, evaluator=STUB, executor=LocalExecutor(workers=2), progress=False)
+    assert first.lost and len(first.lost) + len(first.frame) - first.skipped == 4
+    assert set(first.lost).isdisjoint(first.frame["point_id"])
+    second = run_sweep(spec, out, evaluator=STUB, executor=LocalExecutor(workers=2), progress=False)
+    assert second.lost == () and len(second.frame) == 4 and second.computed == len(first.lost)
+
+
 def test_evaluator_errors_become_rows_and_bad_specs_fail_fast(stub: ModuleType) -> None:
     row = evaluate_task(STUB, "abc", {"model": "m", "cluster": {"num_gpus": 8}, "plan": {"tp": 3}})
     assert (row["status"], row["point_id"]) == ("error", "abc") and "tp=3" in row["error"]
