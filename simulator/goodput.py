@@ -185,8 +185,8 @@ class _History:
     """One failure history run on SimPy: the job process and the spare-node pool.
 
     The job knows the failure times in advance, so it waits with one timeout to whichever comes
-    first, the end of its current phase or the next failure (no interrupt machinery); failed
-    nodes go to repair as their own processes and come back through a ``simpy.Container``.
+    first, the end of its current phase or the next failure (no interrupt machinery); a failed
+    node goes to repair (a timeout) and comes back into the spare pool, a ``simpy.Container``.
     """
 
     def __init__(self, timeline: FailureTimeline, cyc: _Cycle, spec: FailureSpec) -> None:
