@@ -1,8 +1,10 @@
 """Speed of ``price_collective`` on DGX H100 fat trees of 1k, 4k and 16k GPUs.
 
-Prints, per size, the milliseconds to build the fabric tables (once per cluster), to price a
-data-parallel all-reduce with every concurrent DP group on the links (cold: first call for those
-groups; warm: another message size, patterns memoised) and a TP all-reduce inside nodes.
+Prints, per size, the milliseconds to build the graph (topologies) and the fabric tables (once
+per cluster), to price a data-parallel all-reduce with every concurrent DP group on the links
+(first: first call on a fresh fabric, building the shortest-path DAGs it needs; ring / selector:
+first call for new groups once the DAGs exist, forced ring and the ring-vs-tree selector; warm:
+another message size, patterns memoised) and a TP all-reduce inside nodes.
 Run: ``.venv/bin/python benchmarks/bench_collectives.py``. Not part of the test run.
 """
 
@@ -32,13 +34,16 @@ def bench(num_gpus: int, tp: int = 8, dp: int = 128, oversubscription: float = 2
     ids = np.arange(num_gpus)
     dp_groups = ids.reshape(dp, num_gpus // dp).T.tolist()  # rank r of every DP group, all at once
     tp_groups = ids.reshape(-1, tp).tolist()
-    t_cold, cost = _ms(lambda: price_collective("all_reduce", 2**30, dp_groups, cluster, profile))
+    t_first, cost = _ms(lambda: price_collective("all_reduce", 2**30, dp_groups, cluster, profile))
+    flipped = [g[::-1] for g in dp_groups]  # same devices, new key: nothing memoised but the DAGs
+    t_ring, _ = _ms(lambda: price_collective("all_reduce", 2**30, flipped, cluster, profile, "ring"))
+    t_sel, _ = _ms(lambda: price_collective("all_reduce", 2**30, [g[1:] + g[:1] for g in dp_groups], cluster, profile))
     t_warm, _ = _ms(lambda: price_collective("all_reduce", 2**28, dp_groups, cluster, profile))
     t_tp, tp_cost = _ms(lambda: price_collective("all_reduce", 2**26, tp_groups, cluster, profile))
-    print(f"{num_gpus:6d} GPUs: graph {t_build:7.1f} ms, fabric tables {t_fabric:7.1f} ms, "
-          f"DP all-reduce ({len(dp_groups)} groups x {dp}) cold {t_cold:7.1f} ms warm {t_warm:6.2f} ms "
-          f"[{cost.algorithm}, busbw {cost.bus_bandwidth / 1e9:.0f} GB/s], "
-          f"TP all-reduce ({len(tp_groups)} groups) {t_tp:6.1f} ms [{tp_cost.algorithm}]")
+    print(f"{num_gpus:6d} GPUs: graph {t_build:6.0f} ms, fabric tables {t_fabric:5.0f} ms | DP all-reduce "
+          f"({len(dp_groups)} groups x {dp}): first {t_first:5.0f} ms, ring {t_ring:5.1f} ms, selector "
+          f"{t_sel:5.1f} ms, warm {t_warm:5.2f} ms [{cost.algorithm}, busbw {cost.bus_bandwidth / 1e9:.0f} GB/s] | "
+          f"TP all-reduce ({len(tp_groups)} groups) {t_tp:5.1f} ms [{tp_cost.algorithm}]")
 
 
 if __name__ == "__main__":

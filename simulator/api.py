@@ -25,7 +25,7 @@ from simulator.lower import Costing, lower
 from simulator.partition import partition_memory
 from simulator.placement import Placement
 from simulator.plan import ParallelPlan, num_microbatches
-from simulator.result import Result, breakdown_of, critical_unit
+from simulator.result import Result, breakdowns, critical_unit
 from topologies import Cluster
 from workloads import ModelSpec, TrainingSpec, model_flops_per_step
 
@@ -142,13 +142,16 @@ def _summarise(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
     recomputed = sum(c.recompute_flops for st in stages for c in st.chunks) * m * per_stage_devices
     model_flops = model_flops_per_step(model, training)
     crit = critical_unit(intervals)
+    units = breakdowns(intervals, step)
     return Result(
         step_time=step, tokens_per_step=training.tokens_per_step, num_gpus=cluster.num_gpus,
         model_flops=model_flops, hardware_flops=model_flops + recomputed, device_flops=device,
         peak_flops=peak_for(cluster.accelerator, training.precision, True),
-        breakdown=breakdown_of(intervals, crit[0], crit[1], step),
-        stage_breakdowns=tuple(breakdown_of(intervals, crit[0], s, step) for s in range(plan.pp)),
+        breakdown=units[crit],
+        stage_breakdowns=tuple(units[(crit[0], s)] for s in range(plan.pp)),
         memory=memory, plan=asdict(plan),
+        checkpoint_bytes=float(model.num_params()) * (training.param_bytes + training.master_param_bytes
+                                                     + training.optimizer_state_bytes),
         labels={"model": model.name, "cluster": cluster.name, "accelerator": cluster.accelerator.name,
                 "cost_per_gpu_hour": cluster.cost_per_gpu_hour,
                 "global_batch_size": training.global_batch_size, "seq_len": training.seq_len},

@@ -4,7 +4,8 @@ Owns ``CheckpointSpec`` (the storage path: per-node write bandwidth, shared-stor
 bandwidth, synchronous or asynchronous, sharded or gathered) and ``checkpoint_cost``, which turns
 the bytes each device holds into a ``CheckpointCost``. It also owns ``LongRunError``, the error of
 the long-run (phase 5) modules. It does not decide when to checkpoint (``simulator.goodput``) nor
-what a device holds (``simulator.partition`` fills ``Result.checkpoint_bytes_per_device``).
+what a device holds (``simulator.partition``; ``simulator.goodput_cli`` turns ``Result.memory``
+into the bytes each device writes).
 
 Model (all times in seconds, bytes, bytes/s):
 - sharded: every node writes its own shards at once; the slower of the node link and the

@@ -33,7 +33,7 @@ from typing import Mapping
 
 import numpy as np
 
-from simulator.network import Fabric
+from simulator.routing import Fabric
 
 ALGORITHMS: Mapping[str, tuple[str, ...]] = {
     "all_reduce": ("ring", "tree", "halving_doubling", "hierarchical", "in_switch"),

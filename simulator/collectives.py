@@ -4,8 +4,8 @@ Owns ``price_collective`` (the engine's entry point), ``CollectiveCost``, the al
 with one channel per GPU of a node, double binary tree, recursive halving-doubling, hierarchical,
 in-switch reduction (NVLS/SHARP), pairwise all-to-all, direct send/recv) and the NCCL-like
 selector (of NCCL's algorithms, the one with the least modelled time wins, as NCCL's tuner
-picks by its own cost model). It does not route or share links
-(``simulator.network``) nor decide which groups exist (``simulator.placement``).
+picks by its own cost model). It does not route (``simulator.routing``), simulate flows over
+time (``simulator.network``) nor decide which groups exist (``simulator.placement``).
 
 Cost model: an algorithm is a list of steps; in a step every flow of every group runs at once.
 With equal start times, the fluid (max-min) makespan of a step is exactly
@@ -22,23 +22,18 @@ sweep over sizes, or the engine's repeated calls, cost one arithmetic line each.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Literal, Mapping, Sequence
+from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
 from simulator.calibration import CalibrationProfile
 from simulator.collective_algos import ALGORITHMS, KINDS, SELECTABLE, Step, applicable, build_steps
 from simulator.errors import ClusterSimError
-from simulator.network import Fabric, fabric_for
+from simulator.routing import Fabric, fabric_for
 
-BUS_FACTOR: Mapping[str, str] = {
-    "all_reduce": "2(n-1)/n", "reduce_scatter": "(n-1)/n", "all_gather": "(n-1)/n",
-    "all_to_all": "(n-1)/n", "broadcast": "1", "send_recv": "1",
-}
-"""nccl-tests busbw = algbw * factor (nccl-tests doc/PERFORMANCE.md)."""
 PIPELINE_FILL_BYTES: float = 32 * 2**20
 """Bytes of a collective that move at half rate while NCCL's pipeline fills (8 channels x 4 MiB
-NCCL_BUFFSIZE, NCCL environment-variable docs). One constant for every fabric; it reproduces the
+NCCL_BUFFSIZE default, NCCL environment-variable docs). One constant for every fabric; it reproduces the
 mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_bandwidth.csv).
 Overridden by a profile attribute ``pipeline_fill_bytes`` when the profile has one."""
 
@@ -105,7 +100,7 @@ class _LinkUtilisation(Mapping[str, float]):
 
 
 def bus_factor(kind: str, n: int) -> float:
-    """busbw / algbw for ``kind`` on ``n`` ranks (nccl-tests convention)."""
+    """busbw / algbw for ``kind`` on ``n`` ranks (nccl-tests doc/PERFORMANCE.md)."""
     if kind == "all_reduce":
         return 2 * (n - 1) / n
     if kind in ("reduce_scatter", "all_gather", "all_to_all"):

@@ -57,7 +57,7 @@ class _Run:
     log: list[Interval] = field(default_factory=list)
     arrive: dict[tuple[int, Action, int], simpy.Event] = field(default_factory=dict)
     produced: dict[tuple[int, Action, int], float] = field(default_factory=dict)
-    links: dict[tuple[int, int, str], simpy.Resource] = field(default_factory=dict)
+    link_free: dict[tuple[int, int, str], float] = field(default_factory=dict)
     barriers: dict[tuple[int, int], list[simpy.Event]] = field(default_factory=dict)
     gathered: dict[tuple[int, int, int], simpy.Event] = field(default_factory=dict)
 
@@ -196,18 +196,21 @@ def _send(st: _Run, r: int, s: int, action: Action) -> None:
     else:
         return
     key = (r, action, s)
-    st.produced[key] = st.env.now
-    st.env.process(_transfer(st, r, link_stage, direction, key, st.inp.stages[link_stage].p2p))
-
-
-def _transfer(st: _Run, r: int, link_stage: int, direction: str, key: tuple, secs: float) -> Generator:
-    link = st.links.setdefault((r, link_stage, direction), simpy.Resource(st.env, capacity=1))
-    with link.request() as req:
-        yield req
-        t0 = st.env.now
-        yield st.env.timeout(secs)
-        st.log.append(Interval(r, link_stage, f"p2p-{direction}", "p2p", t0, st.env.now, str(key[1])))
-    st.event(key).succeed()
+    now = st.env.now
+    st.produced[key] = now
+    # the link carries one message at a time (FIFO): start when both the data and the link are free
+    link = (r, link_stage, direction)
+    start = max(now, st.link_free.get(link, 0.0))
+    end = start + st.inp.stages[link_stage].p2p
+    st.link_free[link] = end
+    if end > start:
+        st.log.append(Interval(r, link_stage, f"p2p-{direction}", "p2p", start, end, f"{kind}{mb}.{v}"))
+    arrival = st.env.timeout(end - now)
+    waiting = st.arrive.get(key)
+    if waiting is None:
+        st.arrive[key] = arrival
+    else:
+        arrival.callbacks.append(lambda _e: waiting.succeed())
 
 
 def _release(st: _Run, queue: simpy.Store, chunk: ChunkCost, start: float, dur: float) -> Generator:

@@ -5,7 +5,7 @@ soon as it is done, in completion order; stopping the workers when the driver st
 (Ctrl-C, an error); turning an evaluator that raises into an error row rather than a crash.
 
 Does not own: the grid, point ids, files, resume or progress (``simulator.sweep``), nor what a
-point means (the evaluator, by default ``simulator.api.evaluate_point``). Executors never write
+point means (the evaluator, by default ``simulator.points.evaluate_point``). Executors never write
 files: the driver does, so Dask workers need no shared disk.
 
 The evaluator travels as a dotted spec ``"package.module:function"`` and each worker imports it
@@ -52,7 +52,7 @@ def resolve_evaluator(spec: str) -> Callable[[dict[str, object]], Mapping[str, o
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise SweepError(f"evaluator {spec!r}: expected 'package.module:function', e.g. "
-                         f"'simulator.api:evaluate_point'")
+                         f"'simulator.points:evaluate_point'")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:

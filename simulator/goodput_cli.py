@@ -73,15 +73,6 @@ def _parse_interval(text: str) -> float | None:
     return minutes * 60.0
 
 
-def state_bytes_written_per_device(memory: Any, plan: Any) -> float:
-    """Bytes each device writes per checkpoint: its weights and optimizer state divided by how
-    many DP/CP ranks hold a copy (Megatron's fully parallel save splits replicated state over
-    them); the largest stage gates. Approximation: expert weights count as replicated too."""
-    weight_copies = plan.dp * plan.cp / plan.param_shard
-    optimizer_copies = plan.dp * plan.cp / plan.optimizer_shard
-    return max(m.weights / weight_copies + m.optimizer / optimizer_copies for m in memory)
-
-
 def plot_goodput_curve(sweep: IntervalSweep, ax: Axes | None = None) -> Axes:
     """Mean goodput (95% CI bars) against checkpoint interval, with Young, Daly and the best."""
     ax = ax or Figure(figsize=(7, 4)).add_subplot()  # no pyplot: no global figure state
@@ -148,7 +139,7 @@ def _long_run_spec(scenario: Any, days: float, repetitions: int) -> LongRunSpec:
                     profile=scenario.profile, seed=scenario.seed)
     return LongRunSpec(days=days, step_time=step.step_time, tokens_per_step=step.tokens_per_step,
                        num_gpus=step.num_gpus, gpus_per_node=scenario.cluster.gpus_per_node,
-                       state_bytes_per_device=state_bytes_written_per_device(step.memory, scenario.plan),
+                       state_bytes_per_device=step.checkpoint_bytes_per_device,
                        checkpoint_interval=step.step_time, cost_per_gpu_hour=scenario.cluster.cost_per_gpu_hour,
                        repetitions=repetitions)
 

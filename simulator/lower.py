@@ -149,9 +149,9 @@ def _fsdp_exposed(c: Costing, per_layer: list[tuple[list[Op], bool]]) -> tuple[f
     if plan.param_shard <= 1 or not per_layer:
         return 0.0, 0.0
     wbytes = c.training.param_bytes
-    gathers = [c.pricer.time("all_gather", sum(o.params for o in ops) * plan.param_shard * wbytes, "dp")
+    gathers = [c.pricer.time("all_gather", sum(o.params for o in ops) * wbytes, "dp")
                for ops, _ in per_layer]
-    scatters = [c.pricer.time("reduce_scatter", sum(o.params for o in ops) * plan.param_shard * plan.grad_dtype_bytes, "dp")
+    scatters = [c.pricer.time("reduce_scatter", sum(o.params for o in ops) * plan.grad_dtype_bytes, "dp")
                 for ops, _ in per_layer]
     fwd = [c.time(ops, "fwd") for ops, _ in per_layer]
     bwd = [c.time(ops, "bwd") for ops, _ in per_layer]

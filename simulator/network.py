@@ -1,43 +1,24 @@
-"""Flow-level fluid model of a cluster fabric: routes, link loads, max-min fair sharing.
+"""Flow-level fluid model: max-min fair sharing of link capacity, with an event loop.
 
-Owns ``Fabric`` (the routing tables and link capacities of one graph under one calibration
-profile), ``Flow``/``FlowResult`` and ``simulate_flows``, the event loop that recomputes max-min
-fair rates whenever a flow starts or ends. It does not know what a collective is
-(``simulator.collectives`` turns collectives into steps of flows) nor build graphs (``topologies``).
-
-Routing (documented model, see docs/ARCHITECTURE.md "topologies/graph.py" for the graph):
-- Inside an NVLink domain (or a PCIe server) a flow goes GPU -> local switch -> GPU.
-- Between domains a flow leaves through the source GPU's own NIC chain (NCCL's default: each GPU
-  uses its nearest NIC, no PXN detour over NVLink), crosses the switch fabric (kinds leaf, spine,
-  core, router) on hop-count shortest paths, and enters through the destination GPU's NIC.
-- Equal-cost paths are split per hop: every switch divides a flow evenly over its next hops on
-  shortest paths (ECMP with ideal spraying / adaptive routing, no hash collisions). A flow keeps
-  one rate; link ``l`` carries the fraction ``a[f, l]`` of it.
-- Graphs outside these shapes (GPUs wired straight to each other) fall back to the same per-hop
-  ECMP on the whole graph, computed per pair (slow, for small graphs only).
-Capacities are ``bandwidth * profile.link_eff(link_class)``; per-hop latency is the edge
-``latency`` unless ``profile.link_latency`` names the link class.
+Owns ``Flow``/``FlowResult``, ``max_min_rates`` (progressive filling over a sparse flow x link
+incidence, numpy only) and ``simulate_flows``, which recomputes the max-min fair rates whenever
+a flow starts or ends. Routes come from ``simulator.routing`` (per-hop ECMP on shortest paths,
+see there); collectives are built on top in ``simulator.collectives``.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Mapping, Sequence
 
 import networkx as nx
 import numpy as np
 
 from simulator.calibration import CalibrationProfile
+from simulator.routing import Fabric, fabric_for
 
-FABRIC_KINDS: frozenset[str] = frozenset({"leaf", "spine", "core", "router"})
-"""Node kinds of the scale-out switch fabric (routed on shortest paths with ECMP)."""
-LOCAL_SWITCH_KINDS: frozenset[str] = frozenset({"nvswitch", "pcie"})
-"""Node kinds that join the GPUs of one domain or server."""
-_GPU, _LOCAL, _NIC, _FABRIC = 1, 2, 3, 4
-_CODES: Mapping[str, int] = {"gpu": _GPU, "nvswitch": _LOCAL, "pcie": _LOCAL, "nic": _NIC,
-                             **{k: _FABRIC for k in FABRIC_KINDS}}
-"""Integer codes of node kinds for vectorised table building."""
+__all__ = ["Fabric", "Flow", "FlowResult", "NetworkError", "fabric_for", "max_min_rates", "simulate_flows"]
+
 _TINY: float = 1e-12
 """Relative tolerance of the progressive-filling saturation test."""
 
@@ -70,274 +51,8 @@ class FlowResult:
     """Latest finish time (s)."""
 
 
-@dataclass(frozen=True, kw_only=True)
-class _Egress:
-    """Padded per-GPU tables of the path GPU -> NIC(s) -> fabric switch(es) (or the reverse)."""
-
-    edges: np.ndarray
-    """(num_gpus, J) edge indices, -1 = padding."""
-    edge_frac: np.ndarray
-    """(num_gpus, J) fraction of the GPU's traffic on that edge."""
-    switch: np.ndarray
-    """(num_gpus, K) fabric switch node ids where the path meets the fabric, -1 = none."""
-    switch_frac: np.ndarray
-    """(num_gpus, K) fraction of the GPU's traffic through that switch."""
-
-
-class Fabric:
-    """Routing tables, capacities and latencies of one graph under one profile.
-
-    Immutable from the outside; it memoises shortest-path DAGs per destination switch and
-    fallback routes per pair in private dictionaries (a cache, not state: results never change).
-    """
-
-    def __init__(self, graph: nx.DiGraph, profile: CalibrationProfile) -> None:
-        self.graph = graph
-        self.nodes: list[str] = list(graph.nodes)
-        self.node_id: dict[str, int] = {n: i for i, n in enumerate(self.nodes)}
-        attrs = [d for _, d in graph.nodes(data=True)]
-        self.kind: list[str] = [d.get("kind", "") for d in attrs]
-        self.reduces: np.ndarray = np.array([bool(d.get("in_network_reduction")) for d in attrs])
-        """Per node: the switch reduces in-network (NVLS / SHARP)."""
-        self.edges: list[tuple[str, str]] = list(graph.edges)
-        self.edge_id: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
-        data = [d for _, _, d in graph.edges(data=True)]
-        self.link_class: list[str] = [d["link_class"] for d in data]
-        self.bandwidth = np.array([d["bandwidth"] for d in data], dtype=float)
-        eff = np.array([profile.link_eff(c) for c in self.link_class])
-        self.capacity: np.ndarray = self.bandwidth * eff
-        self.latency: np.ndarray = np.array(
-            [profile.link_latency.get(c, d["latency"]) for c, d in zip(self.link_class, data)], dtype=float
-        )
-        self.num_gpus: int = sum(1 for k in self.kind if k == "gpu")
-        self.gpu_node = np.array([self.node_id[f"gpu{i}"] for i in range(self.num_gpus)], dtype=np.int64)
-        self.src_of = np.array([self.node_id[u] for u, _ in self.edges], dtype=np.int64)
-        self.dst_of = np.array([self.node_id[v] for _, v in self.edges], dtype=np.int64)
-        self._code = np.array([_CODES.get(k, 0) for k in self.kind], dtype=np.int8)
-        self._gpu_of = np.full(len(self.nodes), -1, dtype=np.int64)
-        self._gpu_of[self.gpu_node] = np.arange(self.num_gpus)
-        self._local_tables()
-        self.egress = self._walk_tables(out=True)
-        self.ingress = self._walk_tables(out=False)
-        self._dist: np.ndarray | None = None
-        self._dags: dict[int, tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], np.ndarray]] = {}
-        self._fallback: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
-        self.memo: dict[tuple[object, ...], object] = {}
-        """Size-independent results of callers (collective cost patterns), keyed by their inputs."""
-
-    def _local_tables(self) -> None:
-        """Per GPU: its single local switch and the up/down edges (-1 when none or ambiguous)."""
-        n = self.num_gpus
-        self.local_switch = np.full(n, -1, dtype=np.int64)
-        self.local_up = np.full(n, -1, dtype=np.int64)
-        self.local_down = np.full(n, -1, dtype=np.int64)
-        up = np.flatnonzero((self._code[self.src_of] == _GPU) & (self._code[self.dst_of] == _LOCAL))
-        g = self._gpu_of[self.src_of[up]]
-        single = np.bincount(g, minlength=n)[g] == 1
-        up, g = up[single], g[single]
-        self.local_up[g] = up
-        self.local_switch[g] = self.dst_of[up]
-        down = {(u, v): e for e, u, v in zip(range(len(self.edges)), self.src_of.tolist(), self.dst_of.tolist())
-                if self._code[v] == _GPU and self._code[u] == _LOCAL}
-        self.local_down[g] = [down[(int(sw), int(self.gpu_node[i]))] for i, sw in zip(g, self.dst_of[up])]
-
-    def _walk_tables(self, out: bool) -> _Egress:
-        """GPU -> NIC -> fabric switch chains (``out``) or their reverse, vectorised over GPUs."""
-        near, far = (self.src_of, self.dst_of) if out else (self.dst_of, self.src_of)
-        c_near, c_far = self._code[near], self._code[far]
-        e1 = np.flatnonzero((c_near == _GPU) & ((c_far == _NIC) | (c_far == _FABRIC)))
-        e2 = np.flatnonzero((c_near == _NIC) & (c_far == _FABRIC))
-        g1 = self._gpu_of[near[e1]]
-        f1 = 1.0 / np.bincount(g1, minlength=self.num_gpus)[g1]
-        e2 = e2[np.argsort(near[e2], kind="stable")]
-        ptr = np.searchsorted(near[e2], np.arange(len(self.nodes) + 1))
-        count = np.where(c_far[e1] == _NIC, ptr[far[e1] + 1] - ptr[far[e1]], 0)
-        rep = np.repeat(np.arange(len(e1)), count)
-        offs = np.arange(len(rep)) - np.repeat(np.cumsum(count) - count, count)
-        e2x = e2[ptr[far[e1]][rep] + offs]
-        f2 = f1[rep] / count[rep]
-        edges = np.concatenate([e1, e2x])
-        gpus = np.concatenate([g1, g1[rep]])
-        fracs = np.concatenate([f1, f2])
-        to_fabric = self._code[far[edges]] == _FABRIC
-        return _Egress(
-            edges=self._pad(gpus, edges, -1), edge_frac=self._pad(gpus, fracs, 0.0),
-            switch=self._pad(gpus[to_fabric], far[edges][to_fabric], -1),
-            switch_frac=self._pad(gpus[to_fabric], fracs[to_fabric], 0.0),
-        )
-
-    def _pad(self, rows: np.ndarray, values: np.ndarray, fill: float) -> np.ndarray:
-        """A (num_gpus, width) table holding ``values`` row by row (``fill`` elsewhere)."""
-        order = np.argsort(rows, kind="stable")
-        rows, values = rows[order], values[order]
-        start = np.searchsorted(rows, np.arange(self.num_gpus))
-        col = np.arange(len(rows)) - start[rows]
-        width = int(col.max(initial=0)) + 1
-        table = np.full((self.num_gpus, width), fill, dtype=values.dtype if len(values) else float)
-        table[rows, col] = values
-        return table
-
-    def edge_name(self, e: int) -> str:
-        """``"u->v"`` name of directed edge ``e``."""
-        u, v = self.edges[e]
-        return f"{u}->{v}"
-
-    def _fabric_dist(self) -> np.ndarray:
-        """Hop distances between fabric switches (all pairs, breadth-first by matrix products);
-        rows/columns follow ``self.fabric_nodes``; unreachable = a large number."""
-        if self._dist is None:
-            ids = np.array([i for i, k in enumerate(self.kind) if k in FABRIC_KINDS], dtype=np.int64)
-            self.fabric_index = np.full(len(self.nodes), -1, dtype=np.int64)
-            self.fabric_index[ids] = np.arange(len(ids))
-            fe = (self.fabric_index[self.src_of] >= 0) & (self.fabric_index[self.dst_of] >= 0)
-            adj = np.zeros((len(ids), len(ids)), dtype=np.float32)
-            adj[self.fabric_index[self.src_of[fe]], self.fabric_index[self.dst_of[fe]]] = 1.0
-            dist = np.where(np.eye(len(ids), dtype=bool), 0, 10**6).astype(np.int64)
-            reach = np.eye(len(ids), dtype=np.float32)
-            for hop in range(1, len(ids)):
-                reach = np.minimum(reach + reach @ adj, 1.0)
-                new = (reach > 0) & (dist > hop)
-                if not new.any():
-                    break
-                dist[new] = hop
-            self._dist = dist
-            self._fe = np.flatnonzero(fe)
-            self._fe_src = self.fabric_index[self.src_of[fe]]
-            self._fe_dst = self.fabric_index[self.dst_of[fe]]
-        return self._dist
-
-    def _dst_dag(self, fb: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
-        """Shortest-path DAG towards fabric switch index ``fb``: per level, farthest first, the
-        (global edge ids, tail, head, split fraction) with fabric-local node indices; and the
-        expected (ECMP-averaged) latency from every fabric switch to ``fb``."""
-        if fb not in self._dags:
-            d = self._fabric_dist()[:, fb]
-            on = d[self._fe_src] == d[self._fe_dst] + 1
-            src, dst, eg = self._fe_src[on], self._fe_dst[on], self._fe[on]
-            frac = 1.0 / np.bincount(src, minlength=len(d))[src]
-            lat = np.zeros(len(d))
-            levels = []
-            for h in range(1, int(d[src].max(initial=0)) + 1):
-                k = d[src] == h
-                lat += np.bincount(src[k], weights=frac[k] * (self.latency[eg[k]] + lat[dst[k]]), minlength=len(d))
-                levels.append((eg[k], src[k], dst[k], frac[k]))
-            self._dags[fb] = (levels[::-1], lat)
-        return self._dags[fb]
-
-    def _spread(self, mass: np.ndarray, fb: int, loads: np.ndarray) -> None:
-        """Push ``mass`` (bytes entering the fabric at each switch) down the DAG to ``fb``."""
-        for edges, src, dst, frac in self._dst_dag(fb)[0]:
-            flow = mass[src] * frac
-            loads[edges] += flow  # edge ids are unique within a level
-            mass = mass + np.bincount(dst, weights=flow, minlength=len(mass))
-
-    def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
-        flows at once; and each flow's expected path latency (s)."""
-        loads = np.zeros(len(self.edges))
-        lat = np.zeros(len(src))
-        same_dom = (self.local_switch[src] == self.local_switch[dst]) & (self.local_switch[src] >= 0) & (src != dst)
-        self._local_loads(src[same_dom], dst[same_dom], weight[same_dom], loads, lat, same_dom)
-        rest = ~same_dom & (src != dst)
-        routed = rest & (self.egress.switch[src, 0] >= 0) & (self.ingress.switch[dst, 0] >= 0)
-        self._fabric_loads(src[routed], dst[routed], weight[routed], loads, lat, routed)
-        for i in np.flatnonzero(rest & ~routed):
-            edges, frac = self._fallback_route(int(src[i]), int(dst[i]))
-            loads[edges] += frac * weight[i]
-            lat[i] = float(np.sum(frac * self.latency[edges]))
-        return loads, lat
-
-    def _local_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
-                     lat: np.ndarray, mask: np.ndarray) -> None:
-        loads += np.bincount(self.local_up[s], weights=w, minlength=len(loads))
-        loads += np.bincount(self.local_down[d], weights=w, minlength=len(loads))
-        lat[mask] = self.latency[self.local_up[s]] + self.latency[self.local_down[d]]
-
-    def _edge_table_loads(self, tab: _Egress, g: np.ndarray, w: np.ndarray, loads: np.ndarray) -> np.ndarray:
-        """Add the NIC-chain loads of GPUs ``g``; returns their expected chain latency."""
-        e, f = tab.edges[g], tab.edge_frac[g]
-        ok = e >= 0
-        loads += np.bincount(e[ok], weights=(f * w[:, None])[ok], minlength=len(loads))
-        return np.where(ok, f * self.latency[np.where(ok, e, 0)], 0.0).sum(axis=1)
-
-    def _fabric_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
-                      lat: np.ndarray, mask: np.ndarray) -> None:
-        if len(s) == 0:
-            return
-        lat_flow = self._edge_table_loads(self.egress, s, w, loads) + self._edge_table_loads(self.ingress, d, w, loads)
-        ks, kd = self.egress.switch.shape[1], self.ingress.switch.shape[1]
-        a = np.repeat(self.egress.switch[s], kd, axis=1).ravel()
-        b = np.tile(self.ingress.switch[d], (1, ks)).ravel()
-        fa = np.repeat(self.egress.switch_frac[s], kd, axis=1)
-        fb = np.tile(self.ingress.switch_frac[d], (1, ks))
-        pw = (fa * fb * w[:, None]).ravel()
-        flow_of = np.repeat(np.arange(len(s)), ks * kd)
-        ok = (a >= 0) & (b >= 0) & (pw > 0)
-        a, b, pw, flow_of = a[ok], b[ok], pw[ok], flow_of[ok]
-        self._fabric_dist()
-        fa, fbs = self.fabric_index[a], self.fabric_index[b]
-        order = np.argsort(fbs, kind="stable")
-        bounds = np.flatnonzero(np.diff(fbs[order])) + 1
-        for sel in np.split(order, bounds):
-            fb = int(fbs[sel[0]])
-            self._spread(np.bincount(fa[sel], weights=pw[sel], minlength=len(self._dist)), fb, loads)
-            share = pw[sel] / w[flow_of[sel]]
-            lat_flow += np.bincount(flow_of[sel], weights=share * self._dst_dag(fb)[1][fa[sel]], minlength=len(s))
-        lat[mask] = lat_flow
-
-    def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:
-        """Per-hop ECMP over the whole graph between GPUs ``s`` and ``d`` (small graphs only)."""
-        if (s, d) not in self._fallback:
-            src, dst = f"gpu{s}", f"gpu{d}"
-            dist = nx.single_target_shortest_path_length(self.graph, dst)
-            dist = dict(dist)
-            mass: dict[str, float] = {src: 1.0}
-            edges: dict[int, float] = {}
-            for level in range(dist[src], 0, -1):
-                nxt: dict[str, float] = {}
-                for u, m in mass.items():
-                    hops = [v for v in self.graph.successors(u) if dist.get(v, -1) == level - 1]
-                    for v in hops:
-                        e = self.edge_id[(u, v)]
-                        edges[e] = edges.get(e, 0.0) + m / len(hops)
-                        nxt[v] = nxt.get(v, 0.0) + m / len(hops)
-                mass = nxt
-            self._fallback[(s, d)] = (np.array(list(edges), dtype=np.int64), np.array(list(edges.values())))
-        return self._fallback[(s, d)]
-
-    def route(self, src: int, dst: int) -> tuple[np.ndarray, np.ndarray, float]:
-        """Edge ids, fractions and expected latency (s) of one GPU -> GPU flow."""
-        loads, lat = self.loads(np.array([src]), np.array([dst]), np.array([1.0]))
-        edges = np.flatnonzero(loads > _TINY)
-        return edges, loads[edges], float(lat[0])
-
-
 class NetworkError(ValueError):
     """A flow names nodes the fabric cannot route between."""
-
-
-@dataclass(frozen=True, eq=False)
-class _ByIdentity:
-    """Hash a graph by identity so a memo can key on it (graphs are never mutated once built)."""
-
-    obj: object
-    """The wrapped object."""
-
-    def __hash__(self) -> int:
-        return id(self.obj)
-
-    def __eq__(self, other: object) -> bool:
-        return isinstance(other, _ByIdentity) and other.obj is self.obj
-
-
-@lru_cache(maxsize=16)
-def _fabric_memo(graph: _ByIdentity, profile_json: str) -> Fabric:
-    return Fabric(graph.obj, CalibrationProfile.model_validate_json(profile_json))  # type: ignore[arg-type]
-
-
-def fabric_for(graph: nx.DiGraph, profile: CalibrationProfile) -> Fabric:
-    """The (memoised) ``Fabric`` of ``graph`` under ``profile``; the graph must not change later."""
-    return _fabric_memo(_ByIdentity(graph), profile.model_dump_json())
 
 
 def max_min_rates(

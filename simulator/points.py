@@ -33,10 +33,17 @@ def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
                               mode=sc.mode, seed=sc.seed)  # type: ignore[arg-type]
     except ValueError as exc:
         return {"status": "error", "error": str(exc).splitlines()[0], "series": series or mode,
-                "num_gpus": _gpus(point)}
+                "num_gpus": _gpus(point), "model": _name(point.get("model")), "cluster": _name(point.get("cluster"))}
     row = result.to_row()
     row.update(status="ok", error="", series=series or mode, plan_label=ParallelPlan(**result.plan).describe())
     return row
+
+
+def _name(spec: Any) -> Any:
+    """The preset or model name of a scenario entry (a name or a mapping)."""
+    if isinstance(spec, Mapping):
+        return spec.get("preset", spec.get("name"))
+    return spec
 
 
 def _gpus(point: Mapping[str, Any]) -> Any:

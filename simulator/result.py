@@ -26,11 +26,18 @@ GIB = 2**30
 
 def breakdown_of(intervals: list[Interval], replica: int, stage: int, step_time: float) -> dict[str, float]:
     """Seconds by cause on one unit's compute stream; ``other`` closes the gap to ``step_time``."""
-    out = {c: 0.0 for c in CATEGORIES}
+    return breakdowns(intervals, step_time)[(replica, stage)]
+
+
+def breakdowns(intervals: list[Interval], step_time: float) -> dict[tuple[int, int], dict[str, float]]:
+    """Seconds by cause of every unit's compute stream, in one pass over the intervals."""
+    out: dict[tuple[int, int], dict[str, float]] = {}
     for iv in intervals:
-        if iv.replica == replica and iv.stage == stage and iv.stream == "compute":
-            out[iv.category] += iv.end - iv.start
-    out["other"] = max(0.0, step_time - sum(out.values()))
+        if iv.stream == "compute":
+            row = out.setdefault((iv.replica, iv.stage), {c: 0.0 for c in CATEGORIES})
+            row[iv.category] += iv.end - iv.start
+    for row in out.values():
+        row["other"] = max(0.0, step_time - sum(row.values()))
     return out
 
 
@@ -66,6 +73,8 @@ class Result:
     """Seconds by cause on the critical stage; sums to ``step_time``."""
     stage_breakdowns: tuple[Mapping[str, float], ...]
     memory: tuple[StageMemory, ...]
+    checkpoint_bytes: float
+    """Unique bytes of a full checkpoint: every parameter once, with fp32 master and optimizer state."""
     plan: Mapping[str, Any]
     labels: Mapping[str, Any]
     """Model, cluster and accelerator names."""
@@ -101,8 +110,8 @@ class Result:
 
     @property
     def checkpoint_bytes_per_device(self) -> float:
-        """Weights and optimizer state of the largest stage: what a sharded checkpoint writes."""
-        return max(m.weights + m.optimizer for m in self.memory)
+        """Each device's share of a sharded checkpoint: unique weights and optimizer state / GPUs."""
+        return self.checkpoint_bytes / self.num_gpus
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready summary (no intervals)."""

@@ -21,7 +21,7 @@ from the parts at the end, every ``consolidate_every_s`` and on Ctrl-C. Rerunnin
 have a part. The tables hold each point of this sweep exactly once, in grid order.
 
 Owns: the sweep file, grid expansion, point ids, the parts store and the driver loop with its
-progress bar. Does not own: evaluating a point (the evaluator, ``simulator.api.evaluate_point`` by
+progress bar. Does not own: evaluating a point (the evaluator, ``simulator.points.evaluate_point`` by
 default) nor where it runs (``simulator.executors``); the CLI lives in ``simulator.sweep_cli``.
 """
 
@@ -48,7 +48,7 @@ from rich.progress import TimeRemainingColumn
 from simulator.executors import Executor, Outcome, SweepError, Task, make_executor
 from simulator.executors import default_workers
 
-DEFAULT_EVALUATOR = "simulator.api:evaluate_point"
+DEFAULT_EVALUATOR = "simulator.points:evaluate_point"
 """Dotted spec of the function that turns a point mapping into a result row."""
 
 PlanMode = Literal["fixed", "best"]

@@ -142,6 +142,8 @@ def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
     if model.is_moe:
         return model
     changed = {k: v for k, v in shape.items() if getattr(model, k) != v}
+    if "num_heads" in changed and "num_kv_heads" not in shape:
+        changed["num_kv_heads"] = changed["num_heads"]  # the row's heads without a KV count: MHA
     if changed:
         notes.append(f"model: preset {resolve_model_name(name)} with the row's {sorted(changed)}")
         model = dataclasses.replace(model, **changed)
@@ -229,6 +231,9 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     if printed is not None and printed != dp:
         raise SkipRow(f"degrees disagree: tp{tp}*pp{pp}*cp{cp}*dp{printed} != num_gpus {n} (source quirk)")
     vpp = _degree(row, "vpp") or 1
+    while vpp > 1 and pp * vpp > model.num_layers:
+        vpp -= 1  # Megatron-Bridge counts embedding and loss as pipeline layers (126 + 2 = 16 x 8)
+        notes.append(f"vpp lowered to {vpp}: pp*vpp exceeded num_layers = {model.num_layers}")
     mb = _degree(row, "micro_batch")
     if mb is None:
         mb = 1

@@ -1,4 +1,4 @@
-"""A deterministic stand-in for simulator.api.evaluate_point, used only by the sweep tests.
+"""A deterministic stand-in for simulator.points.evaluate_point, used only by the sweep tests.
 
 Reads ``cluster.num_gpus``, ``plan.tp`` and ``model`` from the point; raises (an error row) when
 tp does not divide the GPU count; sleeps ``stub.sleep_s`` to look like real work; appends the

@@ -23,7 +23,7 @@ import yaml
 
 from simulator.executors import LocalExecutor, SerialExecutor, SweepError, evaluate_task
 from simulator.sweep import SweepInterrupted, SweepSpec, expand_points, load_sweep, parts_dir
-from simulator.sweep import point_id, read_parts, run_sweep, sweep, with_override
+from simulator.sweep import consolidate, point_id, read_parts, run_sweep, sweep, with_override
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]
@@ -228,6 +228,10 @@ def test_interrupt_in_the_api_keeps_finished_points(stub: ModuleType, tmp_path: 
         run_sweep(spec, out, evaluator=STUB, executor=InterruptAfter(), progress=False)
     assert len(info.value.report.frame) == 3 == len(read_parts(out))
     assert len(pd.read_parquet(out / "results.parquet")) == 3
+    (out / "results.parquet").unlink()
+    rebuilt = consolidate(spec, out)  # the tables come back from the parts alone
+    pd.testing.assert_frame_equal(rebuilt, info.value.report.frame)
+    assert len(pd.read_csv(out / "results.csv")) == 3
 
 
 # ---------------------------------------------------------------- the CLI under Ctrl-C
