@@ -38,6 +38,10 @@ mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_bandwi
 Overridden by a profile attribute ``pipeline_fill_bytes`` when the profile has one."""
 
 
+MEMO_LIMIT: int = 256
+"""Patterns kept per fabric before the memo is emptied."""
+
+
 class CollectiveError(ClusterSimError):
     """A collective request that cannot be priced (bad kind, groups or algorithm)."""
 
@@ -149,6 +153,8 @@ def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndar
 def _pattern(fabric: Fabric, kind: str, algorithm: str, groups: np.ndarray, eff_switch: float) -> _Pattern:
     key = ("collective", kind, algorithm, groups.shape, groups.tobytes(), eff_switch)
     memo = fabric.memo
+    if len(memo) > MEMO_LIMIT:
+        memo.clear()  # a cache: bound its memory (each pattern holds one float per link)
     if key not in memo:
         alpha = beta = beta_full = sent = 0.0
         total = np.zeros(len(fabric.edges))

@@ -163,9 +163,9 @@ class Estimator:
         if plan.param_shard <= 1 or layers == 0:
             return 0.0, 0.0
         lt = self._times(self.model.is_moe_layer(self.model.num_layers - 1), plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, 1.0)
-        stride = plan.tp * plan.cp
-        g = self.comm("all_gather", lt["params"] * self.training.param_bytes, plan.dp, stride)
-        rs = self.comm("reduce_scatter", lt["params"] * plan.grad_dtype_bytes, plan.dp, stride)
+        stride = plan.tp
+        g = self.comm("all_gather", lt["params"] * self.training.param_bytes, plan.shard_degree, stride)
+        rs = self.comm("reduce_scatter", lt["params"] * plan.grad_dtype_bytes, plan.shard_degree, stride)
         return flow_shop([f / layers] * layers, [g] * layers), flow_shop([b / layers] * layers, [g + rs] * layers) + rs
 
     def _bubble(self, plan: ParallelPlan, f: float, b: float, w: float) -> float:
@@ -197,7 +197,7 @@ class Estimator:
         dense, expert = self._stage_params(plan, n_moe, n_dense)
         edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
         shard = plan.optimizer_shard > 1
-        local = dense / (plan.optimizer_shard * plan.cp) + expert / edp if shard else dense + expert
+        local = dense / plan.optimizer_shard + expert / edp if shard else dense + expert
         opt = optimizer_time(local, self.cluster.accelerator, self.profile)
         if plan.param_shard > 1:
             return 0.0, opt, (dense, expert)
@@ -213,7 +213,7 @@ class Estimator:
         dense, expert = params
         edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
         opt_b = t.master_param_bytes + t.optimizer_state_bytes
-        opt = dense * opt_b / (plan.optimizer_shard * plan.cp) + expert * opt_b / edp if plan.optimizer_shard > 1 else (dense + expert) * opt_b
+        opt = dense * opt_b / plan.optimizer_shard + expert * opt_b / edp if plan.optimizer_shard > 1 else (dense + expert) * opt_b
         states = (dense + expert) * (t.param_bytes / plan.param_shard + t.grad_bytes / plan.grad_shard) + opt
         acts = 0.0
         for moe, n in ((True, n_moe), (False, n_dense)):

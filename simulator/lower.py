@@ -60,7 +60,7 @@ def _optimizer(c: Costing, chunks: list[tuple[int, range]]) -> float:
         expert = sum(o.params for o in ops if is_routed_expert(o))
         dense = sum(o.params for o in ops) - expert
         if plan.optimizer_shard > 1:
-            local += dense / (plan.optimizer_shard * plan.cp) + expert / edp
+            local += dense / plan.optimizer_shard + expert / edp
         else:
             local += dense + expert
     return optimizer_time(local, c.accelerator, c.profile)
@@ -149,9 +149,10 @@ def _fsdp_exposed(c: Costing, per_layer: list[tuple[list[Op], bool]]) -> tuple[f
     if plan.param_shard <= 1 or not per_layer:
         return 0.0, 0.0
     wbytes = c.training.param_bytes
-    gathers = [c.pricer.time("all_gather", sum(o.params for o in ops) * wbytes, "dp")
+    # nccl-tests convention: all-gather / reduce-scatter size is the full (gathered) layer buffer
+    gathers = [c.pricer.time("all_gather", sum(o.params for o in ops) * wbytes, "dp_shard")
                for ops, _ in per_layer]
-    scatters = [c.pricer.time("reduce_scatter", sum(o.params for o in ops) * plan.grad_dtype_bytes, "dp")
+    scatters = [c.pricer.time("reduce_scatter", sum(o.params for o in ops) * plan.grad_dtype_bytes, "dp_shard")
                 for ops, _ in per_layer]
     fwd = [c.time(ops, "fwd") for ops, _ in per_layer]
     bwd = [c.time(ops, "bwd") for ops, _ in per_layer]
@@ -169,19 +170,40 @@ def _grad_axis(plan: ParallelPlan) -> tuple[str, str]:
 
 
 def _buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
-    """DP gradient buckets of one chunk (none under FSDP/ZeRO-3, which reduce per layer)."""
+    """DP gradient buckets of one chunk.
+
+    Without ZeRO-3/FSDP: all-reduce (or reduce-scatter with ZeRO-1/2) of dense grads over dp(+cp)
+    and of expert grads over the expert-dp group. FSDP reduce-scatters per layer inside the chunk;
+    only hybrid sharding (HSDP) adds an all-reduce of each shard's grads across replicas.
+    """
     plan = c.plan
-    if plan.param_shard > 1 or plan.dp * plan.cp == 1:
+    if plan.param_shard > 1:
+        return _hsdp_buckets(c, ops)
+    if plan.dp * plan.cp == 1:
         return ()
     kind, axis = _grad_axis(plan)
     expert = sum(o.params for o in ops if is_routed_expert(o))
     dense = sum(o.params for o in ops) - expert
     out: list[Bucket] = []
     for nbytes, ax in ((dense * plan.grad_dtype_bytes, axis), (expert * plan.grad_dtype_bytes, "edp")):
-        n = max(1, math.ceil(nbytes / plan.bucket_size)) if nbytes > 0 else 0
-        for i in range(n):
-            out.append(Bucket(at=(i + 1) / n, time=c.pricer.time(kind, nbytes / n, ax)))
+        out += _split(c, kind, nbytes, ax)
     return tuple(sorted(out, key=lambda b: b.at))
+
+
+def _split(c: Costing, kind: str, nbytes: float, axis: str) -> list[Bucket]:
+    """``nbytes`` of gradients in buckets of at most ``plan.bucket_size``, ready evenly through backward."""
+    if nbytes <= 0:
+        return []
+    n = max(1, math.ceil(nbytes / c.plan.bucket_size))
+    return [Bucket(at=(i + 1) / n, time=c.pricer.time(kind, nbytes / n, axis)) for i in range(n)]
+
+
+def _hsdp_buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
+    plan = c.plan
+    if plan.fsdp != "hybrid" or plan.shard_degree == plan.dp:
+        return ()
+    nbytes = sum(o.params for o in ops) * plan.grad_dtype_bytes / plan.shard_degree  # this device's grad shard
+    return tuple(_split(c, "all_reduce", nbytes, "dp_rep"))
 
 
 def _param_gather(c: Costing, ops: list[Op]) -> float:

@@ -126,6 +126,13 @@ def _peak_activations(plan: ParallelPlan, m: int, stage: int, chunk_bytes: list[
     return peak
 
 
+def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layers: range) -> float:
+    """Parameters on one device of the largest layer among ``layers`` (FSDP gathers one at a time)."""
+    kinds = {model.is_moe_layer(i): i for i in layers}
+    return max((sum(o.params for o in chunk_ops(model, training, plan, -1, range(i, i + 1))) for i in kinds.values()),
+               default=0.0)
+
+
 def stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int) -> StageMemory:
     """Memory of one device of ``stage``."""
     chunks = stage_chunks(plan, model.num_layers)[stage]
@@ -136,12 +143,12 @@ def stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, s
         d, e = _params(chunk_ops(model, training, plan, chunk, layers))
         dense, expert = dense + d, expert + e
         act.append(_activation_bytes(model, training, plan, chunk, layers))
-        largest_layer = max(largest_layer, (d + e) / max(len(layers), 1))
+        largest_layer = max(largest_layer, _largest_layer(model, training, plan, layers))
     params = dense + expert
     edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
     opt_bytes = training.master_param_bytes + training.optimizer_state_bytes
     # distributed optimizer shards dense state over dp*cp and expert state over the expert-dp group
-    opt_dense = dense * opt_bytes / (plan.optimizer_shard * (plan.cp if plan.optimizer_shard > 1 else 1))
+    opt_dense = dense * opt_bytes / plan.optimizer_shard
     opt_expert = expert * opt_bytes / (edp if plan.optimizer_shard > 1 else 1)
     weights = params * training.param_bytes / plan.param_shard
     gathered = 2 * largest_layer * training.param_bytes if plan.param_shard > 1 else 0.0

@@ -52,7 +52,16 @@ class Placement:
         return np.arange(self.plan.world_size).reshape(shape)
 
     def groups(self, axis: str) -> np.ndarray:
-        """All groups of ``axis`` (or a joint axis like ``"cp+dp"``): shape (num_groups, size)."""
+        """All groups of ``axis`` (or a joint axis like ``"cp+dp"``): shape (num_groups, size).
+
+        ``dp_shard`` and ``dp_rep`` split dp*cp for ZeRO-3/FSDP: consecutive ranks form a shard group
+        of ``plan.shard_degree``; ranks at the same shard index form a replica group (HSDP).
+        """
+        if axis in ("dp_shard", "dp_rep"):
+            shard = self.plan.shard_degree
+            joint = self.groups("dp+cp" if self.plan.cp > 1 else "dp")
+            dp = joint.reshape(-1, joint.shape[1] // shard, shard)
+            return dp.reshape(-1, shard) if axis == "dp_shard" else dp.transpose(0, 2, 1).reshape(-1, dp.shape[1])
         names = axis.split("+")
         order = EXPERT_AXES if any(a in ("etp", "ep", "edp") for a in names) else self.dense_order
         if any(a not in order for a in names):

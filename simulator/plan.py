@@ -80,10 +80,11 @@ class ParallelPlan:
 
     @property
     def shard_degree(self) -> int:
-        """Ranks over which ZeRO/FSDP state is sharded."""
+        """Ranks over which ZeRO/FSDP state is sharded: dp * cp (Megatron's data-parallel group
+        with context parallelism), or dp_shard * cp under hybrid sharding."""
         if self.fsdp == "hybrid":
-            return self.dp_shard or self.dp
-        return self.dp
+            return (self.dp_shard or self.dp) * self.cp
+        return self.dp * self.cp
 
     @property
     def param_shard(self) -> int:

@@ -173,9 +173,11 @@ class Fabric:
                     break
                 dist[new] = hop
             self._dist = dist
-            self._fe = np.flatnonzero(fe)
-            self._fe_src = self.fabric_index[self.src_of[fe]]
-            self._fe_dst = self.fabric_index[self.dst_of[fe]]
+            fe_ids = np.flatnonzero(fe)
+            fe_ids = fe_ids[np.argsort(self.fabric_index[self.src_of[fe_ids]], kind="stable")]  # by tail
+            self._fe = fe_ids
+            self._fe_src = self.fabric_index[self.src_of[fe_ids]]
+            self._fe_dst = self.fabric_index[self.dst_of[fe_ids]]
         return self._dist
 
     def _dst_dag(self, fb: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
@@ -184,17 +186,17 @@ class Fabric:
         expected (ECMP-averaged) latency from every fabric switch to ``fb``."""
         if fb not in self._dags:
             d = self._fabric_dist()[:, fb]
-            on = d[self._fe_src] == d[self._fe_dst] + 1
-            src, dst, eg = self._fe_src[on], self._fe_dst[on], self._fe[on]
+            d_tail = d[self._fe_src]
+            on = np.flatnonzero(d_tail == d[self._fe_dst] + 1)  # stays sorted by tail
+            src, dst, eg, level = self._fe_src[on], self._fe_dst[on], self._fe[on], d_tail[on]
             frac = 1.0 / np.bincount(src, minlength=len(d))[src]
             lat = np.zeros(len(d))
             levels = []
-            for h in range(1, int(d[src].max(initial=0)) + 1):
-                k = np.flatnonzero(d[src] == h)
-                k = k[np.argsort(src[k], kind="stable")]
-                lat += np.bincount(src[k], weights=frac[k] * (self.latency[eg[k]] + lat[dst[k]]), minlength=len(d))
-                ptr = np.searchsorted(src[k], np.arange(len(d) + 1))
-                levels.append((eg[k], ptr, dst[k], frac[k]))
+            for h in range(1, int(level.max(initial=0)) + 1):
+                k = level == h
+                s_k, d_k, e_k, f_k = src[k], dst[k], eg[k], frac[k]
+                lat += np.bincount(s_k, weights=f_k * (self.latency[e_k] + lat[d_k]), minlength=len(d))
+                levels.append((e_k, np.searchsorted(s_k, np.arange(len(d) + 1)), d_k, f_k))
             self._dags[fb] = (levels[::-1], lat)
         return self._dags[fb]
 
@@ -308,7 +310,7 @@ class _ByIdentity:
         return isinstance(other, _ByIdentity) and other.obj is self.obj
 
 
-@lru_cache(maxsize=16)
+@lru_cache(maxsize=4)
 def _fabric_memo(graph: _ByIdentity, profile_json: str) -> Fabric:
     return Fabric(graph.obj, CalibrationProfile.model_validate_json(profile_json))  # type: ignore[arg-type]
 

@@ -72,14 +72,19 @@ def _wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> int |
 
 
 def launch(tasks: Sequence[Mapping[str, object]], world_size: int, *, timeout: float = 300.0,
-           threads: int = 1) -> list[dict[str, object]]:
-    """Run ``tasks`` on ``world_size`` fresh ranks; rank 0's results, one dict per task."""
+           threads: int = 1, log_dir: str | os.PathLike[str] | None = None) -> list[dict[str, object]]:
+    """Run ``tasks`` on ``world_size`` fresh ranks; rank 0's results, one dict per task.
+
+    Each rank's output goes to ``log_dir/rank{r}.log`` (kept) or to a temporary folder.
+    """
     with tempfile.TemporaryDirectory(prefix="clustersim-torch-") as tmp:
         task_file, out_file = Path(tmp) / "tasks.json", Path(tmp) / "results.json"
+        logs_at = Path(log_dir) if log_dir is not None else Path(tmp)
+        logs_at.mkdir(parents=True, exist_ok=True)
         task_file.write_text(json.dumps(list(tasks)))
         port = free_port()
         cmd = [sys.executable, "-m", "simulator.torch_backend.runners", str(task_file), str(out_file)]
-        logs = [open(Path(tmp) / f"rank{r}.log", "wb") for r in range(world_size)]
+        logs = [open(logs_at / f"rank{r}.log", "wb") for r in range(world_size)]
         procs = []
         try:
             for r in range(world_size):
@@ -91,13 +96,13 @@ def launch(tasks: Sequence[Mapping[str, object]], world_size: int, *, timeout: f
             for f in logs:
                 f.close()
         if failed is not None:
-            raise LaunchError(_failure_message(failed, world_size, timeout, Path(tmp)))
+            raise LaunchError(_failure_message(failed, world_size, timeout, logs_at))
         return json.loads(out_file.read_text())
 
 
-def _failure_message(failed: int, world_size: int, timeout: float, tmp: Path) -> str:
+def _failure_message(failed: int, world_size: int, timeout: float, logs: Path) -> str:
     if failed < 0:
         return f"torch backend: {world_size} ranks ran past timeout {timeout:.0f} s; raise --timeout or shrink the model"
-    lines = (tmp / f"rank{failed}.log").read_text(errors="replace").strip().splitlines() or ["no output"]
+    lines = (logs / f"rank{failed}.log").read_text(errors="replace").strip().splitlines() or ["no output"]
     errors = [ln for ln in lines if "Error" in ln] or lines
-    return f"torch backend: rank {failed} of {world_size} failed: {errors[-1][:300]}"
+    return f"torch backend: rank {failed} of {world_size} failed: {errors[-1][:300]} (log: {logs / f'rank{failed}.log'})"

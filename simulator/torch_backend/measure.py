@@ -113,7 +113,7 @@ def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[Bac
     for world in sorted({p.world_size for p in plans}):
         group = [p for p in plans if p.world_size == world]
         results = launch(tasks_for(cfg, group, timing, world, collective_sizes), world,
-                         timeout=timeout, threads=timing.threads_per_rank)
+                         timeout=timeout, threads=timing.threads_per_rank, log_dir=out / "logs" / f"w{world}")
         micro = {r["kind"]: r for r in results if r["kind"] in ("compute", "collectives")}
         (out / f"micro_w{world}.json").write_text(json.dumps(micro, indent=1))
         records += [record_from_dict(r) for r in results if r["kind"] == "step"]

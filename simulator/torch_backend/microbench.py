@@ -38,8 +38,9 @@ def time_call(fn: Callable[[], object], timing: TimingRecipe) -> float:
     start = time.perf_counter()
     fn()
     _sync()
-    once = max(time.perf_counter() - start, 1e-7)
-    inner = max(1, min(1000, int(MIN_SAMPLE_S / once)))
+    once = torch.tensor(max(time.perf_counter() - start, 1e-7), dtype=torch.float64)
+    dist.all_reduce(once, op=dist.ReduceOp.MAX)  # every rank must repeat a collective equally often
+    inner = max(1, min(1000, int(MIN_SAMPLE_S / float(once))))
     samples = []
     for _ in range(timing.repeats):
         dist.barrier()

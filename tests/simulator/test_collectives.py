@@ -90,6 +90,21 @@ def test_multi_node_ring_uses_every_nic() -> None:
     assert cost.bus_bandwidth == pytest.approx(8 * NIC, rel=0.01)
 
 
+@pytest.mark.parametrize(("algorithm", "busbw"), [
+    # per GPU, pipelined phases share links; the slowest link sets the rate (S = 64 GiB, fill negligible):
+    ("in_switch", 1.875 * NVLINK / 1.125),  # NVLS RS+AG: 1.125 S up/down per GPU; NIC carries S/8 < that
+    ("hierarchical", 1.875 * NVLINK / 1.75),  # ring RS+AG inside: 2(m-1)/m = 1.75 S per GPU on NVLink
+    # ring: each GPU sends S/n per step in m = 8 channels, one of which leaves through its NIC:
+    # (m-1)/m S/n per step on NVLink -> busbw = B * m/(m-1); the NICs (100 GB/s each) are not the limit
+    ("ring", NVLINK * 8 / 7),
+])
+def test_two_node_all_reduce_bottlenecks(algorithm: str, busbw: float) -> None:
+    node = NodeSpec(gpus_per_node=8, nvlink_bandwidth=NVLINK, nic_bandwidth=100e9, in_network_reduction=True)
+    cluster = _cluster(fat_tree(16, node, hosts_per_leaf=16))
+    cost = price_collective("all_reduce", 64 * 2.0**30, [list(range(16))], cluster, IDEAL, algorithm)
+    assert cost.bus_bandwidth == pytest.approx(busbw, rel=0.01)
+
+
 def test_two_groups_on_one_link_each_get_half() -> None:
     cluster = _cluster(fat_tree(16, _node(), hosts_per_leaf=8, num_spines=1, oversubscription=8.0))
     alone = price_collective("send_recv", 2.0**30, [[0, 8]], cluster, IDEAL)
