@@ -1,6 +1,6 @@
 """Speed of ``price_collective`` on DGX H100 fat trees of 1k, 4k and 16k GPUs.
 
-Prints, per size, the milliseconds to build the graph (topologies) and the fabric tables (once
+Prints, per fabric (2:1 oversubscribed fat tree and rail-optimised) and size, the milliseconds to build the graph (topologies) and the fabric tables (once
 per cluster), to price a data-parallel all-reduce with every concurrent DP group on the links
 (first: first call on a fresh fabric, building the shortest-path DAGs it needs; ring / selector:
 first call for new groups once the DAGs exist, forced ring and the ring-vs-tree selector; warm:
@@ -26,10 +26,10 @@ def _ms(fn: object) -> tuple[float, object]:
     return (time.perf_counter() - t0) * 1e3, out
 
 
-def bench(num_gpus: int, tp: int = 8, dp: int = 128, oversubscription: float = 2.0) -> None:
+def bench(num_gpus: int, fabric: str, tp: int = 8, dp: int = 128, oversubscription: float = 2.0) -> None:
     """Print timings for one cluster size (DP groups of ``dp`` ranks, stride ``num_gpus // dp``)."""
     profile = CalibrationProfile()
-    t_build, cluster = _ms(lambda: get_cluster("dgx-h100", num_gpus, oversubscription=oversubscription))
+    t_build, cluster = _ms(lambda: get_cluster("dgx-h100", num_gpus, fabric=fabric, oversubscription=oversubscription))
     t_fabric, _ = _ms(lambda: fabric_for(cluster.graph, profile))
     ids = np.arange(num_gpus)
     dp_groups = ids.reshape(dp, num_gpus // dp).T.tolist()  # rank r of every DP group, all at once
@@ -40,12 +40,13 @@ def bench(num_gpus: int, tp: int = 8, dp: int = 128, oversubscription: float = 2
     t_sel, _ = _ms(lambda: price_collective("all_reduce", 2**30, [g[1:] + g[:1] for g in dp_groups], cluster, profile))
     t_warm, _ = _ms(lambda: price_collective("all_reduce", 2**28, dp_groups, cluster, profile))
     t_tp, tp_cost = _ms(lambda: price_collective("all_reduce", 2**26, tp_groups, cluster, profile))
-    print(f"{num_gpus:6d} GPUs: graph {t_build:6.0f} ms, fabric tables {t_fabric:5.0f} ms | DP all-reduce "
+    print(f"{fabric:14s} {num_gpus:6d} GPUs: graph {t_build:6.0f} ms, fabric tables {t_fabric:5.0f} ms | DP all-reduce "
           f"({len(dp_groups)} groups x {dp}): first {t_first:5.0f} ms, ring {t_ring:5.1f} ms, selector "
           f"{t_sel:5.1f} ms, warm {t_warm:5.2f} ms [{cost.algorithm}, busbw {cost.bus_bandwidth / 1e9:.0f} GB/s] | "
           f"TP all-reduce ({len(tp_groups)} groups) {t_tp:5.1f} ms [{tp_cost.algorithm}]")
 
 
 if __name__ == "__main__":
-    for n, d in ((1024, 128), (4096, 128), (16384, 128)):
-        bench(n, dp=d)
+    for fab in ("fat_tree", "rail_optimized"):
+        for n in (1024, 4096, 16384):
+            bench(n, fab)

@@ -103,14 +103,27 @@ def memory_entries(sizes: list[int], timing: TimingRecipe) -> list[dict[str, flo
     return out
 
 
-def overhead_entry(timing: TimingRecipe) -> dict[str, float]:
-    """Per-call cost of a tiny eager op, and of a tiny linear's forward plus backward (3 GEMMs)."""
+def overhead_entry(timing: TimingRecipe, chain: int = 16) -> dict[str, float]:
+    """Eager per-op cost: a tiny op, and tiny linear chains of 1 and ``chain`` layers, fwd+bwd.
+
+    The chains' slope is the cost of one linear (1 forward + 2 backward GEMMs, all launch-bound);
+    their intercept is the fixed cost of one ``backward()`` call (autograd engine start).
+    """
     a = torch.ones(1, device=_dev())
     x = torch.ones(1, 1, device=_dev(), requires_grad=True)
-    w = torch.ones(1, 1, device=_dev(), requires_grad=True)
+    ws = [torch.ones(1, 1, device=_dev(), requires_grad=True) for _ in range(chain)]
+
+    def run(n: int) -> None:
+        y = x
+        for w in ws[:n]:
+            y = F.linear(y, w)
+        y.sum().backward()
+
     tiny = time_call(lambda: torch.add(a, a), timing)
-    linear = time_call(lambda: F.linear(x, w).sum().backward(), timing)
-    return {"tiny_op_s": tiny, "tiny_linear_fwd_bwd_s": linear}
+    one, many = time_call(lambda: run(1), timing), time_call(lambda: run(chain), timing)
+    per_linear = max(many - one, 0.0) / (chain - 1)
+    return {"tiny_op_s": tiny, "per_linear_fwd_bwd_s": per_linear,
+            "backward_call_s": max(one - per_linear, 0.0), "chain": float(chain)}
 
 
 def optimizer_entry(params: int, timing: TimingRecipe) -> dict[str, float]:

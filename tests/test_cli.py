@@ -1,0 +1,85 @@
+"""CLI smoke tests, run as a user would (a subprocess of the installed entry point's module)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "llama3_70b_h100.yaml"
+
+
+def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+
+
+def test_simulate_writes_json_and_a_perfetto_trace(tmp_path: Path) -> None:
+    out, trace = tmp_path / "r.json", tmp_path / "t.json"
+    p = cli("simulate", str(EXAMPLE), "--json", str(out), "--trace", str(trace), "--set", "plan.micro_batch=1")
+    assert p.returncode == 0, p.stderr
+    assert "MFU" in p.stdout and "exposed_tp" in p.stdout
+    doc = json.loads(out.read_text())
+    assert abs(sum(doc["breakdown_s"].values()) - doc["step_time_s"]) < 1e-6 * doc["step_time_s"]
+    events = json.loads(trace.read_text())["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    assert spans and all(e["dur"] >= 0 and "pid" in e and "tid" in e for e in spans)
+    assert {e["cat"] for e in spans} >= {"compute", "bubble"}
+    assert not list(tmp_path.glob(".*"))  # no temporary files left behind
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--set", "plan.tp=3"], "dp(2) * tp(3) * pp(4) * cp(1) = 24 != cluster GPUs 64"),
+    (["--set", "model=gpt5"], "is not a preset"),
+    (["--set", "cluster.preset=nope"], "unknown cluster preset"),
+    (["--set", "plan.micro_batch=8", "--set", "plan.recompute=none"], "largest part: activations"),
+    (["--set", "plan.bogus=1"], "unknown field(s) ['bogus']"),
+    (["--set", "plan.tp"], "must look like plan.tp=4"),
+])
+def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
+    p = cli("simulate", str(EXAMPLE), *args)
+    assert p.returncode == 2
+    assert needle in p.stderr, p.stderr
+    assert "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) == 1
+
+
+def test_malformed_yaml_and_missing_file(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("model: [\n")
+    for target, needle in ((bad, "not valid YAML at line 2"), (tmp_path / "missing.yaml", "does not exist")):
+        p = cli("simulate", str(target))
+        assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
+
+
+def test_inconsistent_cluster_is_a_clear_error(tmp_path: Path) -> None:
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(EXAMPLE.read_text().replace("cluster: {preset: dgx-h100, num_gpus: 64}",
+                                                    "cluster: {preset: dgx-h100, num_gpus: 60}"))
+    p = cli("simulate", str(scenario))
+    assert p.returncode == 2 and "num_gpus" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_presets_lists_models_accelerators_clusters() -> None:
+    p = cli("presets")
+    assert p.returncode == 0
+    for name in ("llama3-405b", "deepseek-v3", "dgx-h100", "gb200-nvl72"):
+        assert name in p.stdout
+
+
+def test_search_prints_ranked_plans_with_both_tiers() -> None:
+    p = cli("search", str(EXAMPLE), "--gpus", "32", "--top", "3")
+    assert p.returncode == 0, p.stderr
+    assert "plans/s" in p.stdout and p.stdout.count("%") >= 6
+
+
+def test_readme_main_command_shape_and_scale_report(tmp_path: Path) -> None:
+    readme = (ROOT / "README.md").read_text()
+    assert "clustersim scale examples/scaling_llama3_70b.yaml" in readme
+    assert "python -m pytest" in readme
+    p = cli("scale", str(ROOT / "examples" / "scaling_llama3_70b.yaml"), "--gpus", "64,128", "--out", str(tmp_path / "rep"))
+    assert p.returncode == 0, p.stderr
+    html = (tmp_path / "rep" / "report.html").read_text()
+    assert "data:image/png;base64" in html and "naive" in html.lower()
