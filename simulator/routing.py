@@ -92,7 +92,7 @@ class Fabric:
         self.egress = self._walk_tables(out=True)
         self.ingress = self._walk_tables(out=False)
         self._dist: np.ndarray | None = None
-        self._dags: dict[int, tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], np.ndarray]] = {}
+        self._fabric_dist()
         self._fallback: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
         self.memo: dict[tuple[object, ...], object] = {}
         """Size-independent results of callers (collective cost patterns), keyed by their inputs."""
@@ -178,41 +178,53 @@ class Fabric:
             self._fe = fe_ids
             self._fe_src = self.fabric_index[self.src_of[fe_ids]]
             self._fe_dst = self.fabric_index[self.dst_of[fe_ids]]
+            self._fe_ptr = np.searchsorted(self._fe_src, np.arange(len(ids) + 1))
+            self._edge_mat = np.full((len(ids), len(ids)), -1, dtype=np.int64)
+            self._edge_mat[self._fe_src, self._fe_dst] = fe_ids
         return self._dist
 
-    def _dst_dag(self, fb: int) -> tuple[list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]], np.ndarray]:
-        """Shortest-path DAG towards fabric switch index ``fb``: per level, farthest first, the
-        (global edge ids, CSR pointer by tail, head, split fraction) over fabric-local node indices; and the
-        expected (ECMP-averaged) latency from every fabric switch to ``fb``."""
-        if fb not in self._dags:
-            d = self._fabric_dist()[:, fb]
-            d_tail = d[self._fe_src]
-            on = np.flatnonzero(d_tail == d[self._fe_dst] + 1)  # stays sorted by tail
-            src, dst, eg, level = self._fe_src[on], self._fe_dst[on], self._fe[on], d_tail[on]
-            frac = 1.0 / np.bincount(src, minlength=len(d))[src]
-            lat = np.zeros(len(d))
-            levels = []
-            for h in range(1, int(level.max(initial=0)) + 1):
-                k = level == h
-                s_k, d_k, e_k, f_k = src[k], dst[k], eg[k], frac[k]
-                lat += np.bincount(s_k, weights=f_k * (self.latency[e_k] + lat[d_k]), minlength=len(d))
-                levels.append((e_k, np.searchsorted(s_k, np.arange(len(d) + 1)), d_k, f_k))
-            self._dags[fb] = (levels[::-1], lat)
-        return self._dags[fb]
+    def _next_hops(self, u: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For states (switch u[i] holding traffic for switch b[i]): (state index, edge id) of every
+        out-edge of u[i] on a shortest path to b[i]. One hop away: the direct edge (matrix lookup);
+        farther: the out-edges whose head is one hop closer (CSR expansion)."""
+        dist = self._dist
+        assert dist is not None
+        h = dist[u, b]
+        near = np.flatnonzero(h == 1)
+        far = np.flatnonzero(h > 1)
+        count = self._fe_ptr[u[far] + 1] - self._fe_ptr[u[far]]
+        state = np.repeat(far, count)
+        idx = np.repeat(self._fe_ptr[u[far]] - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+        keep = dist[self._fe_dst[idx], b[state]] == h[state] - 1
+        return (np.concatenate([near, state[keep]]),
+                np.concatenate([self._edge_mat[u[near], b[near]], self._fe[idx[keep]]]))
 
-    @staticmethod
-    def _spread(mass: np.ndarray, levels: list[tuple[np.ndarray, ...]], loads: np.ndarray) -> None:
-        """Push ``mass`` (bytes entering the fabric at each switch) down a destination's DAG,
-        touching only the out-edges of switches that hold mass (levels are CSR by tail)."""
-        for edges, ptr, dst, frac in levels:
-            nodes = np.flatnonzero(mass)
-            count = ptr[nodes + 1] - ptr[nodes]
-            if not count.sum():
-                continue
-            idx = np.repeat(ptr[nodes] - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
-            flow = np.repeat(mass[nodes], count) * frac[idx]
-            loads[edges[idx]] += flow  # edge ids are unique within a level
-            mass = np.bincount(dst[idx], weights=flow, minlength=len(mass))
+    def _propagate(self, u: np.ndarray, b: np.ndarray, mass: np.ndarray, loads: np.ndarray) -> np.ndarray:
+        """Push ``mass`` from fabric switch u[i] to b[i] (all pairs at once, one hop per round,
+        merging equal (switch, destination) states); add edge loads; return each pair's expected
+        path latency (ECMP-averaged)."""
+        f = len(self._dist)  # type: ignore[arg-type]
+        rounds = []
+        keys, m = u * f + b, mass
+        while len(keys):
+            cu, cb = keys // f, keys % f
+            st, e = self._next_hops(cu, cb)
+            frac = 1.0 / np.bincount(st, minlength=len(keys))[st]
+            flow = m[st] * frac
+            loads += np.bincount(e, weights=flow, minlength=len(loads))
+            heads = self.fabric_index[self.dst_of[e]] * f + cb[st]
+            rounds.append((keys, st, e, frac, heads))
+            live = heads // f != heads % f
+            keys, inv = np.unique(heads[live], return_inverse=True)
+            m = np.bincount(inv, weights=flow[live], minlength=len(keys))
+        known_k, known_l = np.full(1, -1, dtype=np.int64), np.zeros(1)  # sorted keys -> latency to b
+        for keys, st, e, frac, heads in reversed(rounds):  # nearest round first: heads are known
+            child = np.where(heads // f != heads % f, known_l[np.searchsorted(known_k, heads).clip(max=len(known_k) - 1)], 0.0)
+            lat = np.bincount(st, weights=frac * (self.latency[e] + child), minlength=len(keys))
+            order = np.argsort(np.concatenate([known_k, keys]), kind="stable")
+            known_k, known_l = np.concatenate([known_k, keys])[order], np.concatenate([known_l, lat])[order]
+        start = np.searchsorted(known_k, u * f + b).clip(max=len(known_k) - 1)
+        return np.where(u != b, known_l[start], 0.0)
 
     def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
@@ -258,15 +270,10 @@ class Fabric:
         ok = (a >= 0) & (b >= 0) & (pw > 0)
         a, b, pw, flow_of = a[ok], b[ok], pw[ok], flow_of[ok]
         self._fabric_dist()
-        fa, fbs = self.fabric_index[a], self.fabric_index[b]
-        order = np.argsort(fbs, kind="stable")
-        bounds = np.flatnonzero(np.diff(fbs[order])) + 1
-        entry_lat = np.empty(len(a))
-        for sel in np.split(order, bounds):
-            dag_levels, lat_to = self._dst_dag(int(fbs[sel[0]]))
-            self._spread(np.bincount(fa[sel], weights=pw[sel], minlength=len(lat_to)), dag_levels, loads)
-            entry_lat[sel] = lat_to[fa[sel]]
-        lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * entry_lat, minlength=len(s))
+        f = len(self._dist)  # type: ignore[arg-type]
+        pairs, inv = np.unique(self.fabric_index[a] * f + self.fabric_index[b], return_inverse=True)
+        pair_lat = self._propagate(pairs // f, pairs % f, np.bincount(inv, weights=pw), loads)
+        lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * pair_lat[inv], minlength=len(s))
         lat[mask] = lat_flow
 
     def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:

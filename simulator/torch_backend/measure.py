@@ -100,7 +100,9 @@ def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe
 
 def host_info() -> dict[str, object]:
     """What a reader needs to judge the numbers: cores, platform, Python."""
-    return {"cores": os.cpu_count() or 1, "platform": platform.platform(), "python": platform.python_version()}
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    return {"cores": os.cpu_count() or 1, "memory_bytes": memory, "platform": platform.platform(),
+            "python": platform.python_version()}
 
 
 def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[BackendPlan],
