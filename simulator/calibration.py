@@ -53,15 +53,20 @@ class CalibrationProfile(BaseModel):
     kernel_overhead: float = Field(default=3e-6, ge=0)
     """Seconds of launch and scheduling overhead per op."""
     link_efficiency: dict[str, float] = Field(
-        default={"nvlink": 0.80, "nic": 0.92, "fabric": 0.95, "pcie": 0.80, "loopback": 1.0}
+        default={"nvlink": 0.80, "nic": 0.85, "fabric": 0.95, "pcie": 0.80, "loopback": 1.0,
+                 "in_network_reduction": 0.76}
     )
-    """Fraction of a link class's nominal bandwidth that collectives reach."""
+    """Fraction of a link class's nominal bandwidth that collectives reach; ``in_network_reduction``
+    scales NVLS/SHARP reductions (fitted to 8x H100/H200 nccl-tests: 480 GB/s busbw, not 630)."""
     link_latency: dict[str, float] = Field(default={})
     """Per-hop latency by link class in seconds; overrides the graph's edge latency when set."""
-    collective_overhead: float = Field(default=10e-6, ge=0)
+    collective_overhead: float = Field(default=14e-6, ge=0)
     """Seconds of software overhead per collective call (launch, proxy, handshake)."""
     p2p_overhead: float = Field(default=10e-6, ge=0)
     """Seconds of software overhead per point-to-point message."""
+    pipeline_fill_bytes: float = Field(default=32 * 2**20, ge=0)
+    """Bytes of a collective that move at half rate while NCCL's pipeline fills (fitted to the
+    mid-size part of the nccl-tests sweeps in workloads/data/collective_bandwidth.csv)."""
     optimizer_efficiency: float = Field(default=0.60, gt=0, le=1)
     """Fraction of HBM bandwidth reached by the fused optimizer step."""
     step_overhead: float = Field(default=0.0, ge=0)

@@ -145,7 +145,7 @@ def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) ->
 
 
 def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None, name: str = "this-machine",
-                causal_factor: float = 1.0) -> FitReport:
+                causal_factor: float = 0.5) -> FitReport:
     """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks."""
     n, micro = load_micro(folder, world_size)
     compute = micro["compute"]

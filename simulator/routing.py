@@ -1,7 +1,8 @@
 """Routing tables of one cluster graph: which links a GPU -> GPU flow crosses, and how much.
 
-Owns ``Fabric`` (capacities, latencies, per-GPU NIC chains, shortest-path DAGs between fabric
-switches, vectorised link loads of many flows at once) and ``fabric_for`` (its memo per graph and
+Owns ``Fabric`` (capacities, latencies, per-GPU NIC chains, all-pairs hop counts between fabric
+switches, and the vectorised link loads of many flows at once: the traffic of every (source
+switch, destination switch) pair is pushed one hop per round along its equal-cost next hops) and ``fabric_for`` (its memo per graph and
 profile). It does not share bandwidth over time (``simulator.network``) nor know collectives
 (``simulator.collectives``).
 
@@ -155,33 +156,43 @@ class Fabric:
         return f"{u}->{v}"
 
     def _fabric_dist(self) -> np.ndarray:
-        """Hop distances between fabric switches (all pairs, breadth-first by matrix products);
-        rows/columns follow ``self.fabric_nodes``; unreachable = a large number."""
+        """Hop distances between fabric switches (breadth-first from every switch at once, one
+        frontier matrix per hop); rows/columns follow ``self.fabric_index``; unreachable = 10**6.
+        Also builds the fabric edge lists sorted by tail (CSR) and the (tail, head) -> edge matrix."""
         if self._dist is None:
             ids = np.array([i for i, k in enumerate(self.kind) if k in FABRIC_KINDS], dtype=np.int64)
             self.fabric_index = np.full(len(self.nodes), -1, dtype=np.int64)
             self.fabric_index[ids] = np.arange(len(ids))
-            fe = (self.fabric_index[self.src_of] >= 0) & (self.fabric_index[self.dst_of] >= 0)
-            adj = np.zeros((len(ids), len(ids)), dtype=np.float32)
-            adj[self.fabric_index[self.src_of[fe]], self.fabric_index[self.dst_of[fe]]] = 1.0
-            dist = np.where(np.eye(len(ids), dtype=bool), 0, 10**6).astype(np.int64)
-            reach = np.eye(len(ids), dtype=np.float32)
-            for hop in range(1, len(ids)):
-                reach = np.minimum(reach + reach @ adj, 1.0)
-                new = (reach > 0) & (dist > hop)
-                if not new.any():
-                    break
-                dist[new] = hop
-            self._dist = dist
-            fe_ids = np.flatnonzero(fe)
-            fe_ids = fe_ids[np.argsort(self.fabric_index[self.src_of[fe_ids]], kind="stable")]  # by tail
-            self._fe = fe_ids
-            self._fe_src = self.fabric_index[self.src_of[fe_ids]]
-            self._fe_dst = self.fabric_index[self.dst_of[fe_ids]]
+            fe = np.flatnonzero((self.fabric_index[self.src_of] >= 0) & (self.fabric_index[self.dst_of] >= 0))
+            self._fe = fe[np.argsort(self.fabric_index[self.src_of[fe]], kind="stable")]  # sorted by tail
+            self._fe_src = self.fabric_index[self.src_of[self._fe]]
+            self._fe_dst = self.fabric_index[self.dst_of[self._fe]]
             self._fe_ptr = np.searchsorted(self._fe_src, np.arange(len(ids) + 1))
             self._edge_mat = np.full((len(ids), len(ids)), -1, dtype=np.int64)
-            self._edge_mat[self._fe_src, self._fe_dst] = fe_ids
+            self._edge_mat[self._fe_src, self._fe_dst] = self._fe
+            self._dist = self._bfs_all(len(ids))
         return self._dist
+
+    def _bfs_all(self, n: int) -> np.ndarray:
+        """All-pairs hop counts over the fabric edges: row = source switch, column = target."""
+        by_head = np.argsort(self._fe_dst, kind="stable")
+        tails, heads = self._fe_src[by_head], self._fe_dst[by_head]
+        has_in, starts = np.unique(heads, return_index=True)
+        dist = np.where(np.eye(n, dtype=bool), 0, 10**6).astype(np.int64)
+        seen = np.eye(n, dtype=bool)
+        frontier = seen.copy()
+        for hop in range(1, n):
+            if not len(tails):
+                break
+            new = np.zeros((n, n), dtype=bool)
+            new[:, has_in] = np.logical_or.reduceat(frontier[:, tails], starts, axis=1)
+            new &= ~seen
+            if not new.any():
+                break
+            dist[new] = hop
+            seen |= new
+            frontier = new
+        return dist
 
     def _next_hops(self, u: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For states (switch u[i] holding traffic for switch b[i]): (state index, edge id) of every

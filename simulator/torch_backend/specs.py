@@ -133,13 +133,18 @@ class StepRecord:
         return 0.5 * (s[(n - 1) // 2] + s[n // 2])
 
     @property
+    def best(self) -> float:
+        """Fastest timed step in seconds (the least disturbed by other processes on the host)."""
+        return min(self.step_times)
+
+    @property
     def spread(self) -> float:
         """(max - min) / median over the timed steps."""
         return (max(self.step_times) - min(self.step_times)) / self.median
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
-        return {**asdict(self), "median_s": self.median, "spread": self.spread}
+        return {**asdict(self), "median_s": self.median, "best_s": self.best, "spread": self.spread}
 
 
 def record_from_dict(data: Mapping[str, object]) -> StepRecord:
