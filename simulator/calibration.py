@@ -69,6 +69,10 @@ class CalibrationProfile(BaseModel):
     mid-size part of the nccl-tests sweeps in workloads/data/collective_bandwidth.csv)."""
     optimizer_efficiency: float = Field(default=0.60, gt=0, le=1)
     """Fraction of HBM bandwidth reached by the fused optimizer step."""
+    precision_efficiency: dict[str, float] = Field(default={})
+    """Multiplier on the GEMM efficiency curve for GEMMs run at a low-precision peak, keyed by
+    "fp8" (FP8 and MXFP8 recipes) and "fp4" (NVFP4): quantisation and scaling kernels keep them
+    further from their doubled peak. 1.0 when a key is absent."""
     step_overhead: float = Field(default=0.0, ge=0)
     """Seconds per training step outside the modelled phases (data loading, logging)."""
     machine: dict[str, float] = Field(default={})
@@ -81,6 +85,14 @@ class CalibrationProfile(BaseModel):
     @classmethod
     def _curve(cls, v: list[tuple[float, float]], info: object) -> list[tuple[float, float]]:
         return _check_curve(v, getattr(info, "field_name", "curve"))
+
+    @field_validator("precision_efficiency")
+    @classmethod
+    def _precision(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if k not in ("fp8", "fp4") or not 0 < x <= 2}
+        if bad:
+            raise ValueError(f"precision_efficiency: keys fp8/fp4 with values in (0, 2], got {bad}")
+        return v
 
     @field_validator("link_efficiency")
     @classmethod

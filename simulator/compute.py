@@ -61,7 +61,7 @@ def op_time(
     if op.kind == "attention":
         eff = profile.attention_eff(flops)
     elif op.kind == "gemm":
-        eff = profile.gemm_eff(flops)
+        eff = profile.gemm_eff(flops) * (profile.precision_efficiency.get("fp8", 1.0) if precision == "fp8" and op.fp8 else 1.0)
     else:
         eff = 1.0
     math = flops * flops_scale / (peak * eff) if flops > 0 else 0.0

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from simulator.api import simulate
-from simulator.calibration import CalibrationProfile
+from simulator.calibration import CalibrationProfile, default_profile
 from simulator.comm import Fidelity
 from simulator.errors import OutOfMemoryError, ScenarioError
 from simulator.plan import ParallelPlan
@@ -94,32 +94,36 @@ def _nic_bandwidth(row: Mapping[str, Any], notes: list[str]) -> dict[str, float]
     return {}
 
 
-def _accelerator_overrides(row: Mapping[str, Any], precision_label: str) -> dict[str, Any]:
-    """A100 40GB rows pick the 40 GB part; NVFP4 rows run their FP8-eligible GEMMs at the FP4 peak."""
+def _accelerator_overrides(row: Mapping[str, Any], precision_label: str,
+                           profile: CalibrationProfile | None) -> dict[str, Any]:
+    """A100 40GB rows pick the 40 GB part; NVFP4 rows run their FP8-eligible GEMMs at the FP4 peak.
+
+    TrainingSpec has no fp4 precision, so an NVFP4 row is an fp8 run on a device whose fp8 key holds
+    the FP4 dense peak times precision_efficiency["fp4"] / precision_efficiency["fp8"] of the profile.
+    """
     gpu = text(row, "gpu_type")
     mem = num(row, "gpu_mem_gb")
-    overrides: dict[str, Any] = {}
     base = None
     if gpu.lower().startswith("a100") and mem is not None and round(mem) == 40:
         base = get_accelerator("a100", memory_gb=40)
     if precision_label == "nvfp4":
         base = base or get_accelerator(gpu)
+        eff = (profile or default_profile(base.name)).precision_efficiency
         peaks = dict(base.peak_flops)
-        peaks["fp8"] = peaks.get("fp4", peaks["fp8"])
+        peaks["fp8"] = peaks.get("fp4", peaks["fp8"]) * eff.get("fp4", 1.0) / eff.get("fp8", 1.0)
         base = replace(base, peak_flops=peaks)
-    if base is not None:
-        overrides["accelerator"] = base
-    return overrides
+    return {"accelerator": base} if base is not None else {}
 
 
 def cluster_for_row(row: Mapping[str, Any], precision_label: str, notes: list[str],
-                    cache: dict[tuple, Cluster] | None = None) -> Cluster:
+                    cache: dict[tuple, Cluster] | None = None,
+                    profile: CalibrationProfile | None = None) -> Cluster:
     """The preset of ``gpu_type`` with ``num_gpus`` GPUs and the row's NIC speed."""
     gpu = text(row, "gpu_type")
     n = int(num(row, "num_gpus") or 0)
     if not gpu or n <= 0:
         raise SkipRow("gpu_type or num_gpus missing")
-    overrides = {**_nic_bandwidth(row, notes), **_accelerator_overrides(row, precision_label)}
+    overrides = {**_nic_bandwidth(row, notes), **_accelerator_overrides(row, precision_label, profile)}
     key = (gpu.lower(), n, tuple(sorted((k, repr(v)) for k, v in overrides.items())))
     if cache is not None and key in cache:
         return cache[key]
@@ -132,7 +136,8 @@ def cluster_for_row(row: Mapping[str, Any], precision_label: str, notes: list[st
     return cluster
 
 
-def scenario_for_row(row: Mapping[str, Any], cache: dict[tuple, Cluster] | None = None) -> RowScenario:
+def scenario_for_row(row: Mapping[str, Any], cache: dict[tuple, Cluster] | None = None,
+                     profile: CalibrationProfile | None = None) -> RowScenario:
     """Map one published row to a scenario; raises ``SkipRow`` with the reason when it cannot."""
     notes: list[str] = []
     measured, measured_from = measured_step_time(row, notes)
@@ -143,7 +148,7 @@ def scenario_for_row(row: Mapping[str, Any], cache: dict[tuple, Cluster] | None 
     if seq <= 0 or gbs <= 0:
         raise SkipRow("seq_len or global_batch_seqs missing")
     training = TrainingSpec(seq_len=seq, global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]
-    cluster = cluster_for_row(row, label, notes, cache)
+    cluster = cluster_for_row(row, label, notes, cache, profile)
     plan = plan_for_row(row, model, training, cluster, notes)
     return RowScenario(row_id=int(row["row_id"]), model=model, training=training, cluster=cluster, plan=plan,
                        measured_step_time=measured, measured_from=measured_from, inferred=tuple(notes))
@@ -178,7 +183,7 @@ def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None =
     rec = _base_record(row)
     start = time.perf_counter()
     try:
-        sc = scenario_for_row(row, cache)
+        sc = scenario_for_row(row, cache, profile)
         res, note = _simulate_published(sc, profile, fidelity)
     except SkipRow as exc:
         rec["reason"] = str(exc)
@@ -187,8 +192,11 @@ def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None =
         rec["reason"] = f"simulator rejected the inferred scenario: {str(exc).splitlines()[0]}"
         return rec
     err = (res.step_time - sc.measured_step_time) / sc.measured_step_time * 100.0
+    # MFU against the datasheet peak of the run's GEMM precision (FP4 for NVFP4 rows)
+    peak = get_accelerator(text(row, "gpu_type")).peak("fp4" if "nvfp4" in text(row, "precision").lower()
+                                                        else sc.training.precision)
     rec.update(status="ok", predicted_step_time_s=res.step_time, measured_step_time_s=sc.measured_step_time,
-               error_pct=err, predicted_mfu=res.mfu, measured_from=sc.measured_from,
+               error_pct=err, predicted_mfu=res.model_flops / (res.step_time * res.num_gpus * peak), measured_from=sc.measured_from,
                inferred="; ".join(sc.inferred + note), plan=sc.plan.describe(), wall_s=time.perf_counter() - start)
     return rec
 
