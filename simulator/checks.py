@@ -78,6 +78,13 @@ def _check_pp(model: ModelSpec, plan: ParallelPlan) -> None:
         raise PlanError(f"plan.vpp = {plan.vpp} needs plan.schedule = interleaved (got {plan.schedule})")
     if plan.schedule == "interleaved" and plan.vpp < 2:
         raise PlanError("plan.schedule = interleaved needs plan.vpp >= 2 model chunks per stage")
+    if plan.layer_split is not None:
+        split = list(plan.layer_split)
+        if len(split) != chunks or sum(split) != model.num_layers or min(split) < 1:
+            raise PlanError(
+                f"plan.layer_split = {split}: needs pp*vpp = {chunks} positive numbers summing to "
+                f"num_layers = {model.num_layers} (got {len(split)} numbers summing to {sum(split)})"
+            )
     if plan.schedule == "dualpipe" and plan.pp % 2:
         raise PlanError(f"plan.schedule = dualpipe needs an even pp, got pp = {plan.pp}")
 

@@ -44,9 +44,14 @@ def layer_split(num_layers: int, chunks: int) -> list[range]:
     return out
 
 
+def _explicit(sizes: tuple[int, ...]) -> list[range]:
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [range(a, a + n) for a, n in zip(starts, sizes)]
+
+
 def stage_chunks(plan: ParallelPlan, num_layers: int) -> list[list[tuple[int, range]]]:
     """For each stage, its (model chunk index, layers) pairs; chunk v of stage s is v*pp + s."""
-    split = layer_split(num_layers, plan.pp * plan.vpp)
+    split = _explicit(plan.layer_split) if plan.layer_split else layer_split(num_layers, plan.pp * plan.vpp)
     return [[(v * plan.pp + s, split[v * plan.pp + s]) for v in range(plan.vpp)] for s in range(plan.pp)]
 
 

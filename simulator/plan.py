@@ -72,6 +72,9 @@ class ParallelPlan:
     """Tokens of the busiest expert rank / mean (>= 1): slows every MoE layer."""
     order: str = "tp-cp-ep-dp-pp"
     """Rank order, fastest-varying first (Megatron default)."""
+    layer_split: tuple[int, ...] | None = None
+    """Layers of each model chunk (pp * vpp numbers summing to the layers), e.g. fewer layers on
+    the first and last stage to balance embedding and loss; None splits evenly."""
 
     @property
     def world_size(self) -> int:
@@ -121,6 +124,8 @@ def plan_from_mapping(data: dict[str, object]) -> ParallelPlan:
     unknown = sorted(set(data) - valid)
     if unknown:
         raise PlanError(f"plan: unknown field(s) {unknown}; valid fields: {sorted(valid)}")
+    if isinstance(data.get("layer_split"), list):
+        data = {**data, "layer_split": tuple(data["layer_split"])}
     try:
         return ParallelPlan(**data)  # type: ignore[arg-type]
     except TypeError as exc:

@@ -153,19 +153,35 @@ def pipeline_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int
     return step
 
 
-def time_steps(step: Step, timing: TimingRecipe) -> list[float]:
-    """Warm up, then time each step from a common barrier; the slowest rank sets each step."""
+def run_delay() -> float:
+    """Seconds this thread has waited runnable for a CPU (Linux schedstat); 0 where unavailable.
+
+    On a shared host the OS withholds cores from the ranks; this is how long, so a step time can
+    be read with the contention taken out (``StepRecord.uncontended``).
+    """
+    try:
+        return int(Path("/proc/thread-self/schedstat").read_text().split()[1]) * 1e-9
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[float]]:
+    """(seconds per step, run delay per step), both the largest over ranks, after warm-up.
+
+    Each step is timed from a common barrier, so the slowest rank sets it.
+    """
     for _ in range(timing.warmup):
         step()
-    times = []
+    times, delays = [], []
     for _ in range(timing.repeats):
         dist.barrier()
-        start = time.perf_counter()
+        start, delay = time.perf_counter(), run_delay()
         step()
         times.append(time.perf_counter() - start)
-    t = torch.tensor(times, dtype=torch.float64)
+        delays.append(run_delay() - delay)
+    t = torch.tensor([times, delays], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.tolist()
+    return t[0].tolist(), t[1].tolist()
 
 
 def trace_step(step: Step, name: str, folder: str) -> None:
@@ -185,11 +201,11 @@ def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int 
         raise ValueError(f"plan {plan.name}: dp*tp*pp = {plan.world_size} != world size {world}")
     mesh = make_mesh(plan)
     step = pipeline_step(plan, cfg, mesh, seed) if plan.pp > 1 else flat_step(plan, cfg, mesh, seed)
-    times = time_steps(step, timing)
+    times, delays = time_steps(step, timing)
     if timing.profile_dir:
         trace_step(step, plan.name, timing.profile_dir)
     return StepRecord(plan=plan, model=cfg, world_size=world, backend=dist.get_backend(),
-                      device=device().type, step_times=tuple(times))
+                      device=device().type, step_times=tuple(times), run_delays=tuple(delays))
 
 
 def run_task(task: dict[str, object]) -> dict[str, object]:

@@ -124,6 +124,8 @@ class StepRecord:
     """cpu or cuda."""
     step_times: tuple[float, ...] = field(default_factory=tuple)
     """Seconds per timed step, the slowest rank of each step."""
+    run_delays: tuple[float, ...] = field(default_factory=tuple)
+    """Seconds of each timed step the most delayed rank waited for a CPU (Linux schedstat)."""
 
     @property
     def median(self) -> float:
@@ -138,13 +140,30 @@ class StepRecord:
         return min(self.step_times)
 
     @property
+    def uncontended(self) -> float:
+        """Median over steps of (step time - run delay): the step with other processes' CPU time taken out."""
+        if len(self.run_delays) != len(self.step_times):
+            return self.median
+        s = sorted(t - d for t, d in zip(self.step_times, self.run_delays))
+        return 0.5 * (s[(len(s) - 1) // 2] + s[len(s) // 2])
+
+    @property
+    def contention(self) -> float:
+        """Median run delay / median step time: the share of the step the OS withheld a CPU."""
+        if not self.run_delays:
+            return 0.0
+        d = sorted(self.run_delays)
+        return 0.5 * (d[(len(d) - 1) // 2] + d[len(d) // 2]) / self.median
+
+    @property
     def spread(self) -> float:
         """(max - min) / median over the timed steps."""
         return (max(self.step_times) - min(self.step_times)) / self.median
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
-        return {**asdict(self), "median_s": self.median, "best_s": self.best, "spread": self.spread}
+        return {**asdict(self), "median_s": self.median, "best_s": self.best, "spread": self.spread,
+                "uncontended_s": self.uncontended, "contention": self.contention}
 
 
 def record_from_dict(data: Mapping[str, object]) -> StepRecord:
@@ -156,4 +175,5 @@ def record_from_dict(data: Mapping[str, object]) -> StepRecord:
         backend=str(data["backend"]),
         device=str(data["device"]),
         step_times=tuple(float(t) for t in data["step_times"]),  # type: ignore[union-attr]
+        run_delays=tuple(float(t) for t in data.get("run_delays", ())),  # type: ignore[union-attr]
     )

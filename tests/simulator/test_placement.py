@@ -5,10 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from simulator.api import simulate
 from simulator.errors import PlanError
 from simulator.partition import layer_split, stage_chunks
 from simulator.placement import Placement
 from simulator.plan import ParallelPlan
+from topologies import get_cluster
+from workloads import TrainingSpec, get_model
 
 
 @pytest.mark.parametrize("axis", ["tp", "cp", "dp", "pp", "dp+cp", "ep", "edp", "etp"])
@@ -54,3 +57,15 @@ def test_interleaved_chunks_round_robin_over_stages() -> None:
     chunks = stage_chunks(ParallelPlan(pp=4, vpp=2, schedule="interleaved", dp=1), 16)
     assert [k for k, _ in chunks[1]] == [1, 5]
     assert list(chunks[1][1][1]) == [10, 11]
+
+
+def test_explicit_uneven_split_balances_embedding_and_loss() -> None:
+    model, cluster = get_model("llama3-8b"), get_cluster("dgx-h100", 8)
+    training = TrainingSpec(seq_len=2048, global_batch_size=32)
+    even = ParallelPlan(tp=1, pp=4, dp=2)
+    uneven = ParallelPlan(tp=1, pp=4, dp=2, layer_split=(7, 9, 9, 7))
+    assert [len(r) for _, r in [c[0] for c in stage_chunks(uneven, 32)]] == [7, 9, 9, 7]
+    # llama3-8b's 128k vocabulary makes the ends heavy: fewer layers there shortens the step
+    assert simulate(model, training, cluster, uneven).step_time < simulate(model, training, cluster, even).step_time
+    with pytest.raises(PlanError, match="needs pp\\*vpp = 4 positive numbers summing to num_layers = 32"):
+        simulate(model, training, cluster, ParallelPlan(tp=1, pp=4, dp=2, layer_split=(8, 8, 8, 9)))
