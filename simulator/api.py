@@ -26,6 +26,7 @@ from simulator.partition import partition_memory
 from simulator.placement import Placement
 from simulator.plan import ParallelPlan, num_microbatches
 from simulator.result import Result, breakdowns, critical_unit
+from simulator.schedules import chunks_per_stage
 from topologies import Cluster
 from workloads import ModelSpec, TrainingSpec, model_flops_per_step
 
@@ -58,7 +59,7 @@ def simulate(
     unit_scale = _unit_scale(placement, rank_scale) if mode == "full" else np.ones((1, plan.pp))
     m = num_microbatches(plan, training)
     inp = EngineInput(
-        stages=stages, schedule=plan.schedule, microbatches=m, vpp=plan.vpp,
+        stages=stages, schedule=plan.schedule, microbatches=m, vpp=chunks_per_stage(plan.schedule, plan.vpp),
         overlap_grad_reduce=plan.overlap_grad_reduce, overlap_param_gather=plan.overlap_param_gather,
         scale=unit_scale, step_overhead=prof.step_overhead,
     )

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from simulator.errors import PlanError
 from simulator.plan import RECOMPUTES, SCHEDULES, ParallelPlan
+from simulator.schedules import num_model_chunks
 from topologies import Cluster
 from workloads import ModelSpec, TrainingSpec
 
@@ -71,7 +72,7 @@ def _check_tp(model: ModelSpec, plan: ParallelPlan) -> None:
 
 
 def _check_pp(model: ModelSpec, plan: ParallelPlan) -> None:
-    chunks = plan.pp * plan.vpp
+    chunks = num_model_chunks(plan.schedule, plan.pp, plan.vpp)
     if chunks > model.num_layers:
         raise PlanError(f"pp({plan.pp}) * vpp({plan.vpp}) = {chunks} > num_layers = {model.num_layers}")
     if plan.vpp > 1 and plan.schedule not in ("interleaved",):
@@ -99,8 +100,8 @@ def _check_batch(training: TrainingSpec, plan: ParallelPlan) -> None:
     m = training.global_batch_size // per_step
     if plan.schedule == "interleaved" and m % plan.pp:
         raise PlanError(f"interleaved schedule needs micro-batches ({m}) to be a multiple of pp ({plan.pp})")
-    if plan.schedule == "dualpipe" and m < 2 * plan.pp:
-        raise PlanError(f"dualpipe needs at least 2*pp = {2 * plan.pp} micro-batches, got {m}")
+    if plan.schedule == "dualpipe" and (m < 2 * plan.pp or m % 2):
+        raise PlanError(f"dualpipe needs an even number of micro-batches >= 2*pp = {2 * plan.pp}, got {m}")
 
 
 def _check_cp(training: TrainingSpec, plan: ParallelPlan) -> None:

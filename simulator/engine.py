@@ -11,6 +11,7 @@ It records immutable intervals while running; the ``Result`` is summarised from 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Generator, NamedTuple
 
@@ -18,7 +19,7 @@ import numpy as np
 import simpy
 
 from simulator.costs import ChunkCost, StageCost
-from simulator.schedules import Action, dependency, stage_program
+from simulator.schedules import Action, dependency, destination, lanes
 
 
 class Interval(NamedTuple):
@@ -90,39 +91,52 @@ def run(inp: EngineInput) -> tuple[list[Interval], float]:
 
 
 def _split_w(inp: EngineInput) -> bool:
-    return inp.schedule == "zb-h1"
+    return inp.schedule in ("zb-h1", "dualpipe")
 
 
 def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Generator:
-    """One stage of one replica: gathers, the schedule's passes, then its DP reduction."""
+    """One stage of one replica: gathers, the schedule's passes, then its DP reduction.
+
+    The stage runs its lanes (one, or two for DualPipe) in order, taking whichever lane's next
+    pass has its input first (alternating when both do); with a split backward, deferred W passes
+    fill the waits, at most ``limit`` deferred at a time (ZB-H1's memory bound).
+    """
     inp, env = st.inp, st.env
     stage = inp.stages[s]
-    program = stage_program(inp.schedule, s, st.pp, inp.microbatches, inp.vpp)
+    queues = [list(q) for q in lanes(inp.schedule, s, st.pp, inp.microbatches, inp.vpp)]
     dp_queue = simpy.Store(env)
     dp_done = env.process(_dp_stream(st, r, s, dp_queue, _bucket_count(stage)))
     if inp.overlap_param_gather and any(c.param_gather for c in stage.chunks):
         env.process(_prefetch(st, r, s))
+    left = Counter(v for q in queues for kind, _, v in q if kind == "B")  # passes left per chunk
     first_f: set[int] = set()
-    last_b = {v: max(i for i, a in enumerate(program) if a[0] == "B" and a[2] == v) for v in range(inp.vpp)}
-    pending: list[Action] = []  # zb-h1: weight-gradient passes waiting to fill a bubble
-    limit = st.pp - s - 1
-    for i, action in enumerate(program):
+    pending: list[Action] = []
+    limit = st.pp // 2 if inp.schedule == "dualpipe" else st.pp - s - 1
+    last_lane = -1
+    while any(queues):
+        heads = [i for i, q in enumerate(queues) if q]
+        ready_now = [i for i in heads if _input_ready(st, r, s, queues[i][0])]
+        if not ready_now and pending:
+            yield from _pass(st, r, s, pending.pop(0), dp_queue, left)
+            continue
+        if not ready_now:
+            t0 = env.now
+            yield simpy.AnyOf(env, [_input_event(st, r, s, queues[i][0]) for i in heads])
+            ready_now = [i for i in heads if _input_ready(st, r, s, queues[i][0])]
+            _log_wait(st, r, s, queues[ready_now[0]][0], t0)
+        lane = next((i for i in ready_now if i != last_lane), ready_now[0])
+        action, last_lane = queues[lane].pop(0), lane
         kind, mb, v = action
-        if kind == "W":
-            continue  # placed dynamically below
-        while pending and not _input_ready(st, r, s, action):
-            yield from _pass(st, r, s, pending.pop(0), dp_queue, None)
-        yield from _wait_input(st, r, s, action)
         if kind == "F" and v not in first_f:
             first_f.add(v)
             yield from _wait_gather(st, r, s, v)
-        yield from _pass(st, r, s, action, dp_queue, last_b[v] == i)
+        yield from _pass(st, r, s, action, dp_queue, left)
         if kind == "B" and _split_w(inp):
             pending.append(("W", mb, v))
             if len(pending) > limit:
-                yield from _pass(st, r, s, pending.pop(0), dp_queue, None)
+                yield from _pass(st, r, s, pending.pop(0), dp_queue, left)
     for w in pending:
-        yield from _pass(st, r, s, w, dp_queue, None)
+        yield from _pass(st, r, s, w, dp_queue, left)
     t0 = env.now
     yield dp_done
     if env.now > t0:
@@ -130,23 +144,29 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Generator:
     ready.succeed()
 
 
+def _input_event(st: _Run, r: int, s: int, action: Action) -> simpy.Event:
+    dep = dependency(action, s, st.pp, st.inp.vpp, st.inp.schedule)
+    assert dep is not None, "a pass without an input is always ready"
+    return st.event((r, dep[0], dep[1]))
+
+
 def _input_ready(st: _Run, r: int, s: int, action: Action) -> bool:
-    dep = dependency(action, s, st.pp, st.inp.vpp)
+    dep = dependency(action, s, st.pp, st.inp.vpp, st.inp.schedule)
     return dep is None or st.event((r, dep[0], dep[1])).triggered
 
 
-def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, last: bool | None) -> Generator:
-    """Run one pass; the last backward of a chunk releases its DP buckets (W does with zb-h1)."""
+def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, left: Counter[int]) -> Generator:
+    """Run one pass; the chunk's last backward (its last W with a split backward) releases its DP buckets."""
     kind, mb, v = action
     chunk = st.inp.stages[s].chunks[v]
     start = st.env.now
     dur = _record_pass(st, r, s, chunk, action, start)
-    releases = (kind == "B" and last) if not _split_w(st.inp) else (kind == "W" and mb == st.inp.microbatches - 1)
-    if releases:
-        st.env.process(_release(st, dp_queue, chunk, start, dur))
+    if kind == ("W" if _split_w(st.inp) else "B"):
+        left[v] -= 1
+        if left[v] == 0:
+            st.env.process(_release(st, dp_queue, chunk, start, dur))
     yield st.env.timeout(dur)
-    if kind != "W":
-        _send(st, r, s, action)
+    _send(st, r, s, action)
 
 
 def _bucket_count(stage: StageCost) -> int:
@@ -167,18 +187,13 @@ def _record_pass(st: _Run, r: int, s: int, chunk: ChunkCost, action: Action, sta
     return t - start
 
 
-def _wait_input(st: _Run, r: int, s: int, action: Action) -> Generator:
-    """Wait for the activation (or gradient) this pass needs; split the wait into bubble and p2p."""
-    dep = dependency(action, s, st.pp, st.inp.vpp)
-    if dep is None:
-        return
-    key = (r, dep[0], dep[1])
-    t0 = st.env.now
-    yield st.event(key)
+def _log_wait(st: _Run, r: int, s: int, action: Action, t0: float) -> None:
+    """Split a wait that ended now into bubble (producer still busy) and exposed p2p."""
+    dep = dependency(action, s, st.pp, st.inp.vpp, st.inp.schedule)
     t1 = st.env.now
-    if t1 <= t0:
+    if dep is None or t1 <= t0:
         return
-    produced = min(max(st.produced.get(key, t0), t0), t1)
+    produced = min(max(st.produced.get((r, dep[0], dep[1]), t0), t0), t1)
     if produced > t0:
         st.log.append(Interval(r, s, "compute", "bubble", t0, produced, "wait"))
     if t1 > produced:
@@ -186,15 +201,12 @@ def _wait_input(st: _Run, r: int, s: int, action: Action) -> Generator:
 
 
 def _send(st: _Run, r: int, s: int, action: Action) -> None:
-    """After a pass, ship its output to the stage that needs it (if any)."""
-    kind, mb, v = action
-    pp, vpp = st.pp, st.inp.vpp
-    if kind == "F" and not (s == pp - 1 and v == vpp - 1):
-        dst, link_stage, direction = (s + 1) % pp, s, "fwd"
-    elif kind == "B" and not (s == 0 and v == 0):
-        dst, link_stage, direction = (s - 1) % pp, (s - 1) % pp, "bwd"
-    else:
+    """After a pass, ship its output over the p2p link to the stage that needs it (if any)."""
+    route = destination(action, s, st.pp, st.inp.vpp, st.inp.schedule)
+    if route is None:
         return
+    link_stage, direction = route
+    kind, mb, v = action
     key = (r, action, s)
     now = st.env.now
     st.produced[key] = now

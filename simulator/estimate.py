@@ -175,6 +175,9 @@ class Estimator:
                 return (p - 1) * (f + b) / plan.vpp
             case "zb-h1":
                 return (p - 1) * max(f + b - w, (f + b + w) / 3)
+            case "dualpipe":
+                # DeepSeek-V3 report Table 2: (PP/2 - 1)(F&B + B - 3W), F&B = f + b + w unoverlapped
+                return (p / 2 - 1) * (f + 2 * b - 2 * w)
         return (p - 1) * (f + b + w)
 
     def _p2p(self, plan: ParallelPlan) -> float:
@@ -191,7 +194,8 @@ class Estimator:
                 dense += n * (lt["params"] - lt["expert"])
                 expert += n * lt["expert"]
         ends = max(self.model.embedding_params(), self.model.head_params()) / plan.tp
-        return dense + (ends if plan.pp > 1 else 2 * ends), expert
+        copies = 2 if plan.schedule == "dualpipe" else 1  # DualPipe holds two stages per device
+        return copies * (dense + (ends if plan.pp > 1 else 2 * ends)), copies * expert
 
     def _dp_and_optimizer(self, plan: ParallelPlan, n_moe: int, n_dense: int, b: float) -> tuple[float, float, tuple[float, float]]:
         dense, expert = self._stage_params(plan, n_moe, n_dense)
@@ -233,6 +237,8 @@ def _in_flight(plan: ParallelPlan, m: int) -> float:
         case "interleaved":
             chunks = min((plan.pp - 1) * 2 + (plan.vpp - 1) * plan.pp + 1, m * plan.vpp)
             return chunks / plan.vpp
+        case "dualpipe":
+            return float(min(plan.pp + 1, m))
     return float(min(plan.pp, m))
 
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from simulator.compute import is_routed_expert
 from simulator.errors import OutOfMemoryError
 from simulator.plan import ParallelPlan, num_microbatches
-from simulator.schedules import stage_program
+from simulator.schedules import chunks_per_stage, model_chunk, num_model_chunks, stage_program
 from topologies import Cluster
 from workloads import (
     ModelSpec,
@@ -50,9 +50,13 @@ def _explicit(sizes: tuple[int, ...]) -> list[range]:
 
 
 def stage_chunks(plan: ParallelPlan, num_layers: int) -> list[list[tuple[int, range]]]:
-    """For each stage, its (model chunk index, layers) pairs; chunk v of stage s is v*pp + s."""
-    split = _explicit(plan.layer_split) if plan.layer_split else layer_split(num_layers, plan.pp * plan.vpp)
-    return [[(v * plan.pp + s, split[v * plan.pp + s]) for v in range(plan.vpp)] for s in range(plan.pp)]
+    """For each stage, its (model chunk index, layers) pairs; chunk v of stage s is v*pp + s
+    (DualPipe: stage s holds model chunks s and pp-1-s)."""
+    total = num_model_chunks(plan.schedule, plan.pp, plan.vpp)
+    split = _explicit(plan.layer_split) if plan.layer_split else layer_split(num_layers, total)
+    per = chunks_per_stage(plan.schedule, plan.vpp)
+    return [[(k, split[k]) for k in (model_chunk(plan.schedule, s, v, plan.pp) for v in range(per))]
+            for s in range(plan.pp)]
 
 
 def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> dict[str, int | bool]:
@@ -77,7 +81,7 @@ def chunk_ops(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chun
         ops += embedding_ops(model, **kw)
     for i in layers:
         ops += layer_ops(model, i, **kw)
-    if chunk == plan.pp * plan.vpp - 1:
+    if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
         ops += head_ops(model, **kw)
     return ops
 
@@ -117,7 +121,7 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
                                        ep=plan.ep, etp=plan.etp, **shard) for i in layers)
     if chunk == 0:
         total += embedding_activation_bytes(model, **shard)
-    if chunk == plan.pp * plan.vpp - 1:
+    if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
         total += head_activation_bytes(model, dtype_bytes=training.activation_bytes, **shard)
     return total
 

@@ -45,7 +45,8 @@ class ParallelPlan:
     micro_batch: int = 1
     """Sequences per micro-batch."""
     schedule: Schedule = "1f1b"
-    """Pipeline schedule."""
+    """Pipeline schedule: gpipe, 1f1b, interleaved (vpp > 1), zb-h1 (split backward) or
+    dualpipe (bidirectional, each device holds two stages; even pp)."""
     recompute: Recompute = "none"
     """Activation recomputation."""
     recompute_layers: int | None = None

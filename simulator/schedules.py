@@ -1,10 +1,12 @@
 """Pipeline schedules: the ordered list of passes each stage runs in one step.
 
-Owns the orders of GPipe, 1F1B, interleaved 1F1B (Megatron's virtual pipeline) and ZB-H1
-(zero-bubble, backward split into input-gradient B and weight-gradient W, Qi et al. 2023), and
-the dependency rule between passes. It knows nothing of durations: the engine times the passes.
-An action is ``(kind, micro_batch, chunk)``; ``chunk`` is the virtual stage index on that device
-(model chunk ``chunk * pp + stage``).
+Owns the orders of GPipe, 1F1B, interleaved 1F1B (Megatron's virtual pipeline), ZB-H1
+(zero-bubble, backward split into input-gradient B and weight-gradient W, Qi et al. 2023) and
+DualPipe (DeepSeek-V3 report sec. 3.2.1: two pipelines in opposite directions on the same devices,
+each device holding stage s of one and stage pp-1-s of the other), and the dependency and routing
+rules between passes. It knows nothing of durations: the engine times the passes. An action is
+``(kind, micro_batch, chunk)``; ``chunk`` is the virtual stage index on that device (model chunk
+``chunk * pp + stage``; for DualPipe chunk 0 is the downward pipeline, chunk 1 the upward one).
 """
 
 from __future__ import annotations
@@ -26,7 +28,44 @@ def stage_program(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> l
             return _interleaved(stage, pp, m, vpp)
         case "zb-h1":
             return _zb_h1(stage, pp, m)
+        case "dualpipe":
+            down, up = lanes("dualpipe", stage, pp, m, 2)
+            merged = [a for pair in zip(down, up) for a in pair]
+            return merged + down[len(up):] + up[len(down):]
     raise ValueError(f"unknown schedule {schedule!r}")
+
+
+def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list[Action]]:
+    """The in-order F/B sequences a stage runs; the engine interleaves lanes as inputs arrive.
+
+    One lane for every schedule but DualPipe, whose two directions each run 1F1B on half of the
+    micro-batches (down: micro-batches 0..m/2-1 at position ``stage``; up: the rest at position
+    ``pp-1-stage``). W passes of split-backward schedules are placed by the engine.
+    """
+    if schedule == "dualpipe":
+        half = m // 2
+        down = [(k, mb, 0) for k, mb, _ in _one_f_one_b(stage, pp, half)]
+        up = [(k, half + mb, 1) for k, mb, _ in _one_f_one_b(pp - 1 - stage, pp, m - half)]
+        return [down, up]
+    base = "1f1b" if schedule == "zb-h1" else schedule
+    return [stage_program(base, stage, pp, m, vpp)]
+
+
+def chunks_per_stage(schedule: str, vpp: int) -> int:
+    """Model chunks each device holds: 2 for DualPipe, vpp otherwise."""
+    return 2 if schedule == "dualpipe" else vpp
+
+
+def model_chunk(schedule: str, stage: int, chunk: int, pp: int) -> int:
+    """Model chunk index (0 = embedding end) of virtual chunk ``chunk`` on ``stage``."""
+    if schedule == "dualpipe":
+        return stage if chunk == 0 else pp - 1 - stage
+    return chunk * pp + stage
+
+
+def num_model_chunks(schedule: str, pp: int, vpp: int) -> int:
+    """Distinct model chunks: pp for DualPipe (each held twice), pp * vpp otherwise."""
+    return pp if schedule == "dualpipe" else pp * vpp
 
 
 def _one_f_one_b(stage: int, pp: int, m: int) -> list[Action]:
@@ -77,14 +116,20 @@ def _zb_h1(stage: int, pp: int, m: int) -> list[Action]:
     return out + pending
 
 
-def dependency(action: Action, stage: int, pp: int, vpp: int) -> tuple[Action, int] | None:
+def dependency(action: Action, stage: int, pp: int, vpp: int, schedule: str = "1f1b") -> tuple[Action, int] | None:
     """The (action, stage) whose output ``action`` on ``stage`` needs, or None.
 
     Forward of chunk v needs the previous stage's forward (stage 0 of chunk v needs the last
     stage of chunk v-1); backward runs the other way; the last chunk's backward starts from its own
-    forward (the loss). W needs only its own B, which precedes it on the same stage.
+    forward (the loss). DualPipe's upward chunk flows from stage pp-1 to 0. W needs only its own B.
     """
     kind, mb, v = action
+    if schedule == "dualpipe":
+        vpp = 1  # two separate pipelines, no wrap-around between chunks
+    if schedule == "dualpipe" and v == 1:
+        if kind == "F":
+            return (action, stage + 1) if stage < pp - 1 else None
+        return (action, stage - 1) if kind == "B" and stage > 0 else None
     if kind == "F":
         if stage > 0:
             return ("F", mb, v), stage - 1
@@ -94,6 +139,30 @@ def dependency(action: Action, stage: int, pp: int, vpp: int) -> tuple[Action, i
             return ("B", mb, v), stage + 1
         return (("B", mb, v + 1), 0) if v < vpp - 1 else None
     return None
+
+
+def destination(action: Action, stage: int, pp: int, vpp: int, schedule: str = "1f1b") -> tuple[int, str] | None:
+    """Where the output of ``action`` goes: (link stage, direction) of the p2p link, or None.
+
+    Link ``(s, "fwd")`` carries s -> s+1 and ``(s, "bwd")`` carries s+1 -> s (mod pp for the
+    interleaved wrap-around).
+    """
+    kind, _, v = action
+    if kind == "W":
+        return None
+    if schedule == "dualpipe":
+        vpp = 1
+    downward = kind == "F"
+    if schedule == "dualpipe" and v == 1:
+        downward = not downward
+        if (stage == 0 and kind == "F") or (stage == pp - 1 and kind == "B"):
+            return None
+        return (stage, "fwd") if downward else (stage - 1, "bwd")
+    if kind == "F" and stage == pp - 1 and v == vpp - 1:
+        return None
+    if kind == "B" and stage == 0 and v == 0:
+        return None
+    return (stage, "fwd") if downward else ((stage - 1) % pp, "bwd")
 
 
 def in_flight_peak(program: list[Action]) -> int:

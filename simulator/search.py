@@ -87,6 +87,7 @@ def _variants(model: ModelSpec, tp: int, pp: int, cp: int, ep: int, dp: int, mb:
     schedules: list[tuple[str, int]] = [("1f1b", 1)] if pp > 1 else [("1f1b", 1)]
     if pp > 1:
         schedules += [("zb-h1", 1)] + [("interleaved", v) for v in (2, 3, 4, 5) if model.num_layers % (pp * v) == 0]
+        schedules += [("dualpipe", 1)] if pp % 2 == 0 else []
     shardings = [dict(zero=0), dict(zero=1)] + ([dict(fsdp="full")] if pp == 1 and tp <= 8 else [])
     for (schedule, vpp), rc, sh in itertools.product(schedules, ("none", "selective", "full"), shardings):
         yield ParallelPlan(**base, schedule=schedule, vpp=vpp, recompute=rc, **sh)  # type: ignore[arg-type]

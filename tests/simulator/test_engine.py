@@ -105,3 +105,12 @@ def test_straggler_gates_the_step_and_never_speeds_it() -> None:
     t = run(EngineInput(st, "1f1b", m, 1, True, True, slow))[1]
     assert t > base
     assert base == pytest.approx(run(EngineInput(st, "1f1b", m, 1, True, True, np.ones((1, pp))))[1])
+
+
+def test_dualpipe_bubble_matches_deepseek_formula() -> None:
+    # DeepSeek-V3 report, Table 2: DualPipe bubble (PP/2 - 1)(F&B + B - 3W); with F = B = W = 1
+    # and no overlap, F&B = 3: (4/2 - 1)(3 + 1 - 3) = 1 time unit on top of m (F + B + W).
+    pp, m = 4, 16
+    t = step(pp, m, "dualpipe", 1.0, 1.0, w=1.0, vpp=2)
+    assert t == pytest.approx(m * 3.0 + (pp / 2 - 1) * (3 + 1 - 3))
+    assert t < step(pp, m, "zb-h1", 1.0, 1.0, w=1.0) < step(pp, m, "1f1b", 1.0, 2.0)
