@@ -7,6 +7,7 @@ adds provenance. ``evaluate_point`` is the picklable entry point sweeps run on w
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 from dataclasses import asdict
@@ -65,8 +66,9 @@ def simulate(
     )
     intervals, step = run(inp)
     inputs = _inputs_doc(model, training, cluster, plan, prof, mode, seed, fidelity, rank_scale)
-    return _summarise(model, training, cluster, plan, stages, memory, intervals, step, m, inputs,
-                      _rank_waits(placement, intervals, rank_scale, unit_scale) if mode == "full" else None)
+    result = _summarise(model, training, cluster, plan, stages, memory, intervals, step, m, inputs,
+                        _rank_waits(placement, intervals, rank_scale, unit_scale) if mode == "full" else None)
+    return dataclasses.replace(result, collectives=tuple(pricer.summary()))
 
 
 def _rank_scale(plan: ParallelPlan, mode: Mode, compute_scale: Sequence[float] | np.ndarray | None) -> np.ndarray:

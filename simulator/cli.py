@@ -26,6 +26,7 @@ from reports.report import write_scaling_report
 from simulator import collective_cli, goodput_cli, search_cli, sweep_cli
 from simulator.api import simulate
 from simulator.calibration import load_profile
+from simulator.placement import Placement
 from simulator.result import CATEGORIES, Result
 from simulator.scaling import scaling_rows
 from simulator.scenario import apply_overrides, load_scenario, read_yaml
@@ -79,6 +80,7 @@ def simulate_cmd(
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="symmetric (default) or full."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML."),
+    show_placement: bool = typer.Option(False, "--placement", help="Print the rank -> device mapping."),
 ) -> None:
     """Simulate one training step of a scenario."""
     sc = load_scenario(scenario, set_)
@@ -87,12 +89,40 @@ def simulate_cmd(
                       mode=mode or sc.mode, seed=sc.seed)  # type: ignore[arg-type]
     title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {_plan_label(sc.plan)}"
     console.print(result_table(result, title))
+    if result.collectives:
+        console.print(collectives_table(result))
+    if show_placement:
+        console.print(placement_table(sc))
     if json_out:
         write_json(result.to_dict(), json_out)
         console.print(f"wrote {json_out}")
     if trace:
         write_trace(result.intervals, sc.plan.pp, trace)
         console.print(f"wrote {trace} (open in https://ui.perfetto.dev)")
+
+
+def collectives_table(result: Result) -> Table:
+    """Every distinct collective: size, time, algorithm, bus bandwidth, busiest link."""
+    table = Table(title="collectives (all concurrent groups on the fabric)")
+    for col in ("kind", "axis", "MiB", "ms", "algorithm", "busbw GB/s", "busiest link", "util"):
+        table.add_column(col, justify="left" if col in ("kind", "axis", "algorithm", "busiest link") else "right")
+    for c in result.collectives:
+        table.add_row(str(c["kind"]), str(c["axis"]), f"{c['size_bytes'] / 2**20:.1f}", f"{c['time_s'] * 1e3:.3f}",
+                      str(c["algorithm"]), f"{c['bus_bandwidth_gbs']:.0f}", str(c["busiest_link"]),
+                      f"{c['busiest_link_utilisation'] * 100:.0f}%")
+    return table
+
+
+def placement_table(sc: Any) -> Table:
+    """Rank -> device, server and (tp, cp, dp, pp) coordinates (first 64 ranks)."""
+    placement = Placement(sc.plan, sc.cluster.gpus_per_node)
+    table = Table(title=f"placement (order {sc.plan.order}, first 64 ranks)")
+    rows = placement.table()
+    for col in rows[0]:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    return table
 
 
 def _plan_label(plan: Any) -> str:

@@ -102,6 +102,13 @@ class _LinkUtilisation(Mapping[str, float]):
     def __len__(self) -> int:
         return len(self._used)
 
+    def peak(self) -> tuple[str, float]:
+        """The busiest link and its utilisation (numpy argmax, no per-link Python loop)."""
+        if len(self._used) == 0:
+            return "", 0.0
+        e = int(self._used[np.argmax(self._util[self._used])])
+        return self._fabric.edge_name(e), float(self._util[e])
+
 
 def bus_factor(kind: str, n: int) -> float:
     """busbw / algbw for ``kind`` on ``n`` ranks (nccl-tests doc/PERFORMANCE.md)."""

@@ -15,7 +15,7 @@ import numpy as np
 
 from simulator import analytic
 from simulator.calibration import CalibrationProfile
-from simulator.collectives import price_collective
+from simulator.collectives import CollectiveCost, price_collective
 from simulator.placement import Placement
 from topologies import Cluster
 
@@ -31,6 +31,7 @@ class CommPricer:
     profile: CalibrationProfile
     fidelity: Fidelity = "flow"
     _cache: dict[tuple[str, float, str], float] = field(default_factory=dict)
+    _details: dict[tuple[str, float, str], CollectiveCost] = field(default_factory=dict)
 
     def time(self, kind: str, size: float, axis: str) -> float:
         """Seconds for ``kind`` of ``size`` bytes on every group of ``axis`` at once."""
@@ -48,6 +49,7 @@ class CommPricer:
         if self.fidelity == "analytic":
             return analytic.collective_time(kind, size, self._shape(groups[0]), self.cluster, self.profile)
         cost = price_collective(kind, size, groups.tolist(), self.cluster, self.profile)
+        self._details[(kind, float(size), axis)] = cost
         return float(cost.time)
 
     def p2p_time(self, size: float, stage: int) -> float:
@@ -67,7 +69,20 @@ class CommPricer:
             same = pairs[0, 0] // self.cluster.nvlink_domain_size == pairs[0, 1] // self.cluster.nvlink_domain_size
             shape = analytic.GroupShape(size=2, per_domain=2 if same else 1)
             return analytic.collective_time("send_recv", size, shape, self.cluster, self.profile)
-        return float(price_collective("send_recv", size, pairs.tolist(), self.cluster, self.profile).time)
+        cost = price_collective("send_recv", size, pairs.tolist(), self.cluster, self.profile)
+        self._details[("send_recv", float(size), f"pp{stage}")] = cost
+        return float(cost.time)
+
+    def summary(self) -> list[dict[str, object]]:
+        """Every distinct collective priced by the flow model: time, algorithm, bus bandwidth and
+        its busiest link with that link's utilisation (all concurrent groups counted)."""
+        rows = []
+        for (kind, size, axis), cost in sorted(self._details.items()):
+            link, util = cost.link_utilisation.peak() if cost.link_utilisation is not None else ("", 0.0)
+            rows.append({"kind": kind, "axis": axis, "size_bytes": size, "time_s": cost.time,
+                         "algorithm": cost.algorithm, "bus_bandwidth_gbs": cost.bus_bandwidth / 1e9,
+                         "busiest_link": link, "busiest_link_utilisation": util})
+        return rows
 
     def _shape(self, group: np.ndarray) -> analytic.GroupShape:
         domains = group // self.cluster.nvlink_domain_size

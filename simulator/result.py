@@ -80,6 +80,9 @@ class Result:
     """Model, cluster and accelerator names."""
     provenance: Mapping[str, Any]
     """Input hash, tool version, seed, mode."""
+    collectives: tuple[Mapping[str, Any], ...] = ()
+    """Every distinct collective of the step: kind, axis, bytes, seconds, algorithm, bus bandwidth,
+    busiest link and its utilisation with all concurrent groups (flow fidelity only)."""
     rank_wait_time: tuple[float, ...] | None = None
     """Full mode: seconds each rank waited for others (TP/DP sync, pipeline); None when symmetric."""
     intervals: tuple[Interval, ...] = field(default=(), repr=False, compare=False)
@@ -126,6 +129,7 @@ class Result:
             "plan": dict(self.plan), **{k: v for k, v in self.labels.items()},
             "provenance": dict(self.provenance),
             "rank_wait_time_s": list(self.rank_wait_time) if self.rank_wait_time is not None else None,
+            "collectives": [dict(c) for c in self.collectives],
         }
 
     def to_row(self) -> dict[str, Any]:

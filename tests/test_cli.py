@@ -62,6 +62,13 @@ def test_inconsistent_cluster_is_a_clear_error(tmp_path: Path) -> None:
     assert p.returncode == 2 and "num_gpus" in p.stderr and "Traceback" not in p.stderr
 
 
+def test_simulate_prints_collectives_and_the_placement() -> None:
+    p = cli("simulate", str(EXAMPLE), "--placement")
+    assert p.returncode == 0, p.stderr
+    assert "busiest link" in p.stdout and "gpu0->nic0" in p.stdout
+    assert "placement (order tp-cp-ep-dp-pp" in p.stdout
+
+
 def test_presets_lists_models_accelerators_clusters() -> None:
     p = cli("presets")
     assert p.returncode == 0
