@@ -90,3 +90,14 @@ def test_readme_main_command_shape_and_scale_report(tmp_path: Path) -> None:
     assert p.returncode == 0, p.stderr
     html = (tmp_path / "rep" / "report.html").read_text()
     assert "data:image/png;base64" in html and "naive" in html.lower()
+
+
+def test_stragglers_distribution_is_ordered_and_slower_than_the_clean_step() -> None:
+    p = cli("stragglers", str(EXAMPLE), "--steps", "3", "--slow-fraction", "0.05", "--slow-factor", "1.3")
+    assert p.returncode == 0, p.stderr
+    values = {}
+    for line in p.stdout.splitlines():
+        for name in ("no-straggler step", "p50", "p99", "max"):
+            if line.strip("│ ").startswith(name + " "):
+                values[name] = float(line.split("│")[2].split("s (")[0])
+    assert values["no-straggler step"] < values["p50"] <= values["p99"] <= values["max"]
