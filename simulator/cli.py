@@ -23,6 +23,7 @@ from rich.table import Table
 
 from reports import cli as reports_cli
 from reports.report import write_scaling_report
+from reports.waterfall import write_waterfall
 from simulator import collective_cli, goodput_cli, search_cli, straggler_cli, sweep_cli
 from simulator.api import simulate
 from simulator.calibration import load_profile
@@ -81,6 +82,7 @@ def simulate_cmd(
     mode: Optional[str] = typer.Option(None, "--mode", help="symmetric (default) or full."),
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML."),
     show_placement: bool = typer.Option(False, "--placement", help="Print the rank -> device mapping."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the compute-loss waterfall as PNG."),
 ) -> None:
     """Simulate one training step of a scenario."""
     sc = load_scenario(scenario, set_)
@@ -96,6 +98,9 @@ def simulate_cmd(
     if json_out:
         write_json(result.to_dict(), json_out)
         console.print(f"wrote {json_out}")
+    if plot:
+        write_waterfall(result.to_dict(), plot)
+        console.print(f"wrote {plot}")
     if trace:
         write_trace(result.intervals, sc.plan.pp, trace)
         console.print(f"wrote {trace} (open in https://ui.perfetto.dev)")

@@ -18,8 +18,8 @@ def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
 
 
 def test_simulate_writes_json_and_a_perfetto_trace(tmp_path: Path) -> None:
-    out, trace = tmp_path / "r.json", tmp_path / "t.json"
-    p = cli("simulate", str(EXAMPLE), "--json", str(out), "--trace", str(trace), "--set", "plan.micro_batch=1")
+    out, trace, plot = tmp_path / "r.json", tmp_path / "t.json", tmp_path / "w.png"
+    p = cli("simulate", str(EXAMPLE), "--json", str(out), "--trace", str(trace), "--plot", str(plot), "--set", "plan.micro_batch=1")
     assert p.returncode == 0, p.stderr
     assert "MFU" in p.stdout and "exposed_tp" in p.stdout
     doc = json.loads(out.read_text())
@@ -28,6 +28,7 @@ def test_simulate_writes_json_and_a_perfetto_trace(tmp_path: Path) -> None:
     spans = [e for e in events if e["ph"] == "X"]
     assert spans and all(e["dur"] >= 0 and "pid" in e and "tid" in e for e in spans)
     assert {e["cat"] for e in spans} >= {"compute", "bubble"}
+    assert plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert not list(tmp_path.glob(".*"))  # no temporary files left behind
 
 
