@@ -15,14 +15,15 @@ from typing import Annotated, Optional
 import numpy as np
 import typer
 from rich.console import Console
+from rich.progress import Progress
 from rich.table import Table
 
 from simulator.calibration import CalibrationProfile, load_profile, save_profile
 from simulator.errors import CalibrationError
-from simulator.fit import FitReport, fit_profile
-from simulator.fit_runs import fit_runs
+from simulator.fit import FitReport, fit_profile, fit_profiles
+from simulator.fit_runs import EVALUATIONS, fit_runs
 from simulator.torch_backend import torch_available
-from simulator.torch_backend.check import check, summary
+from simulator.torch_backend.check import STATISTICS, check, summary
 from simulator.torch_backend.measure import SMALL_GPT, TINY_GPT, load_steps, measure, standard_plans
 from simulator.torch_backend.specs import GPTConfig, TimingRecipe
 
@@ -55,7 +56,7 @@ def _model(name: str, layers: int | None, hidden: int | None, heads: int | None,
 def measure_command(
     out: Annotated[Path, typer.Option("--out", help="Folder for the measurements.")],
     model: Annotated[str, typer.Option(help="GPT preset: small or tiny.")] = "small",
-    ranks: Annotated[str, typer.Option(help="Comma-separated world sizes: 1 (baseline), 2 (six plans), 4 (mix).")] = "1,2",
+    ranks: Annotated[str, typer.Option(help="Comma-separated world sizes: 1 (baseline), 2 (six plans), 4 (mix).")] = "1,2,4",
     layers: Annotated[Optional[int], typer.Option(help="Override the GPT's layers.")] = None,
     hidden: Annotated[Optional[int], typer.Option(help="Override the GPT's hidden size.")] = None,
     heads: Annotated[Optional[int], typer.Option(help="Override the GPT's heads.")] = None,
@@ -66,6 +67,7 @@ def measure_command(
     repeats: Annotated[int, typer.Option(help="Timed steps (and samples per microbenchmark).")] = 10,
     trace: Annotated[Optional[Path], typer.Option(help="Also write a torch.profiler trace per plan here.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the ranks of one launch are killed.")] = 900.0,
+    quick: Annotated[bool, typer.Option(help="Benchmark only the shapes the plans run (no sweeps).")] = False,
 ) -> None:
     """Run real training steps and microbenchmarks with PyTorch on this machine (gloo/NCCL)."""
     if not torch_available():
@@ -74,7 +76,7 @@ def measure_command(
     worlds = [int(r) for r in ranks.split(",") if r.strip()]
     plans = [p for w in worlds for p in standard_plans(w, global_batch, micro_batches)]
     timing = TimingRecipe(warmup=warmup, repeats=repeats, profile_dir=str(trace or ""))
-    records = measure(out, cfg, plans, timing, timeout=timeout)
+    records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick)
     table = Table(title=f"measured step times ({out})")
     for col in ("plan", "ranks", "median ms", "best ms", "spread %"):
         table.add_column(col, justify="left" if col == "plan" else "right")
@@ -99,6 +101,8 @@ def _fit_table(report: FitReport) -> Table:
     table.add_row("kernel_overhead", f"{p.kernel_overhead * 1e6:.1f} us", "")
     table.add_row("step_overhead", f"{p.step_overhead * 1e6:.1f} us", "")
     table.add_row("optimizer_efficiency", f"{p.optimizer_efficiency:.3f}", "")
+    table.add_row("collective_overhead (per call, TP/FSDP)", f"{p.collective_overhead * 1e6:.0f} us", "")
+    table.add_row("p2p_overhead", f"{p.p2p_overhead * 1e6:.0f} us", "")
     for ab in report.collectives:
         table.add_row(f"{ab.kind}", f"alpha {ab.alpha * 1e6:.0f} us, busbw {ab.bus_bandwidth / 1e9:.2f} GB/s",
                       f"{ab.median_abs_error * 100:.0f}%")
@@ -120,26 +124,28 @@ def fit_command(
 def check_command(
     folder: Annotated[Path, typer.Argument(help="Folder written by calibrate measure.")],
     calibration: Annotated[Optional[Path], typer.Option(help="Profile from calibrate fit (default: fit it now).")] = None,
-    statistic: Annotated[str, typer.Option(help="Measured step statistic: median or best.")] = "median",
+    statistic: Annotated[str, typer.Option(help="Measured step statistic: median, best, or uncontended "
+                                           "(median with the time the OS withheld a CPU removed).")] = "uncontended",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the rows as JSON.")] = None,
 ) -> None:
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan."""
-    if statistic not in ("median", "best"):
-        raise CalibrationError(f"--statistic {statistic!r}: use median or best")
-    profile = load_profile(calibration) if calibration else fit_profile(folder).profile
-    rows = check(load_steps(folder), profile, statistic)  # type: ignore[arg-type]
+    if statistic not in STATISTICS:
+        raise CalibrationError(f"--statistic {statistic!r}: use one of {list(STATISTICS)}")
+    profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in fit_profiles(folder).items()}
+    records = load_steps(folder)
+    rows = check(records, profiles, statistic)  # type: ignore[arg-type]
     table = Table(title=f"predicted vs measured ({statistic}), profile fitted on microbenchmarks only")
-    for col in ("plan", "ranks", "measured ms", "predicted ms", "error %", "noise (spread) %"):
+    for col in ("plan", "ranks", "measured ms", "predicted ms", "error %", "spread %", "CPU withheld %"):
         table.add_column(col, justify="left" if col == "plan" else "right")
-    for r in rows:
+    for r, rec in zip(rows, records):
         table.add_row(r.plan, str(r.world_size), f"{r.measured * 1e3:.1f}", f"{r.predicted * 1e3:.1f}",
-                      f"{r.error * 100:+.1f}", f"{r.spread * 100:.0f}")
+                      f"{r.error * 100:+.1f}", f"{r.spread * 100:.0f}", f"{rec.contention * 100:.0f}")
     s = summary(rows)
     _console().print(table)
     _console().print(f"median |error| {s['median_abs_error'] * 100:.1f}%, max |error| {s['max_abs_error'] * 100:.1f}%, "
                      f"mean error {s['mean_error'] * 100:+.1f}% over {len(rows)} plans")
     if json_out:
-        doc = {"rows": [{**r.__dict__, "error": r.error} for r in rows], "summary": s, "profile": profile.name}
+        doc = {"statistic": statistic, "rows": [{**r.__dict__, "error": r.error} for r in rows], "summary": s}
         json_out.write_text(json.dumps(doc, indent=2))
 
 
@@ -152,7 +158,10 @@ def import_runs_command(
 ) -> None:
     """Fit a profile from measured step times; report the error on the held-out rows separately."""
     start = load_profile(base) if base else CalibrationProfile()
-    result = fit_runs(csv, start, holdout=holdout, rng=np.random.default_rng(seed))
+    with Progress(console=_console(), transient=True) as bar:
+        task = bar.add_task("fitting (each step simulates every row)", total=EVALUATIONS)
+        result = fit_runs(csv, start, holdout=holdout, rng=np.random.default_rng(seed),
+                          progress=lambda n: bar.advance(task, n))
     save_profile(result.profile, out)
     table = Table(title=f"fit on {result.train_rows} rows, {result.holdout_rows} held out")
     for col in ("rows", "median |error| before %", "median |error| after %"):

@@ -17,6 +17,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from simulator.errors import CalibrationError
+from topologies import Cluster, cpu_accelerator, cpu_loopback
 
 PROFILE_DIR = Path(__file__).parent / "profiles"
 
@@ -73,6 +74,9 @@ class CalibrationProfile(BaseModel):
     """Multiplier on the GEMM efficiency curve for GEMMs run at a low-precision peak, keyed by
     "fp8" (FP8 and MXFP8 recipes) and "fp4" (NVFP4): quantisation and scaling kernels keep them
     further from their doubled peak. 1.0 when a key is absent."""
+    expert_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """Multiplier on the efficiency of routed-expert (grouped) GEMMs of MoE layers: token
+    permutation, padding and many small per-expert GEMMs keep them below a dense GEMM's rate."""
     step_overhead: float = Field(default=0.0, ge=0)
     """Seconds per training step outside the modelled phases (data loading, logging)."""
     machine: dict[str, float] = Field(default={})
@@ -163,3 +167,24 @@ def default_profile(accelerator_name: str) -> CalibrationProfile:
         if key.startswith(path.stem):
             return load_profile(path)
     return CalibrationProfile()
+
+
+def machine_cluster(profile: CalibrationProfile, num_ranks: int, *, time_shared: bool = True) -> Cluster:
+    """ "This machine": ``num_ranks`` CPU ranks on loopback with the profile's measured figures.
+
+    With ``time_shared``, ranks beyond the cores share them: each rank gets cores / (ranks x
+    threads) of the measured compute and memory rates (fair scheduling assumed). Without it each
+    rank has a core, as in step times with the CPU run delay removed.
+    """
+    m = profile.machine
+    missing = [k for k in ("peak_flops", "memory_bandwidth") if k not in m]
+    if missing:
+        raise CalibrationError(f"profile {profile.name}: machine figures {missing} missing; "
+                               "use a profile from `clustersim calibrate fit`")
+    busy = num_ranks * m.get("threads_per_rank", 1.0)
+    share = min(1.0, m.get("cores", busy) / busy) if time_shared else 1.0
+    acc = cpu_accelerator(peak_flops=m["peak_flops"] * share, memory_bandwidth=m["memory_bandwidth"] * share,
+                          memory_capacity=m.get("memory_capacity", 0.0) or 4.0 * 2**30,
+                          name="cpu (measured)", source=profile.source)
+    return cpu_loopback(num_ranks, accelerator=acc, loopback_bandwidth=m.get("link_bandwidth", 1e9),
+                        name="this-machine")

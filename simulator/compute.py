@@ -79,7 +79,8 @@ def ops_time(
 ) -> float:
     """Summed seconds of ``ops`` for one pass; routed-expert ops stretched by ``expert_scale``."""
     return sum(
-        op_time(op, accelerator, profile, precision, which, expert_scale if is_routed_expert(op) else 1.0)
+        op_time(op, accelerator, profile, precision, which,
+                expert_scale / profile.expert_efficiency if is_routed_expert(op) else 1.0)
         for op in ops
     )
 

@@ -112,19 +112,20 @@ def memory_fit(compute: Mapping[str, object]) -> tuple[float, float, float]:
 
 
 def alpha_beta(kind: str, entries: Sequence[Mapping[str, float]]) -> AlphaBeta:
-    """Robust alpha-beta: alpha from the smallest sizes, bandwidth from the largest ones."""
+    """Theil-Sen alpha-beta fit: slope = median of pairwise slopes, alpha = median intercept.
+
+    Exact on noiseless data and robust to the scheduling outliers of a shared host.
+    """
     pts = sorted((float(e["size"]), float(e["time_s"])) for e in entries if e["kind"] == kind)
     if len(pts) < 3:
         raise CalibrationError(f"collective {kind}: {len(pts)} sizes measured; need >= 3 for an alpha-beta fit")
-    n = int(entries[0]["world_size"])
-    alpha = float(np.median([t for _, t in pts[:2]]))
-    big = pts[-2:]
-    slope = float(np.median([(t - alpha) / s for s, t in big]))
-    slope = max(slope, 1e-15)
-    bw = bus_factor(kind, n) / slope
-    fit = [alpha + s * slope for s, _ in pts]
-    err = float(np.median([abs(f / t - 1.0) for f, (_, t) in zip(fit, pts)]))
-    return AlphaBeta(kind=kind, alpha=alpha, bus_bandwidth=bw, median_abs_error=err)
+    n = int(next(e["world_size"] for e in entries if e["kind"] == kind))
+    s, t = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    i, j = np.triu_indices(len(pts), k=1)
+    slope = max(float(np.median((t[j] - t[i]) / (s[j] - s[i]))), 1e-15)
+    alpha = max(float(np.median(t - slope * s)), 0.0)
+    err = float(np.median(np.abs((alpha + slope * s) / t - 1.0)))
+    return AlphaBeta(kind=kind, alpha=alpha, bus_bandwidth=bus_factor(kind, n) / slope, median_abs_error=err)
 
 
 def overhead_fit(compute: Mapping[str, object]) -> tuple[float, float]:
@@ -135,7 +136,7 @@ def overhead_fit(compute: Mapping[str, object]) -> tuple[float, float]:
 
 def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) -> tuple[int, dict[str, object]]:
     """(world size, microbenchmarks) of a measure folder: ``world_size`` or the largest measured."""
-    files = {int(p.stem.split("_w")[1]): p for p in Path(folder).glob("micro_w*.json")}
+    files = {n: Path(folder) / f"micro_w{n}.json" for n in measured_worlds(folder)}
     if not files:
         raise CalibrationError(f"folder {folder} has no micro_w*.json; run `clustersim calibrate measure --out {folder}`")
     n = world_size or max(files)
@@ -161,11 +162,21 @@ def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None
         name=name, source=f"clustersim calibrate fit {folder} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
         kernel_overhead=per_op, step_overhead=per_backward, optimizer_efficiency=opt_eff,
-        **_link_fields(links), machine=_machine(compute, peak, mem_bw, links, n, _host(folder)),
+        **_link_fields(links, framework_overhead(micro)), machine=_machine(compute, peak, mem_bw, links, n, _host(folder)),
     )
     quality = {"gemm_efficiency": curve_error(gcurve, gp), "attention_efficiency": curve_error(acurve, ap),
                "memory_efficiency": mem_err, **{f"collective.{ab.kind}": ab.median_abs_error for ab in links}}
     return FitReport(profile=profile, quality=quality, collectives=links)
+
+
+def measured_worlds(folder: str | os.PathLike[str]) -> list[int]:
+    """World sizes whose microbenchmarks ``folder`` holds."""
+    return sorted(int(p.stem.split("_w")[1]) for p in Path(folder).glob("micro_w*.json"))
+
+
+def fit_profiles(folder: str | os.PathLike[str], **kwargs: object) -> dict[int, FitReport]:
+    """One fit per measured world size (compute contention differs with the ranks sharing cores)."""
+    return {n: fit_profile(folder, world_size=n, **kwargs) for n in measured_worlds(folder)}  # type: ignore[arg-type]
 
 
 def _host(folder: str | os.PathLike[str]) -> dict[str, float]:
@@ -179,13 +190,25 @@ def _kinds(micro: Mapping[str, object]) -> list[str]:
     return sorted({e["kind"] for e in micro["collectives"]["entries"]})  # type: ignore[index,union-attr]
 
 
-def _link_fields(links: Sequence[AlphaBeta]) -> dict[str, object]:
-    """Collective and p2p overheads (alpha) and a loopback efficiency of 1 (bandwidth is measured)."""
+def framework_overhead(micro: Mapping[str, object]) -> float | None:
+    """Median seconds per collective call as TP (DTensor) and FSDP2 issue them, or None.
+
+    Measured on a GPT so small that its parallel step is all overhead: (parallel - plain) time
+    over the calls torch makes (``microbench.framework_calls``); includes the transport's alpha.
+    """
+    entries = micro.get("collectives", {}).get("framework", [])  # type: ignore[union-attr]
+    return float(np.median([e["per_call_s"] for e in entries])) if entries else None
+
+
+def _link_fields(links: Sequence[AlphaBeta], framework: float | None) -> dict[str, object]:
+    """Collective overhead (per call as the frameworks issue it, else the raw alpha), p2p
+    overhead (send/recv alpha) and a loopback efficiency of 1 (its bandwidth is measured)."""
     if not links:
         return {}
     coll = [ab.alpha for ab in links if ab.kind != "send_recv"] or [links[0].alpha]
     p2p = [ab.alpha for ab in links if ab.kind == "send_recv"] or coll
-    return {"collective_overhead": float(np.median(coll)), "p2p_overhead": float(np.median(p2p)),
+    per_call = framework if framework is not None else float(np.median(coll))
+    return {"collective_overhead": per_call, "p2p_overhead": float(np.median(p2p)),
             "link_efficiency": {**CalibrationProfile().link_efficiency, "loopback": 1.0},
             "link_latency": {"loopback": 1e-7}}
 

@@ -24,7 +24,7 @@ from typing import Any, Mapping
 
 import yaml
 
-from simulator.calibration import CalibrationProfile, load_profile
+from simulator.calibration import CalibrationProfile, load_profile, machine_cluster
 from simulator.errors import ScenarioError
 from simulator.plan import ParallelPlan, plan_from_mapping
 from topologies import Cluster, load_cluster
@@ -97,13 +97,14 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, na
     mode = str(data.get("mode", "symmetric"))
     if mode not in ("symmetric", "full"):
         raise ScenarioError(f"mode = {mode!r}; use symmetric or full")
+    profile = _profile(data.get("calibration"), base_dir)
     return Scenario(
         name=str(data.get("name", name)),
         model=_model(data["model"], base_dir),
         training=_training(data["training"]),
-        cluster=_cluster(data["cluster"]),
+        cluster=_cluster(data["cluster"], profile),
         plan=_plan(data["plan"]),
-        profile=_profile(data.get("calibration"), base_dir),
+        profile=profile,
         mode=mode,
         seed=int(data.get("seed", 0)),
     )
@@ -139,10 +140,14 @@ def _training(spec: Any) -> TrainingSpec:
         raise ScenarioError(f"training: {exc}") from None
 
 
-def _cluster(spec: Any) -> Cluster:
+def _cluster(spec: Any, profile: CalibrationProfile | None) -> Cluster:
+    """The cluster; "this machine" (cpu-loopback) takes its figures from a fitted profile."""
     if not isinstance(spec, dict):
         raise ScenarioError("cluster must be a mapping like {preset: dgx-h100, num_gpus: 64}")
-    return load_cluster(spec)
+    cluster = load_cluster(spec)
+    if cluster.name == "cpu-loopback" and profile is not None and profile.machine:
+        return machine_cluster(profile, cluster.num_gpus)
+    return cluster
 
 
 def _plan(spec: Any) -> ParallelPlan:

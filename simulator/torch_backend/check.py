@@ -10,19 +10,19 @@ times are only ever compared against, never fitted. Imports no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Sequence
+from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
 from simulator.api import simulate
-from simulator.calibration import CalibrationProfile
+from simulator.calibration import CalibrationProfile, machine_cluster
 from simulator.errors import CalibrationError
 from simulator.plan import ParallelPlan
 from simulator.torch_backend.specs import BackendPlan, GPTConfig, StepRecord
-from topologies import Cluster, cpu_accelerator, cpu_loopback
 from workloads import ModelSpec, TrainingSpec
 
-Statistic = Literal["median", "best"]
+Statistic = Literal["median", "best", "uncontended"]
+STATISTICS: tuple[str, ...] = ("median", "best", "uncontended")
 
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch DDP's default gradient bucket (``bucket_cap_mb=25``, torch.nn.parallel.DistributedDataParallel docs)."""
@@ -66,51 +66,58 @@ def training_spec(cfg: GPTConfig, plan: BackendPlan) -> TrainingSpec:
                         optimizer="adam")
 
 
-def parallel_plan(plan: BackendPlan) -> ParallelPlan:
-    """The simulator's plan for a backend plan (DDP buckets overlap backward; FSDP2 prefetches)."""
+def parallel_plan(plan: BackendPlan, *, overlap: bool = True) -> ParallelPlan:
+    """The simulator's plan for a backend plan (DDP buckets, FSDP2 prefetch).
+
+    ``overlap=False`` for CPU ranks that each own one core: gloo moves bytes with CPU threads
+    on that same core, so communication cannot hide behind compute.
+    """
     return ParallelPlan(
         tp=plan.tp, pp=plan.pp, dp=plan.dp, sp=plan.sp, micro_batch=plan.micro_batch,
         schedule=plan.schedule if plan.pp > 1 else "1f1b",
         fsdp="full" if plan.data_parallel == "fsdp" and plan.dp > 1 else "none",
         bucket_size=float(DDP_BUCKET_BYTES), grad_dtype_bytes=4,
+        overlap_grad_reduce=overlap, overlap_param_gather=overlap,
     )
 
 
-def machine_cluster(profile: CalibrationProfile, num_ranks: int) -> Cluster:
-    """ "This machine": ``num_ranks`` CPU ranks on loopback with the profile's measured figures.
-
-    Ranks beyond the cores time-share them: each rank gets cores / (ranks x threads) of the
-    measured single-rank compute and memory rates (an assumption of fair scheduling).
-    """
-    m = profile.machine
-    missing = [k for k in ("peak_flops", "memory_bandwidth") if k not in m]
-    if missing:
-        raise CalibrationError(f"profile {profile.name}: machine figures {missing} missing; "
-                               "use a profile from `clustersim calibrate fit`")
-    busy = num_ranks * m.get("threads_per_rank", 1.0)
-    share = min(1.0, m.get("cores", busy) / busy)
-    acc = cpu_accelerator(peak_flops=m["peak_flops"] * share, memory_bandwidth=m["memory_bandwidth"] * share,
-                          memory_capacity=m.get("memory_capacity", 0.0) or 4.0 * 2**30,
-                          name="cpu (measured)", source=profile.source)
-    return cpu_loopback(num_ranks, accelerator=acc, loopback_bandwidth=m.get("link_bandwidth", 1e9),
-                        name="this-machine")
-
-
-def predict(record: StepRecord, profile: CalibrationProfile) -> float:
+def predict(record: StepRecord, profile: CalibrationProfile, *, time_shared: bool = True) -> float:
     """Simulated step time in seconds of one measured plan."""
     result = simulate(model_spec(record.model), training_spec(record.model, record.plan),
-                      machine_cluster(profile, record.world_size), parallel_plan(record.plan), profile=profile)
+                      machine_cluster(profile, record.world_size, time_shared=time_shared),
+                      parallel_plan(record.plan, overlap=record.device != "cpu"), profile=profile)
     return float(result.step_time)
 
 
-def check(records: Sequence[StepRecord], profile: CalibrationProfile,
+def measured(record: StepRecord, statistic: Statistic) -> float:
+    """The record's step time by ``statistic``: median, best, or median with CPU run delay removed."""
+    match statistic:
+        case "median":
+            return record.median
+        case "best":
+            return record.best
+        case "uncontended":
+            return record.uncontended
+    raise CalibrationError(f"statistic {statistic!r} unknown; use one of {list(STATISTICS)}")
+
+
+def check(records: Sequence[StepRecord], profiles: Mapping[int, CalibrationProfile] | CalibrationProfile,
           statistic: Statistic = "median") -> list[CheckRow]:
-    """Predicted vs measured for every record."""
-    return [
-        CheckRow(plan=r.plan.name, world_size=r.world_size, predicted=predict(r, profile),
-                 measured=r.median if statistic == "median" else r.best, spread=r.spread)
-        for r in records
-    ]
+    """Predicted vs measured for every record; ``profiles`` maps a world size to its profile
+    (the microbenchmarks run on that many concurrent ranks) or is one profile for all."""
+    rows = []
+    for r in records:
+        prof = profiles if isinstance(profiles, CalibrationProfile) else _for_world(profiles, r.world_size)
+        pred = predict(r, prof, time_shared=statistic != "uncontended")  # run delay removed: no sharing
+        rows.append(CheckRow(plan=r.plan.name, world_size=r.world_size, predicted=pred,
+                             measured=measured(r, statistic), spread=r.spread))
+    return rows
+
+
+def _for_world(profiles: Mapping[int, CalibrationProfile], world: int) -> CalibrationProfile:
+    """The profile of ``world`` ranks, else of the nearest larger (then smaller) world measured."""
+    larger = sorted(w for w in profiles if w >= world)
+    return profiles[larger[0]] if larger else profiles[max(profiles)]
 
 
 def summary(rows: Sequence[CheckRow]) -> dict[str, float]:

@@ -11,6 +11,8 @@ unsharded and column-sharded by tensor parallelism.
 
 from __future__ import annotations
 
+import zlib
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -67,7 +69,8 @@ class Block(nn.Module):
 class GPT(nn.Module):
     """Embedding, blocks, final norm and output head; parts absent on a pipeline stage are None."""
 
-    def __init__(self, cfg: GPTConfig, *, layers: range | None = None, first: bool = True, last: bool = True) -> None:
+    def __init__(self, cfg: GPTConfig, *, layers: range | None = None, first: bool = True, last: bool = True,
+                 seed: int = 0) -> None:
         super().__init__()
         owned = range(cfg.num_layers) if layers is None else layers
         self.tok_embeddings = nn.Embedding(cfg.vocab_size, cfg.hidden_size) if first else None
@@ -75,6 +78,7 @@ class GPT(nn.Module):
         self.layers = nn.ModuleDict({str(i): Block(cfg) for i in owned})
         self.norm = nn.LayerNorm(cfg.hidden_size) if last else None
         self.output = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False) if last else None
+        init_weights(self, seed)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
@@ -85,6 +89,16 @@ class GPT(nn.Module):
         return self.output(self.norm(h))
 
 
+def init_weights(model: nn.Module, seed: int) -> None:
+    """N(0, 0.02) matrices seeded by (seed, parameter name): a stage, a shard's source and the
+    whole model get the same values for the same names, whatever else was built first."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() >= 2:
+                gen = torch.Generator().manual_seed(seed * 1_000_003 + zlib.crc32(name.encode()))
+                p.copy_(torch.randn(p.shape, generator=gen) * 0.02)
+
+
 def stage_layers(num_layers: int, stage: int, num_stages: int) -> range:
     """Contiguous layers of ``stage``: an even split, the remainder going to the first stages."""
     base, extra = divmod(num_layers, num_stages)
@@ -92,13 +106,14 @@ def stage_layers(num_layers: int, stage: int, num_stages: int) -> range:
     return range(start, start + base + (1 if stage < extra else 0))
 
 
-def build_stage(cfg: GPTConfig, stage: int, num_stages: int) -> GPT:
+def build_stage(cfg: GPTConfig, stage: int, num_stages: int, seed: int = 0) -> GPT:
     """The part of the GPT that pipeline ``stage`` of ``num_stages`` owns."""
     return GPT(
         cfg,
         layers=stage_layers(cfg.num_layers, stage, num_stages),
         first=stage == 0,
         last=stage == num_stages - 1,
+        seed=seed,
     )
 
 

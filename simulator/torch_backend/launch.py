@@ -40,8 +40,9 @@ def rank_env(rank: int, world_size: int, port: int, threads: int) -> dict[str, s
     env.update(
         MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
         WORLD_SIZE=str(world_size), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
-        GLOO_SOCKET_IFNAME=env.get("GLOO_SOCKET_IFNAME", "lo"),
     )
+    if sys.platform.startswith("linux"):  # gloo on the loopback interface ("lo" on Linux)
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
     repo = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = os.pathsep.join(p for p in (repo, env.get("PYTHONPATH", "")) if p)
     return env

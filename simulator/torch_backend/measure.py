@@ -55,27 +55,27 @@ def standard_plans(world_size: int, global_batch: int = 8, micro_batches: int = 
     raise ValueError(f"world_size {world_size}: standard plans exist for 1, 2 and 4 ranks")
 
 
-def gemm_shapes(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> list[list[int]]:
-    """(m, n, k) of every linear the plans run, plus a square sweep from 64 to 512."""
+def gemm_shapes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = True) -> list[list[int]]:
+    """(m, n, k) of every linear the plans run, plus (``sweep``) squares from 64 to 512."""
     h, f, v = cfg.hidden_size, cfg.ffn_hidden_size, cfg.vocab_size
-    shapes = {(m, n, n) for m in (64, 256, 1024) for n in (64, 128, 256, 512)}
+    shapes = {(m, n, n) for m in (64, 256, 1024) for n in (64, 128, 256, 512)} if sweep else set()
     for p in plans:
         t = p.micro_batch * cfg.seq_len
         shapes |= {(t, h // p.tp, h), (t, h, h // p.tp), (t, f // p.tp, h), (t, h, f // p.tp), (t, v // p.tp, h)}
     return [list(s) for s in sorted(shapes)]
 
 
-def attention_shapes(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> list[list[int]]:
-    """(batch, heads, seq, head_dim) of the attention each plan runs, plus a batch sweep."""
+def attention_shapes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = True) -> list[list[int]]:
+    """(batch, heads, seq, head_dim) of the attention each plan runs, plus (``sweep``) batches 1-16."""
     d = cfg.hidden_size // cfg.num_heads
-    shapes = {(b, cfg.num_heads, cfg.seq_len, d) for b in (1, 4, 16)}
+    shapes = {(b, cfg.num_heads, cfg.seq_len, d) for b in (1, 4, 16)} if sweep else set()
     shapes |= {(p.micro_batch, cfg.num_heads // p.tp, cfg.seq_len, d) for p in plans}
     return [list(s) for s in sorted(shapes)]
 
 
-def memory_sizes(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> list[int]:
-    """Element counts of the activations the plans touch, plus 2^16 to 2^22."""
-    sizes = {1 << e for e in range(16, 23, 2)}
+def memory_sizes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = True) -> list[int]:
+    """Element counts of the activations the plans touch, plus (``sweep``) 2^16 to 2^22."""
+    sizes = {1 << e for e in range(16, 23, 2)} if sweep else set()
     for p in plans:
         t = p.micro_batch * cfg.seq_len
         sizes |= {t * cfg.hidden_size, t * cfg.ffn_hidden_size // p.tp}
@@ -83,12 +83,15 @@ def memory_sizes(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> list[int]:
 
 
 def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe, world_size: int,
-              collective_sizes: Sequence[int] = COLLECTIVE_SIZES) -> list[dict[str, object]]:
-    """One launch's tasks: compute microbenchmarks, collectives (world > 1), then every plan."""
+              collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True) -> list[dict[str, object]]:
+    """One launch's tasks: compute microbenchmarks, collectives (world > 1), then every plan.
+
+    ``sweep=False`` benchmarks only the shapes the plans run (fast, for CI).
+    """
     params = 12 * cfg.hidden_size ** 2 * cfg.num_layers  # 4h^2 attention + 8h^2 MLP per layer
     tasks: list[dict[str, object]] = [{
-        "kind": "compute", "timing": asdict(timing), "gemm_shapes": gemm_shapes(cfg, plans),
-        "attention_shapes": attention_shapes(cfg, plans), "memory_sizes": memory_sizes(cfg, plans),
+        "kind": "compute", "timing": asdict(timing), "gemm_shapes": gemm_shapes(cfg, plans, sweep),
+        "attention_shapes": attention_shapes(cfg, plans, sweep), "memory_sizes": memory_sizes(cfg, plans, sweep),
         "optimizer_params": params,
     }]
     if world_size > 1:
@@ -107,21 +110,22 @@ def host_info() -> dict[str, object]:
 
 def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[BackendPlan],
             timing: TimingRecipe, *, timeout: float = 600.0,
-            collective_sizes: Sequence[int] = COLLECTIVE_SIZES) -> list[StepRecord]:
+            collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True) -> list[StepRecord]:
     """Run every plan (grouped by world size, one launch each) and write the results folder."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
+    meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host_info(), "plans": [asdict(p) for p in plans]}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
     records: list[StepRecord] = []
     for world in sorted({p.world_size for p in plans}):
         group = [p for p in plans if p.world_size == world]
-        results = launch(tasks_for(cfg, group, timing, world, collective_sizes), world,
+        results = launch(tasks_for(cfg, group, timing, world, collective_sizes, sweep), world,
                          timeout=timeout, threads=timing.threads_per_rank, log_dir=out / "logs" / f"w{world}")
         micro = {r["kind"]: r for r in results if r["kind"] in ("compute", "collectives")}
         (out / f"micro_w{world}.json").write_text(json.dumps(micro, indent=1))
         records += [record_from_dict(r) for r in results if r["kind"] == "step"]
-    meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host_info(), "plans": [asdict(p) for p in plans]}
-    (out / "meta.json").write_text(json.dumps(meta, indent=1))
-    (out / "steps.json").write_text(json.dumps([r.to_dict() for r in records], indent=1))
+        # written after every launch: a failure at a larger world keeps what was measured
+        (out / "steps.json").write_text(json.dumps([r.to_dict() for r in records], indent=1))
     return records
 
 

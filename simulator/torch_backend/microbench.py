@@ -15,7 +15,14 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from simulator.torch_backend.specs import TimingRecipe
+from simulator.torch_backend.gpt import GPT, lm_loss
+from simulator.torch_backend.parallelize import apply_fsdp, apply_tp, make_mesh
+from simulator.torch_backend.specs import BackendPlan, GPTConfig, TimingRecipe
+
+def framework_gpt(world: int) -> GPTConfig:
+    """A GPT so small that its step is all framework overhead (hooks, DTensor dispatch, launches);
+    heads, sequence and vocabulary divisible by ``world`` so TP and SP shard it."""
+    return GPTConfig(num_layers=2, hidden_size=8 * world, num_heads=world, seq_len=4 * world, vocab_size=16 * world)
 
 MIN_SAMPLE_S = 2e-3
 """Each timed sample repeats a call until it lasts at least this long (timer resolution)."""
@@ -179,4 +186,53 @@ def collective_suite(task: Mapping[str, object], timing: TimingRecipe) -> dict[s
         for size in task.get("sizes", []):  # type: ignore[union-attr]
             t = time_call(collective_call(str(kind), int(size)), timing)
             entries.append({"kind": kind, "size": float(size), "world_size": dist.get_world_size(), "time_s": t})
-    return {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "entries": entries}
+    return {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "entries": entries,
+            "framework": framework_entries(timing)}
+
+
+def framework_calls(variant: str, layers: int) -> int:
+    """Collective calls of one forward+backward of the GPT under ``variant`` (torch's own count).
+
+    tp: per block 2 all-reduces forward (wo, w2) + 2 backward (inputs of the column-parallel
+    layers), plus the embedding's, the head's all-gather and its input-gradient all-reduce.
+    tp-sp: per block 2 all-gathers + 2 reduce-scatters forward and the same backward, plus 5 at
+    the ends. fsdp: per block all-gather forward and backward and a reduce-scatter; the root
+    all-gathers once and reduce-scatters once.
+    """
+    match variant:
+        case "tp":
+            return 4 * layers + 3
+        case "tp-sp":
+            return 8 * layers + 5
+        case "fsdp":
+            return 3 * layers + 2
+    raise ValueError(f"framework variant {variant!r} unknown; use tp, tp-sp or fsdp")
+
+
+def _framework_model(variant: str, cfg: GPTConfig, world: int) -> torch.nn.Module:
+    model = GPT(cfg).to(_dev())
+    if variant == "plain":
+        return model
+    plan = BackendPlan(name=variant, dp=world if variant == "fsdp" else 1, tp=1 if variant == "fsdp" else world,
+                       sp=variant == "tp-sp", data_parallel="fsdp" if variant == "fsdp" else "none",
+                       global_batch=world)
+    mesh = make_mesh(plan)
+    if variant == "fsdp":
+        apply_fsdp(model, mesh["dp"])
+    else:
+        apply_tp(model, mesh["tp"], plan.sp)
+    return model
+
+
+def framework_entries(timing: TimingRecipe) -> list[dict[str, float]]:
+    """Seconds per collective call as the frameworks issue them: (parallel - plain) / calls."""
+    cfg = framework_gpt(dist.get_world_size())
+    tokens = torch.zeros(1, cfg.seq_len, dtype=torch.long, device=_dev())
+    times = {}
+    for variant in ("plain", "tp", "tp-sp", "fsdp"):
+        model = _framework_model(variant, cfg, dist.get_world_size())
+        times[variant] = time_call(lambda: lm_loss(model(tokens), tokens).backward(), timing)
+    return [{"variant": v, "calls": float(framework_calls(v, cfg.num_layers)), "time_s": times[v],
+             "plain_s": times["plain"],
+             "per_call_s": max(times[v] - times["plain"], 0.0) / framework_calls(v, cfg.num_layers)}
+            for v in ("tp", "tp-sp", "fsdp")]

@@ -1,16 +1,15 @@
 """What one rank runs: real training steps of the small GPT under a parallel plan, timed.
 
-Owns turning a ``BackendPlan`` into a module and a step function with torch's own parallel APIs
-(DDP, FSDP2 ``fully_shard``, ``torch.distributed.tensor.parallel`` Colwise/Rowwise/Sequence
-parallel, ``torch.distributed.pipelining`` GPipe and 1F1B, all on a ``DeviceMesh``), timing
-steps, and the rank's entry point (``python -m simulator.torch_backend.runners TASKS OUT``).
+Owns turning a ``BackendPlan`` into a module and a step function (DDP, FSDP2 and TP applied by
+``parallelize``; ``torch.distributed.pipelining`` GPipe and 1F1B here), timing steps with the
+CPU run delay the OS imposed, and the rank's entry point
+(``python -m simulator.torch_backend.runners TASKS OUT``).
 It does not spawn processes (``launch``) nor fit anything (``simulator.fit``).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -18,37 +17,18 @@ from typing import Callable
 
 import torch
 import torch.distributed as dist
-from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
-from torch.distributed.tensor import Replicate, Shard
-from torch.distributed.tensor.parallel import (
-    ColwiseParallel,
-    PrepareModuleInput,
-    RowwiseParallel,
-    SequenceParallel,
-    parallelize_module,
-)
 from torch.nn.parallel import DistributedDataParallel
+from torch.profiler import ProfilerActivity, profile
 
 from simulator.torch_backend import microbench
 from simulator.torch_backend.gpt import GPT, build_stage, lm_loss
+from simulator.torch_backend.parallelize import apply_fsdp, apply_tp, device, make_mesh, synchronize
 from simulator.torch_backend.specs import BackendPlan, GPTConfig, StepRecord, TimingRecipe
 
-Step = Callable[[], None]
-
-
-def device() -> torch.device:
-    """This rank's device: its CUDA GPU when there is one, else the CPU."""
-    if torch.cuda.is_available():
-        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
-    return torch.device("cpu")
-
-
-def synchronize() -> None:
-    """Wait for queued device work (a no-op on CPU)."""
-    if torch.cuda.is_available():
-        torch.cuda.synchronize()
+Step = Callable[[], tuple[float, float]]
+"""One training step; returns (this rank's loss x weight, weight) for the global mean loss."""
 
 
 def batch(cfg: GPTConfig, sequences: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -59,54 +39,9 @@ def batch(cfg: GPTConfig, sequences: int, seed: int) -> tuple[torch.Tensor, torc
     return tokens.to(device()), targets.to(device())
 
 
-def tp_block_plan(sp: bool) -> dict[str, object]:
-    """torchtitan's per-block TP plan: column-shard q/k/v and w1, row-shard wo and w2."""
-    out = Shard(1) if sp else Replicate()
-    plan: dict[str, object] = {
-        "attention.wq": ColwiseParallel(),
-        "attention.wk": ColwiseParallel(),
-        "attention.wv": ColwiseParallel(),
-        "attention.wo": RowwiseParallel(output_layouts=out),
-        "feed_forward.w1": ColwiseParallel(),
-        "feed_forward.w2": RowwiseParallel(output_layouts=out),
-    }
-    if sp:
-        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-        plan.update(attention_norm=SequenceParallel(), ffn_norm=SequenceParallel(),
-                    attention=gather, feed_forward=gather)
-    return plan
-
-
-def apply_tp(model: GPT, mesh: DeviceMesh, sp: bool) -> None:
-    """Tensor (and sequence) parallelism with torch.distributed.tensor.parallel."""
-    out = Shard(1) if sp else Replicate()
-    top: dict[str, object] = {
-        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=out),
-        "output": ColwiseParallel(input_layouts=out, output_layouts=Replicate()),
-    }
-    if sp:
-        top["norm"] = SequenceParallel()
-    parallelize_module(model, mesh, top)  # type: ignore[arg-type]
-    for block in model.layers.values():
-        parallelize_module(block, mesh, tp_block_plan(sp))  # type: ignore[arg-type]
-
-
-def apply_fsdp(model: GPT, mesh: DeviceMesh) -> None:
-    """FSDP2: one ``fully_shard`` unit per block, then the root."""
-    for block in model.layers.values():
-        fully_shard(block, mesh=mesh)
-    fully_shard(model, mesh=mesh)
-
-
-def make_mesh(plan: BackendPlan) -> DeviceMesh:
-    """A DeviceMesh with the plan's non-trivial axes, outermost first (pp, dp, tp)."""
-    axes = [(n, d) for n, d in (("pp", plan.pp), ("dp", plan.dp), ("tp", plan.tp)) if d > 1] or [("dp", 1)]
-    return init_device_mesh(device().type, tuple(d for _, d in axes), mesh_dim_names=tuple(n for n, _ in axes))
-
-
 def flat_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) -> Step:
-    """DP (DDP or FSDP2), TP(+SP) and their mix: no pipeline."""
-    model = GPT(cfg).to(device())
+    """DP (DDP or FSDP2), TP(+SP) and their mix: no pipeline; replica r takes slice r of the batch."""
+    model = GPT(cfg, seed=seed).to(device())
     names = mesh.mesh_dim_names or ()
     if plan.tp > 1:
         apply_tp(model, mesh["tp"], plan.sp)
@@ -116,15 +51,20 @@ def flat_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) ->
     elif plan.dp > 1:
         wrapped = DistributedDataParallel(model, process_group=mesh["dp"].get_group())
     dp_rank = mesh["dp"].get_local_rank() if "dp" in names else 0
-    tokens, targets = batch(cfg, plan.micro_batch, seed + dp_rank)
-    opt = torch.optim.Adam(model.parameters(), lr=1e-4)
+    tp_rank = mesh["tp"].get_local_rank() if "tp" in names else 0
+    tokens, targets = batch(cfg, plan.global_batch, seed)
+    mine = slice(dp_rank * plan.micro_batch, (dp_rank + 1) * plan.micro_batch)
+    tokens, targets = tokens[mine], targets[mine]
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    weight = 1.0 if tp_rank == 0 else 0.0  # TP ranks hold the same loss: count it once
 
-    def step() -> None:
-        for _ in range(plan.micro_batches):
-            lm_loss(wrapped(tokens), targets).backward()
+    def step() -> tuple[float, float]:
+        loss = lm_loss(wrapped(tokens), targets)
+        loss.backward()
         opt.step()
         opt.zero_grad(set_to_none=True)
         synchronize()
+        return float(loss.detach()) * weight, weight
 
     return step
 
@@ -132,25 +72,36 @@ def flat_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) ->
 def pipeline_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) -> Step:
     """PP with torch.distributed.pipelining (GPipe or 1F1B), one stage per rank."""
     rank, n = mesh["pp"].get_local_rank(), plan.pp
-    stage_mod = build_stage(cfg, rank, n).to(device())
+    stage_mod = build_stage(cfg, rank, n, seed=seed).to(device())
     stage = PipelineStage(stage_mod, rank, n, device(), group=mesh["pp"].get_group())
     kind = ScheduleGPipe if plan.schedule == "gpipe" else Schedule1F1B
     schedule = kind(stage, n_microbatches=plan.micro_batches, loss_fn=lm_loss)
     tokens, targets = batch(cfg, plan.global_batch, seed)
-    opt = torch.optim.Adam(stage_mod.parameters(), lr=1e-4)
+    opt = torch.optim.Adam(stage_mod.parameters(), lr=1e-3)
 
-    def step() -> None:
+    def step() -> tuple[float, float]:
+        losses: list[torch.Tensor] = []
         if rank == 0:
             schedule.step(tokens)
         elif rank == n - 1:
-            schedule.step(target=targets, losses=[])
+            schedule.step(target=targets, losses=losses)
         else:
             schedule.step()
         opt.step()
         opt.zero_grad(set_to_none=True)
         synchronize()
+        if not losses:
+            return 0.0, 0.0
+        return float(torch.stack(losses).mean()), 1.0
 
     return step
+
+
+def global_loss(weighted: float, weight: float) -> float:
+    """Mean loss over the ranks that own one (DP replicas, the last stage, TP rank 0)."""
+    t = torch.tensor([weighted, weight], dtype=torch.float64)
+    dist.all_reduce(t)
+    return float(t[0] / t[1])
 
 
 def run_delay() -> float:
@@ -165,13 +116,12 @@ def run_delay() -> float:
         return 0.0
 
 
-def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[float]]:
-    """(seconds per step, run delay per step), both the largest over ranks, after warm-up.
+def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[float], list[float]]:
+    """(seconds per step, run delay per step, global loss of each warm-up step), after warm-up.
 
-    Each step is timed from a common barrier, so the slowest rank sets it.
+    Each step is timed from a common barrier; time and delay are the largest over the ranks.
     """
-    for _ in range(timing.warmup):
-        step()
+    losses = [global_loss(*step()) for _ in range(timing.warmup)]
     times, delays = [], []
     for _ in range(timing.repeats):
         dist.barrier()
@@ -181,13 +131,11 @@ def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[floa
         delays.append(run_delay() - delay)
     t = torch.tensor([times, delays], dtype=torch.float64)
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t[0].tolist(), t[1].tolist()
+    return t[0].tolist(), t[1].tolist(), losses
 
 
 def trace_step(step: Step, name: str, folder: str) -> None:
     """One extra step under torch.profiler, written as a Chrome trace per rank."""
-    from torch.profiler import ProfilerActivity, profile  # optional part of torch, only when asked
-
     Path(folder).mkdir(parents=True, exist_ok=True)
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         step()
@@ -201,11 +149,12 @@ def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int 
         raise ValueError(f"plan {plan.name}: dp*tp*pp = {plan.world_size} != world size {world}")
     mesh = make_mesh(plan)
     step = pipeline_step(plan, cfg, mesh, seed) if plan.pp > 1 else flat_step(plan, cfg, mesh, seed)
-    times, delays = time_steps(step, timing)
+    times, delays, losses = time_steps(step, timing)
     if timing.profile_dir:
         trace_step(step, plan.name, timing.profile_dir)
     return StepRecord(plan=plan, model=cfg, world_size=world, backend=dist.get_backend(),
-                      device=device().type, step_times=tuple(times), run_delays=tuple(delays))
+                      device=device().type, step_times=tuple(times), run_delays=tuple(delays),
+                      warmup_losses=tuple(losses))
 
 
 def run_task(task: dict[str, object]) -> dict[str, object]:

@@ -126,6 +126,9 @@ class StepRecord:
     """Seconds per timed step, the slowest rank of each step."""
     run_delays: tuple[float, ...] = field(default_factory=tuple)
     """Seconds of each timed step the most delayed rank waited for a CPU (Linux schedstat)."""
+    warmup_losses: tuple[float, ...] = field(default_factory=tuple)
+    """Global mean training loss of each warm-up step (same init and data for every plan, so
+    every plan's losses must match the 1-rank baseline's: a check that the sharding is right)."""
 
     @property
     def median(self) -> float:
@@ -176,4 +179,5 @@ def record_from_dict(data: Mapping[str, object]) -> StepRecord:
         device=str(data["device"]),
         step_times=tuple(float(t) for t in data["step_times"]),  # type: ignore[union-attr]
         run_delays=tuple(float(t) for t in data.get("run_delays", ())),  # type: ignore[union-attr]
+        warmup_losses=tuple(float(t) for t in data.get("warmup_losses", ())),  # type: ignore[union-attr]
     )
