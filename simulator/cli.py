@@ -24,7 +24,7 @@ from rich.table import Table
 from reports import cli as reports_cli
 from reports.report import write_scaling_report
 from reports.waterfall import write_waterfall
-from simulator import calibrate_cli, collective_cli, goodput_cli, search_cli, straggler_cli, sweep_cli
+from simulator import calibrate_cli, collective_cli, goodput_cli, search_cli, straggler_cli, sweep_cli, validate_cli
 from simulator.api import simulate
 from simulator.calibration import load_profile
 from simulator.placement import Placement
@@ -181,7 +181,7 @@ def presets_cmd() -> None:
         console.print(table)
 
 
-for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, reports_cli):
+for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, validate_cli, reports_cli):
     _module.register(app)
 
 

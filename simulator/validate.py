@@ -36,7 +36,7 @@ DATA_PATH = Path(__file__).resolve().parent.parent / "workloads" / "data" / "pub
 """The bundled data set (sources: workloads/data/SOURCES.md)."""
 
 OUTPUT_COLUMNS: tuple[str, ...] = (
-    "row_id", "source_id", "gpu_type", "model", "num_gpus", "status", "reason",
+    "row_id", "source_id", "framework", "gpu_type", "model", "num_gpus", "status", "reason",
     "predicted_step_time_s", "measured_step_time_s", "error_pct", "predicted_mfu", "measured_from",
     "inferred", "plan", "wall_s",
 )
@@ -73,7 +73,11 @@ def load_runs(path: str | Path | None = None) -> pd.DataFrame:
     where = Path(path) if path is not None else DATA_PATH
     if not where.exists():
         raise ScenarioError(f"runs file {where} does not exist; pass a CSV with the columns of published_runs.csv")
-    runs = pd.read_csv(where)
+    try:
+        runs = pd.read_csv(where)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as exc:
+        raise ScenarioError(f"runs file {where} is not a readable CSV ({str(exc).splitlines()[0]}); "
+                            "pass a CSV with the columns of published_runs.csv") from None
     missing = sorted(set(pd.read_csv(DATA_PATH, nrows=0).columns) - set(runs.columns))
     if missing:
         raise ScenarioError(f"runs file {where} lacks column(s) {missing}; use the columns of published_runs.csv")
@@ -156,7 +160,8 @@ def scenario_for_row(row: Mapping[str, Any], cache: dict[tuple, Cluster] | None 
 
 def _base_record(row: Mapping[str, Any]) -> dict[str, Any]:
     rec: dict[str, Any] = dict.fromkeys(OUTPUT_COLUMNS, None)
-    rec.update(row_id=int(row["row_id"]), source_id=text(row, "source_id"), gpu_type=text(row, "gpu_type"),
+    rec.update(row_id=int(row["row_id"]), source_id=text(row, "source_id"), framework=text(row, "framework"),
+               gpu_type=text(row, "gpu_type"),
                model=text(row, "model"), num_gpus=int(num(row, "num_gpus") or 0), status="skipped", reason="")
     return rec
 
@@ -236,17 +241,24 @@ def summarise(results: pd.DataFrame) -> dict[str, Any]:
             "skip_reasons": skipped.reason.str.replace(r"\d[\d.,]*", "#", regex=True).value_counts()}
 
 
-def megatron_lm_rows(results: pd.DataFrame) -> pd.DataFrame:
-    """The Megatron-LM rows (README tables and SC'21 Table 2)."""
-    return results[results.source_id.str.startswith(("megatron-readme", "sc21"))]
+MEGATRON_LM_FRAMEWORKS: tuple[str, ...] = ("Megatron-LM", "Megatron-Core")
+"""``framework`` prefixes of the runs made with Megatron-LM itself (README tables, SC'21 PTD-P);
+the DeepSpeed ZeRO-3 rows of SC'21 Table 2 and the NeMo/Megatron-Bridge recipes are not among them."""
+
+
+def megatron_lm_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows run with Megatron-LM (``framework`` starts with Megatron-LM or Megatron-Core)."""
+    return frame[frame.framework.fillna("").str.startswith(MEGATRON_LM_FRAMEWORKS)]
 
 
 def stratified_subset(runs: pd.DataFrame, others: int, rng: np.random.Generator) -> pd.DataFrame:
-    """Every Megatron-LM row plus ``others`` rows drawn evenly over (source_id, gpu_type) strata."""
-    meg = runs[runs.source_id.str.startswith(("megatron-readme", "sc21"))]
+    """Every Megatron-LM row plus ``others`` rows drawn round-robin over (source_id, gpu_type) strata."""
+    meg = megatron_lm_rows(runs)
     rest = runs.drop(meg.index)
-    strata = list(rest.groupby(["source_id", "gpu_type"]).groups.values())
-    per = max(1, others // max(len(strata), 1))
-    picks = [rng.choice(np.asarray(idx), size=min(per, len(idx)), replace=False) for idx in strata]
-    chosen = np.concatenate(picks)[:others] if picks else np.array([], dtype=int)
-    return pd.concat([meg, rest.loc[sorted(chosen)]]).sort_values("row_id")
+    strata = [list(rng.permutation(np.asarray(idx))) for idx in rest.groupby(["source_id", "gpu_type"]).groups.values()]
+    chosen: list[int] = []
+    while len(chosen) < min(others, len(rest)):
+        for stratum in strata:
+            if stratum and len(chosen) < others:
+                chosen.append(int(stratum.pop()))
+    return pd.concat([meg, rest.loc[chosen]]).sort_values("row_id")

@@ -41,7 +41,7 @@ def stats_table(title: str, key: str, frame: pd.DataFrame) -> Table:
 
 
 def _overall_line(name: str, stats: dict[str, Any]) -> str:
-    return (f"{name}: {stats['rows']} rows, MAPE {stats['mape']:.1f} %, median |err| {stats['median_abs']:.1f} %, "
+    return (f"{name}: {stats['rows']} rows, MAPE {stats['mape']:.2f} %, median |err| {stats['median_abs']:.1f} %, "
             f"worst |err| {stats['worst_abs']:.1f} %, bias {stats['bias']:+.1f} %")
 
 

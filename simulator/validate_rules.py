@@ -24,7 +24,7 @@ MEGATRON_CORE_FRAMEWORKS: tuple[str, ...] = ("megatron-core", "nemo", "megatron-
 TP_COMM_OVERLAP: float = 0.5
 """Fraction of TP communication hidden by TE userbuffer overlap in Megatron-Core runs (H100 and
 later): TE tp-comm-overlap pipelines the all-gather/reduce-scatter with the GEMM in chunks, so part
-stays exposed (first/last chunk, contention). Fitted on the data set, one value for all rows."""
+stays exposed (first/last chunk, contention). An assumption, not fitted; one value for all rows."""
 
 SHAPE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("num_layers", "num_layers"), ("hidden_size", "hidden_size"), ("num_heads", "num_heads"),

@@ -18,7 +18,7 @@ import typer
 from typer.testing import CliRunner
 
 from simulator.calibration import PROFILE_DIR, CalibrationProfile, default_profile, load_profile
-from simulator.compute import op_time
+from simulator.compute import op_time, ops_time
 from simulator.validate import (
     OUTPUT_COLUMNS, error_stats, load_runs, megatron_lm_rows, stratified_subset, validate_row, validate_runs,
 )
@@ -28,11 +28,11 @@ from topologies.accelerators import ACCELERATORS, get_accelerator
 from workloads import Op
 
 # Regression guard (subset: every Megatron-LM row + 60 stratified others, rng seed 0), with the
-# bundled default profiles. Reached when written: see docs/VALIDATION.md; the tolerances leave
-# ~2 points of head room. Calculon reports 3.65 % mean error on a similar Megatron table
-# (Isaev et al., SC'23), the level the Megatron-LM rows aim at.
-SUBSET_MAPE_MAX = 20.0
-MEGATRON_MAPE_MAX = 12.0
+# bundled default profiles. Reached when written: subset MAPE 12.0 %, Megatron-LM rows 10.3 %
+# (full table: 9.99 %, docs/VALIDATION.md); the tolerances allow ~1 point of drift. Calculon reports
+# 3.65 % mean error on a similar Megatron table (Isaev et al., SC'23), the level aimed at.
+SUBSET_MAPE_MAX = 13.0
+MEGATRON_MAPE_MAX = 11.0
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +125,17 @@ def test_fp8_precision_efficiency_scales_fp8_gemms_only() -> None:
     assert op_time(op, acc, half, "bf16") == pytest.approx(op_time(op, acc, base, "bf16"))
 
 
+def test_expert_efficiency_slows_routed_expert_gemms_only() -> None:
+    acc = get_accelerator("h100")
+    kw = dict(flops=1e12, bytes=1.0, bwd_flops=2e12, bwd_bytes=1.0, params=1, gemm_shape=(1, 1, 1))
+    expert = Op(name="expert_fc1", kind="gemm", **kw)
+    shared = Op(name="shared_expert_fc1", kind="gemm", **kw)
+    base = CalibrationProfile(kernel_overhead=0.0)
+    slow = base.replace(expert_efficiency=0.5)
+    assert ops_time([expert], acc, slow, "bf16") == pytest.approx(2 * ops_time([expert], acc, base, "bf16"))
+    assert ops_time([shared], acc, slow, "bf16") == pytest.approx(ops_time([shared], acc, base, "bf16"))
+
+
 def test_bundled_profiles_load_and_are_found_by_accelerator_name() -> None:
     paths = sorted(PROFILE_DIR.glob("*.yaml"))
     assert paths, "no bundled profiles"
@@ -145,7 +156,7 @@ def test_subset_mape_stays_below_the_level_reached(runs: pd.DataFrame) -> None:
     assert len(ok) >= 0.9 * (with_time & ~subset.model.str.startswith("Nemotron_3")).sum()
     assert error_stats(ok.error_pct)["mape"] <= SUBSET_MAPE_MAX
     meg = megatron_lm_rows(ok)
-    assert len(meg) >= 40
+    assert len(meg) >= 35  # 37 Megatron-LM rows, 2 strong-scaling rows lack their degrees
     assert error_stats(meg.error_pct)["mape"] <= MEGATRON_MAPE_MAX
 
 
