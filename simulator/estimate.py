@@ -31,6 +31,7 @@ from workloads import (
     layer_ops,
     model_flops_per_step,
 )
+from workloads.mamba import mamba_cp_alltoall_bytes
 
 
 @dataclass(frozen=True)
@@ -62,22 +63,22 @@ class Estimator:
         self.peak = peak_for(self.cluster.accelerator, self.training.precision, True)
 
     # -- cached pieces -------------------------------------------------------------------------
-    def _layer_ops(self, moe: bool, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool) -> tuple[Op, ...]:
-        i = next(j for j in range(self.model.num_layers) if self.model.is_moe_layer(j) == moe)
+    def _layer_ops(self, i: int, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool) -> tuple[Op, ...]:
         return tuple(layer_ops(self.model, i, micro_batch=mb, seq_len=self.training.seq_len, tp=tp, cp=cp,
                                ep=ep, etp=etp, dtype_bytes=self.training.activation_bytes, sp=sp))
 
-    def _layer_times(self, moe: bool, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool, imbalance: float) -> dict[str, float]:
-        ops = list(self._ops(moe, mb, tp, cp, ep, etp, sp))
+    def _layer_times(self, i: int, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool, imbalance: float) -> dict[str, float]:
+        """Pass times of representative layer ``i`` (see ``layer_groups``)."""
+        ops = list(self._ops(i, mb, tp, cp, ep, etp, sp))
         t = lambda sel, which: ops_time(sel, self.cluster.accelerator, self.profile, self.training.precision, which, imbalance)  # noqa: E731
         attn = [o for o in ops if o.kind == "attention"]
+        ring = 1.0 if any(o.name == "attn_core" for o in ops) else 0.0  # CP ring only around attention
         expert = sum(o.params for o in ops if is_routed_expert(o))
         return {"fwd": t(ops, "fwd"), "bi": t(ops, "bwd_input"), "bw": t(ops, "bwd_weight"),
                 "sel": t([o for o in ops if o.recompute_selective], "fwd"), "attn_f": t(attn, "fwd"),
-                "attn_b": t(attn, "bwd"), "params": float(sum(o.params for o in ops)), "expert": float(expert)}
+                "attn_b": t(attn, "bwd"), "ring": ring, "params": float(sum(o.params for o in ops)), "expert": float(expert)}
 
-    def _layer_act(self, moe: bool, mb: int, tp: int, cp: int, sp: bool, rc: str, ep: int, etp: int) -> float:
-        i = next(j for j in range(self.model.num_layers) if self.model.is_moe_layer(j) == moe)
+    def _layer_act(self, i: int, mb: int, tp: int, cp: int, sp: bool, rc: str, ep: int, etp: int) -> float:
         return layer_activation_bytes(self.model, i, micro_batch=mb, seq_len=self.training.seq_len, tp=tp, cp=cp,
                                       sp=sp, recompute=rc, dtype_bytes=self.training.activation_bytes, ep=ep, etp=etp)  # type: ignore[arg-type]
 
@@ -101,36 +102,51 @@ class Estimator:
         n_moe = min(per, round(per * share)) if moe else 0
         return n_moe, per - n_moe
 
+    def layer_groups(self, plan: ParallelPlan) -> tuple[tuple[int, int], ...]:
+        """(representative layer index, count) per layer kind on the busiest stage: the first MoE
+        and the first dense layer of a transformer (``layer_counts``), or for a hybrid
+        ``layer_pattern`` the first layer of each kind with its share of the stage's layers."""
+        model = self.model
+        if model.layer_pattern is None:
+            n_moe, n_dense = self.layer_counts(plan)
+            reps = {True: n_moe, False: n_dense}
+            return tuple((next(j for j in range(model.num_layers) if model.is_moe_layer(j) == moe), n)
+                         for moe, n in reps.items() if n)
+        per = math.ceil(model.num_layers / plan.pp)
+        groups = []
+        for ch in dict.fromkeys(model.layer_pattern):
+            share = model.layer_pattern.count(ch) / model.num_layers
+            groups.append((model.layer_pattern.index(ch), max(1, round(per * share))))
+        return tuple(groups)
+
     def estimate(self, plan: ParallelPlan) -> Estimate:
         """Step time and peak memory of ``plan`` (assumed already valid for the cluster)."""
         m = self.training.global_batch_size // (plan.dp * plan.micro_batch)
-        n_moe, n_dense = self.layer_counts(plan)
-        f, b, w, extra = self._per_microbatch(plan, n_moe, n_dense)
+        groups = self.layer_groups(plan)
+        f, b, w, extra = self._per_microbatch(plan, groups)
         bubble = self._bubble(plan, f, b, w)
-        dp, opt, params = self._dp_and_optimizer(plan, n_moe, n_dense, b)
+        dp, opt, params = self._dp_and_optimizer(plan, groups, b)
         pp_comm = 2 * (plan.pp - 1) * self._p2p(plan) if plan.pp > 1 else 0.0
         compute = m * (f + b + w)
         step = compute + bubble + pp_comm + dp + opt + self.profile.step_overhead
-        memory = self._memory(plan, m, n_moe, n_dense, params)
+        memory = self._memory(plan, m, groups, params)
         return Estimate(plan=plan, step_time=step, peak_memory=memory,
                         fits=memory <= self.cluster.accelerator.hbm_capacity,
                         breakdown={"compute": m * (f + b + w) - m * extra, "exposed_comm": m * extra,
                                    "bubble": bubble, "exposed_pp": pp_comm, "exposed_dp": dp, "optimizer": opt})
 
-    def _per_microbatch(self, plan: ParallelPlan, n_moe: int, n_dense: int) -> tuple[float, float, float, float]:
+    def _per_microbatch(self, plan: ParallelPlan, groups: tuple[tuple[int, int], ...]) -> tuple[float, float, float, float]:
         """Forward, backward-input(+recompute), weight-grad seconds of the busiest stage, and comm in them."""
         f = b = w = comm = 0.0
-        for moe, n in ((True, n_moe), (False, n_dense)):
-            if n == 0:
-                continue
-            lt = self._times(moe, plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, plan.expert_imbalance)
-            cf, cb = self._layer_comm(plan, moe, lt)
+        for i, n in groups:
+            lt = self._times(i, plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, plan.expert_imbalance)
+            cf, cb = self._layer_comm(plan, i, lt)
             rec = lt["fwd"] if plan.recompute == "full" else lt["sel"] if plan.recompute == "selective" else 0.0
             f += n * (lt["fwd"] + cf)
             b += n * (lt["bi"] + rec + cb)
             w += n * lt["bw"]
             comm += n * (cf + cb)
-        f2, b2 = self._fsdp(plan, n_moe + n_dense, f, b + w)
+        f2, b2 = self._fsdp(plan, sum(n for _, n in groups), f, b + w)
         head = list(head_ops(self.model, micro_batch=plan.micro_batch, seq_len=self.training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp))
         acc, prof, prec = self.cluster.accelerator, self.profile, self.training.precision
         f += f2 + ops_time(head, acc, prof, prec, "fwd")
@@ -139,18 +155,25 @@ class Estimator:
             b, w = b + w, 0.0
         return f, b, w, comm + f2 + b2
 
-    def _layer_comm(self, plan: ParallelPlan, moe: bool, lt: dict[str, float]) -> tuple[float, float]:
-        t = self.training
+    def _layer_comm(self, plan: ParallelPlan, i: int, lt: dict[str, float]) -> tuple[float, float]:
+        """Exposed TP, CP and EP seconds of layer ``i`` (hybrid layers: one TP block, not two)."""
+        t, moe = self.training, self.model.is_moe_layer(i)
+        blocks = 2 if self.model.layer_kind(i) == "transformer" else 1
         tokens = plan.micro_batch * t.seq_len / plan.cp
         size = tokens * self.model.hidden_size * t.activation_bytes
         if plan.sp:
             one = self.comm("reduce_scatter", size, plan.tp, 1) + self.comm("all_gather", size, plan.tp, 1)
         else:
             one = self.comm("all_reduce", size, plan.tp, 1)
-        tp = 2 * one * (1 - plan.tp_comm_overlap)
+        tp = blocks * one * (1 - plan.tp_comm_overlap)
         kv = 2 * tokens * max(self.model.num_kv_heads // plan.tp, 1) * self.model.attn_head_dim * t.activation_bytes * plan.cp
-        ring = self.comm("all_gather", kv, plan.cp, plan.tp)
+        ring = self.comm("all_gather", kv, plan.cp, plan.tp) * lt["ring"]
         cp_f, cp_b = max(0.0, ring - lt["attn_f"]), max(0.0, 2 * ring - lt["attn_b"])
+        if plan.cp > 1 and self.model.layer_kind(i) == "mamba":  # scan all-to-alls (see lower.py)
+            payload = mamba_cp_alltoall_bytes(self.model, micro_batch=plan.micro_batch, seq_len=t.seq_len,
+                                              tp=plan.tp, cp=plan.cp, dtype_bytes=t.activation_bytes)
+            a2a = self.comm("all_to_all", payload, plan.cp, plan.tp)
+            cp_f, cp_b = cp_f + a2a, cp_b + a2a * (2 if plan.recompute == "full" else 1)
         ep = 0.0
         if moe and plan.ep > 1:
             per_rank = tokens / plan.tp * self.model.top_k * self.model.hidden_size * t.activation_bytes
@@ -162,7 +185,7 @@ class Estimator:
         """Exposed FSDP gather/scatter per micro-batch (prefetched one layer ahead)."""
         if plan.param_shard <= 1 or layers == 0:
             return 0.0, 0.0
-        lt = self._times(self.model.is_moe_layer(self.model.num_layers - 1), plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, 1.0)
+        lt = self._times(self._rep(self.model.num_layers - 1), plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, 1.0)
         stride = plan.tp
         g = self.comm("all_gather", lt["params"] * self.training.param_bytes, plan.shard_degree, stride)
         rs = self.comm("reduce_scatter", lt["params"] * plan.grad_dtype_bytes, plan.shard_degree, stride)
@@ -185,20 +208,26 @@ class Estimator:
         size /= plan.tp if plan.sp else 1
         return self.comm("send_recv", size, 2, plan.tp * plan.cp * plan.dp)
 
-    def _stage_params(self, plan: ParallelPlan, n_moe: int, n_dense: int) -> tuple[float, float]:
+    def _rep(self, i: int) -> int:
+        """The representative layer of layer ``i``'s kind (the first layer of the same kind)."""
+        m = self.model
+        return next(j for j in range(m.num_layers)
+                    if (m.layer_kind(j), m.is_moe_layer(j)) == (m.layer_kind(i), m.is_moe_layer(i)))
+
+    def _stage_params(self, plan: ParallelPlan, groups: tuple[tuple[int, int], ...]) -> tuple[float, float]:
         """(dense, expert) parameters on one device of the busiest stage, embedding or head included."""
         dense = expert = 0.0
-        for moe, n in ((True, n_moe), (False, n_dense)):
+        for i, n in groups:
             if n:
-                lt = self._times(moe, 1, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, 1.0)
+                lt = self._times(i, 1, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, 1.0)
                 dense += n * (lt["params"] - lt["expert"])
                 expert += n * lt["expert"]
         ends = max(self.model.embedding_params(), self.model.head_params()) / plan.tp
         copies = 2 if plan.schedule == "dualpipe" else 1  # DualPipe holds two stages per device
         return copies * (dense + (ends if plan.pp > 1 else 2 * ends)), copies * expert
 
-    def _dp_and_optimizer(self, plan: ParallelPlan, n_moe: int, n_dense: int, b: float) -> tuple[float, float, tuple[float, float]]:
-        dense, expert = self._stage_params(plan, n_moe, n_dense)
+    def _dp_and_optimizer(self, plan: ParallelPlan, groups: tuple[tuple[int, int], ...], b: float) -> tuple[float, float, tuple[float, float]]:
+        dense, expert = self._stage_params(plan, groups)
         edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
         shard = plan.optimizer_shard > 1
         local = dense / plan.optimizer_shard + expert / edp if shard else dense + expert
@@ -212,7 +241,7 @@ class Estimator:
         gather = self.comm("all_gather", dense * self.training.param_bytes, plan.dp * plan.cp, plan.tp) if plan.zero in (1, 2) else 0.0
         return max(0.0, grads - hidden) + (0.0 if plan.overlap_param_gather else gather), opt, (dense, expert)
 
-    def _memory(self, plan: ParallelPlan, m: int, n_moe: int, n_dense: int, params: tuple[float, float]) -> float:
+    def _memory(self, plan: ParallelPlan, m: int, groups: tuple[tuple[int, int], ...], params: tuple[float, float]) -> float:
         t = self.training
         dense, expert = params
         edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
@@ -220,9 +249,9 @@ class Estimator:
         opt = dense * opt_b / plan.optimizer_shard + expert * opt_b / edp if plan.optimizer_shard > 1 else (dense + expert) * opt_b
         states = (dense + expert) * (t.param_bytes / plan.param_shard + t.grad_bytes / plan.grad_shard) + opt
         acts = 0.0
-        for moe, n in ((True, n_moe), (False, n_dense)):
+        for i, n in groups:
             if n:
-                acts += n * self._acts(moe, plan.micro_batch, plan.tp, plan.cp, plan.sp, plan.recompute, plan.ep, plan.etp)
+                acts += n * self._acts(i, plan.micro_batch, plan.tp, plan.cp, plan.sp, plan.recompute, plan.ep, plan.etp)
         inflight = _in_flight(plan, m)
         head = head_activation_bytes(self.model, micro_batch=plan.micro_batch, seq_len=t.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
         head *= 1 if plan.pp > 1 else inflight

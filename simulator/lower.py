@@ -20,6 +20,7 @@ from simulator.partition import chunk_ops, stage_chunks
 from simulator.plan import ParallelPlan
 from topologies import AcceleratorSpec
 from workloads import ModelSpec, Op, TrainingSpec
+from workloads.mamba import mamba_cp_alltoall_bytes
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,13 @@ def _optimizer(c: Costing, chunks: list[tuple[int, range]]) -> float:
     return optimizer_time(local, c.accelerator, c.profile)
 
 
-def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool) -> dict[str, float]:
-    """Exposed TP, CP and EP seconds of one layer, forward and backward."""
+def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_blocks: int = 2) -> dict[str, float]:
+    """Exposed TP, CP and EP seconds of one layer, forward and backward.
+
+    ``tp_blocks``: tensor-parallel blocks in the layer, each one gather in and one scatter out
+    (2 for a transformer layer, attention and MLP; 1 for a layer of a hybrid ``layer_pattern``).
+    The CP ring runs only in layers with an attention core; a Mamba-2 layer with cp > 1 pays the
+    sequence-to-head all-to-alls of its scan instead (``mamba_cp_alltoall_bytes``), unhidden."""
     plan, t, m = c.plan, c.training, c.model
     tokens = plan.micro_batch * t.seq_len / plan.cp
     size = tokens * m.hidden_size * t.activation_bytes
@@ -75,14 +81,20 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool) -> d
         one = c.pricer.time("reduce_scatter", size, "tp") + c.pricer.time("all_gather", size, "tp")
     else:
         one = c.pricer.time("all_reduce", size, "tp")
-    tp = 2 * one * (1.0 - plan.tp_comm_overlap)
+    tp = tp_blocks * one * (1.0 - plan.tp_comm_overlap)
     out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
     attn = [o for o in ops if o.kind == "attention"]
     kv_local = max(m.num_kv_heads // plan.tp, 1) * m.attn_head_dim
     kv = 2 * tokens * kv_local * t.activation_bytes * plan.cp  # gathered K and V of the CP ring
-    ring = c.pricer.time("all_gather", kv, "cp")
+    ring = c.pricer.time("all_gather", kv, "cp") if any(o.name == "attn_core" for o in ops) else 0.0
     out["cp_fwd"] = max(0.0, ring - c.time(attn, "fwd"))
     out["cp_bwd"] = max(0.0, 2 * ring - c.time(attn, "bwd"))
+    if plan.cp > 1 and any(o.name == "ssd_scan" for o in ops):
+        payload = mamba_cp_alltoall_bytes(m, micro_batch=plan.micro_batch, seq_len=t.seq_len, tp=plan.tp,
+                                          cp=plan.cp, dtype_bytes=t.activation_bytes)
+        scan_a2a = c.pricer.time("all_to_all", payload, "cp")
+        out["cp_fwd"] += scan_a2a
+        out["cp_bwd"] += scan_a2a * (2 if full_recompute else 1)
     a2a = 0.0
     if moe and plan.ep > 1:
         per_rank = tokens / plan.tp * m.top_k * m.hidden_size * t.activation_bytes
@@ -113,7 +125,8 @@ def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
     recompute = rec_flops = 0.0
     for j, (ops, moe) in enumerate(per_layer):
         full = plan.recompute == "full" and j < n_full
-        for k, v in _layer_comm(c, ops, moe, full).items():
+        blocks = 2 if model.layer_kind(layers[j]) == "transformer" else 1
+        for k, v in _layer_comm(c, ops, moe, full, blocks).items():
             acc[k] += v
         if full:
             recompute += c.time(ops, "fwd")
@@ -132,14 +145,15 @@ def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
 
 
 def _per_layer(c: Costing, chunk: int, layers: range) -> list[tuple[list[Op], bool]]:
-    """Each layer's ops (shared between identical layers) and whether it is MoE."""
-    cache: dict[bool, list[Op]] = {}
+    """Each layer's ops (shared between layers of the same kind and MoE-ness) and whether it is MoE."""
+    cache: dict[tuple[str, bool], list[Op]] = {}
     out = []
     for i in layers:
         moe = c.model.is_moe_layer(i)
-        if moe not in cache:
-            cache[moe] = chunk_ops(c.model, c.training, c.plan, -1, range(i, i + 1))
-        out.append((cache[moe], moe))
+        key = (c.model.layer_kind(i), moe)
+        if key not in cache:
+            cache[key] = chunk_ops(c.model, c.training, c.plan, -1, range(i, i + 1))
+        out.append((cache[key], moe))
     return out
 
 

@@ -137,7 +137,7 @@ def _peak_activations(plan: ParallelPlan, m: int, stage: int, chunk_bytes: list[
 
 def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layers: range) -> float:
     """Parameters on one device of the largest layer among ``layers`` (FSDP gathers one at a time)."""
-    kinds = {model.is_moe_layer(i): i for i in layers}
+    kinds = {(model.layer_kind(i), model.is_moe_layer(i)): i for i in layers}
     return max((sum(o.params for o in chunk_ops(model, training, plan, -1, range(i, i + 1))) for i in kinds.values()),
                default=0.0)
 

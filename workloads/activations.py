@@ -15,6 +15,13 @@ keys stay s long in the s^2 term). With `flash_attention` (default, as Megatron-
 Transformer Engine runs) the s^2 softmax tensors are never stored; the fused kernel keeps its
 fp32 log-sum-exp (a*s*b*4 bytes) instead, which selective recompute also drops.
 Masks are 1 byte per element. Does not place activations on pipeline stages (simulator/).
+
+Hybrid layers (`layer_pattern`): one pre-norm input, the block's tensors and one dropout mask.
+A Mamba-2 mixer (Megatron-Core mamba_mixer.py with the mamba_ssm chunked-scan kernels) keeps:
+the in_proj input (s*b*h, sp-sharded), its output z|xBC|dt (2*d_inner + 2*G*N + H wide, the
+conv1d input and the gate), the conv1d+SiLU output x|B|C (d_inner + 2*G*N, the scan input), the
+per-chunk SSM states in fp32 (s/Q chunks x d_inner x N, the scan saves them for backward), the
+scan output y (d_inner, the gated-norm input) and the out_proj input (d_inner); all tp-sharded.
 """
 
 from dataclasses import dataclass
@@ -48,6 +55,8 @@ def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape
                            flash_attention: bool = True) -> tuple[ActivationTerm, ...]:
     """The tensors layer `layer_index` stores for backward, per Korthikanti et al. sec. 4.1."""
     n, h, dt = shape.micro_batch * shape.seq_len // shape.cp, model.hidden_size, shape.dtype_bytes
+    if model.layer_pattern is not None:
+        return _hybrid_terms(model, layer_index, shape, n, flash_attention)
     window = model.attention_window(layer_index)
     attention = _attention_terms(model, shape, n, flash_attention, window)
     if model.is_moe_layer(layer_index):
@@ -103,6 +112,45 @@ def _per_device(term: ActivationTerm, tp: int, sp: bool) -> float:
             return term.bytes / tp if sp else term.bytes
         case _:
             return term.bytes
+
+
+def _hybrid_terms(model: ModelSpec, layer_index: int, shape: LocalShape, n: int,
+                  flash: bool) -> tuple[ActivationTerm, ...]:
+    """Pre-norm input, the layer's one block, its dropout mask (module docstring)."""
+    kind, h, dt = model.layer_kind(layer_index), model.hidden_size, shape.dtype_bytes
+    if kind == "mamba":
+        block = _mamba_terms(model, shape, n)
+    elif kind == "attention":
+        window = model.attention_window(layer_index)
+        block = _attention_terms(model, shape, n, flash, window)
+    elif kind == "mlp":
+        block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp"),
+                 *_mlp_terms(model, n, model.ffn_hidden_size, "mlp", dt)]
+    else:
+        block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp"),
+                 *_moe_terms(model, shape, n)]
+    return (
+        ActivationTerm(name=f"{kind}_norm_input", bytes=dt * n * h, sharding="sp"),
+        *block,
+        ActivationTerm(name=f"{kind}_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
+    )
+
+
+def _mamba_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[ActivationTerm]:
+    """The Mamba-2 mixer's stored tensors (module docstring)."""
+    h, dt, d_in = model.hidden_size, shape.dtype_bytes, model.mamba_d_inner
+    conv = model.mamba_conv_dim
+    chunks = n / model.mamba_chunk_size
+    return [
+        ActivationTerm(name="mamba_in_proj_input", bytes=dt * n * h, sharding="sp"),
+        ActivationTerm(name="mamba_in_proj_output", bytes=dt * n * (d_in + conv + model.mamba_num_heads),
+                       sharding="tp"),
+        ActivationTerm(name="mamba_conv_output", bytes=dt * n * conv, sharding="tp"),
+        ActivationTerm(name="mamba_chunk_states", bytes=FP32_BYTES * chunks * d_in * model.mamba_state_dim,
+                       sharding="tp"),
+        ActivationTerm(name="mamba_scan_output", bytes=dt * n * d_in, sharding="tp"),
+        ActivationTerm(name="mamba_out_proj_input", bytes=dt * n * d_in, sharding="tp"),
+    ]
 
 
 def _attention_terms(model: ModelSpec, shape: LocalShape, n: int, flash: bool,

@@ -6,6 +6,7 @@ Owns `model_flops_per_step` (PaLM), `megatron_flops_per_step` (Narayanan et al. 
 (workloads/ops.py) nor divide by time or peak (simulator/ and reports/ do).
 """
 
+from workloads.mamba import ssd_flops_per_token
 from workloads.model import ModelSpec
 from workloads.training import TrainingSpec
 
@@ -24,7 +25,9 @@ def model_flops_per_step(model: ModelSpec, training: TrainingSpec, *,
     Source: Chowdhery et al. 2022, "PaLM", Appendix B. N = active parameters per token
     (MoE: top_k routed + shared experts + router); by default nothing is excluded and the
     attention term uses the full s^2 (sliding-window layers count their s x window band);
-    recompute is never counted.
+    recompute is never counted. Hybrid models (`layer_pattern`) count the attention term only
+    for their attention layers and add 3x the forward SSD scan FLOPs of each Mamba-2 layer
+    (`scan_flops_per_token`; Dao & Gu 2024 sec. 6), the scan's analogue of the attention term.
     Variants the NVIDIA tables use (fitted to workloads/data/published_runs.csv, see
     tests/workloads/test_flops.py): NeMo 24.07 excludes the input-embedding lookup
     (`include_input_embedding=False`; the output projection still counts, tied or not);
@@ -36,7 +39,15 @@ def model_flops_per_step(model: ModelSpec, training: TrainingSpec, *,
     attention = attention_flops_per_token(model, training.seq_len, causal_attention)
     # MTP modules run the shared output head again: 6*V*h per token each (weights not in N)
     mtp_head = 6.0 * model.mtp_layers * model.vocab_size * model.hidden_size
-    return (6.0 * n + attention + mtp_head) * training.tokens_per_step
+    return (6.0 * n + attention + mtp_head + scan_flops_per_token(model)) * training.tokens_per_step
+
+
+def scan_flops_per_token(model: ModelSpec) -> float:
+    """Forward + backward (3x forward) SSD scan FLOPs per token over the Mamba-2 layers (0 for
+    models without a layer_pattern)."""
+    if model.layer_pattern is None:
+        return 0.0
+    return 3.0 * model.layer_pattern.count("M") * ssd_flops_per_token(model)
 
 
 def attention_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
@@ -45,6 +56,8 @@ def attention_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = Fal
     total = 0.0
     layers = [*range(model.num_layers), *[model.num_layers - 1] * model.mtp_layers]
     for i in layers:
+        if not model.has_attention(i):
+            continue  # Mamba-2 / MLP / MoE layers of a hybrid model
         window = model.attention_window(i)
         keys = seq_len / (2.0 if causal else 1.0) if window is None else min(window, seq_len)
         total += 12.0 * attention_width(model) * keys

@@ -1,7 +1,8 @@
 """Transformer architecture description and its parameter counts.
 
-Owns `ModelSpec` (dense and MoE decoder-only transformers, MHA/GQA/MQA or DeepSeek-style MLA)
-and the exact parameter counting of each layer, embedding and head. Does not know about
+Owns `ModelSpec` (dense and MoE decoder-only transformers, MHA/GQA/MQA or DeepSeek-style MLA,
+and hybrid Mamba-2/attention/MoE stacks described by a per-layer `layer_pattern`) and the exact
+parameter counting of each layer, embedding and head. Does not know about
 sharding, FLOPs per op or memory (workloads/ops.py, workloads/activations.py do that).
 
 Counting rules (each a published convention, stated where it matters):
@@ -9,6 +10,13 @@ Counting rules (each a published convention, stated where it matters):
 - LayerNorm has weight and bias (2h), RMSNorm a weight only (h).
 - Learned position embeddings add max_seq_len*h (GPT-3, MPT); RoPE adds nothing.
 - Tied embeddings count the vocabulary matrix once.
+- Hybrid models (`layer_pattern` set, Megatron-Core hybrid_override_pattern alphabet) have one
+  block per layer behind one pre-norm: M = Mamba-2 mixer, * = attention, - = dense MLP, E = MoE.
+  A Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", sec. 7 and Fig. 6; Megatron-Core
+  megatron/core/ssm/mamba_mixer.py) holds in_proj h x (2*d_inner + 2*G*N + H) (z, x, B, C, dt),
+  a depthwise conv1d of (d_inner + 2*G*N) channels x kernel plus its bias (conv_bias = True),
+  dt_bias, A_log and D (H each), the gated RMSNorm over d_inner and out_proj d_inner x h; with
+  d_inner = H * head_dim, G = mamba_num_groups, N = mamba_state_dim, no linear biases.
 """
 
 from dataclasses import dataclass
@@ -16,6 +24,10 @@ from typing import Literal
 
 from workloads.errors import WorkloadError
 
+LayerKind = Literal["transformer", "mamba", "attention", "mlp", "moe"]
+PATTERN_KINDS: dict[str, LayerKind] = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}
+"""Megatron-Core hybrid_override_pattern characters (megatron/core/ssm/mamba_hybrid_layer_
+allocation.py Symbols: MAMBA 'M', ATTENTION '*', MLP '-', MOE 'E') and the layer kind each is."""
 _MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
 
 
@@ -87,6 +99,21 @@ class ModelSpec:
     mtp_layers: int = 0
     """DeepSeek-V3 multi-token-prediction modules, each two norms, a 2h->h projection and one
     transformer layer shaped like the last layer, sharing embedding and output head (0 = none)."""
+    layer_pattern: str | None = None
+    """Hybrid models: one PATTERN_KINDS character per layer (len == num_layers), each layer one
+    block behind one pre-norm; None = every layer is attention + MLP/MoE (a transformer)."""
+    mamba_num_heads: int = 0
+    """Mamba-2 heads H (0 = no Mamba layers)."""
+    mamba_head_dim: int = 64
+    """Mamba-2 head width P; d_inner = H * P (Megatron-Core default 64)."""
+    mamba_state_dim: int = 128
+    """Mamba-2 SSM state size N (d_state, HF ssm_state_size; Megatron-Core default 128)."""
+    mamba_num_groups: int = 8
+    """Mamba-2 B/C groups G (n_groups; Megatron-Core default 8)."""
+    mamba_conv_kernel: int = 4
+    """Depthwise causal conv1d width (d_conv, HF conv_kernel; Mamba-2 default 4)."""
+    mamba_chunk_size: int = 128
+    """SSD chunk length Q of the chunked scan (HF chunk_size; 128 in Nemotron-H configs)."""
     source: str = ""
     """Citation of the configuration (paper table or official config file)."""
 
@@ -94,6 +121,7 @@ class ModelSpec:
         _check_sizes(self)
         _check_moe(self)
         _check_mla(self)
+        _check_pattern(self)
 
     # ---- derived shapes -------------------------------------------------------------------
     @property
@@ -104,7 +132,28 @@ class ModelSpec:
     def is_moe_layer(self, i: int) -> bool:
         """Whether layer i (0-based) has an MoE block instead of a dense MLP."""
         _check_layer_index(self, i)
+        if self.layer_pattern is not None:
+            return self.layer_pattern[i] == "E"
         return self.is_moe and i >= self.first_dense_layers and i % self.moe_layer_freq == 0
+
+    def layer_kind(self, i: int) -> LayerKind:
+        """'transformer' (attention + MLP/MoE) without a pattern, else the pattern's kind."""
+        _check_layer_index(self, i)
+        return "transformer" if self.layer_pattern is None else PATTERN_KINDS[self.layer_pattern[i]]
+
+    def has_attention(self, i: int) -> bool:
+        """Whether layer i has a softmax attention block."""
+        return self.layer_kind(i) in ("transformer", "attention")
+
+    @property
+    def mamba_d_inner(self) -> int:
+        """Mamba-2 inner width d_inner = H * head_dim (expand * h in the Mamba-2 paper)."""
+        return self.mamba_num_heads * self.mamba_head_dim
+
+    @property
+    def mamba_conv_dim(self) -> int:
+        """Channels of the Mamba-2 conv1d: x, B and C (d_inner + 2*G*N)."""
+        return self.mamba_d_inner + 2 * self.mamba_num_groups * self.mamba_state_dim
 
     def attention_window(self, i: int) -> int | None:
         """Keys per query of layer i's attention: the sliding window, or None for full causal."""
@@ -156,14 +205,31 @@ class ModelSpec:
         """Parameters of the MoE router (one logit per expert; bias for gpt-oss style)."""
         return self.hidden_size * self.num_experts + (self.num_experts if self.linear_bias else 0)
 
+    def mamba_params(self) -> int:
+        """Parameters of one Mamba-2 mixer (see the module docstring for the list)."""
+        h, d_in, heads = self.hidden_size, self.mamba_d_inner, self.mamba_num_heads
+        in_proj = h * (d_in + self.mamba_conv_dim + heads)  # z, (x, B, C), dt
+        conv = self.mamba_conv_dim * (self.mamba_conv_kernel + 1)  # weights + bias
+        return in_proj + conv + 3 * heads + self.norm_params(d_in) + d_in * h
+
+    def moe_block_params(self) -> int:
+        """Parameters of one MoE block: every routed expert, shared experts and router."""
+        experts = self.num_experts * self.mlp_params(int(self.moe_ffn_hidden_size))
+        shared = self.num_shared_experts * self.mlp_params(self.shared_ffn)
+        return experts + shared + self.router_params()
+
     def layer_params(self, i: int) -> int:
         """All parameters of layer i (every expert counted)."""
+        kind = self.layer_kind(i)
+        if kind != "transformer":
+            block = {"mamba": self.mamba_params, "attention": self.attention_params,
+                     "mlp": lambda: self.mlp_params(self.ffn_hidden_size),
+                     "moe": self.moe_block_params}[kind]()
+            return self.norm_params(self.hidden_size) + block
         base = self.attention_params() + 2 * self.norm_params(self.hidden_size)
         if not self.is_moe_layer(i):
             return base + self.mlp_params(self.ffn_hidden_size)
-        experts = self.num_experts * self.mlp_params(int(self.moe_ffn_hidden_size))
-        shared = self.num_shared_experts * self.mlp_params(self.shared_ffn)
-        return base + experts + shared + self.router_params()
+        return base + self.moe_block_params()
 
     def layer_active_params(self, i: int) -> int:
         """Parameters of layer i that one token uses (top_k routed + shared experts + router)."""
@@ -295,6 +361,28 @@ def _check_moe(m: ModelSpec) -> None:
         )
     if m.capacity_factor is not None and m.capacity_factor <= 0:
         raise WorkloadError(f"{m.name}: capacity_factor = {m.capacity_factor}: must be > 0 or None")
+
+
+def _check_pattern(m: ModelSpec) -> None:
+    p = m.layer_pattern
+    if p is None:
+        return
+    if len(p) != m.num_layers or set(p) - set(PATTERN_KINDS):
+        raise WorkloadError(
+            f"{m.name}: layer_pattern has {len(p)} characters for num_layers = {m.num_layers}: "
+            f"use exactly one of {''.join(PATTERN_KINDS)} per layer"
+        )
+    if "M" in p and (m.mamba_num_heads <= 0 or min(m.mamba_head_dim, m.mamba_state_dim,
+                                                    m.mamba_num_groups, m.mamba_conv_kernel,
+                                                    m.mamba_chunk_size) <= 0):
+        raise WorkloadError(f"{m.name}: Mamba layers need mamba_num_heads > 0 (got "
+                            f"{m.mamba_num_heads}) and positive mamba_* sizes")
+    if "M" in p and m.mamba_num_heads % m.mamba_num_groups:
+        raise WorkloadError(f"{m.name}: mamba_num_heads = {m.mamba_num_heads} is not divisible by "
+                            f"mamba_num_groups = {m.mamba_num_groups}: choose dividing groups")
+    if ("E" in p) != m.is_moe:
+        raise WorkloadError(f"{m.name}: layer_pattern has MoE layers: {'E' in p} but num_experts = "
+                            f"{m.num_experts}: set num_experts > 0 exactly when 'E' is used")
 
 
 def _check_mla(m: ModelSpec) -> None:

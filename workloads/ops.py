@@ -20,6 +20,7 @@ Conventions:
 import dataclasses
 
 from workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
+from workloads.mamba import hybrid_layer_ops
 from workloads.model import ModelSpec
 from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split, split_padded
 
@@ -40,6 +41,8 @@ def layer_ops(model: ModelSpec, layer_index: int, *, micro_batch: int, seq_len: 
     moe = model.is_moe_layer(layer_index)
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes)
+    if model.layer_pattern is not None:  # hybrid: one block per layer (workloads/mamba.py)
+        return hybrid_layer_ops(model, layer_index, shape)
     h, t_sp = model.hidden_size, shape.tokens_sp
     window = model.attention_window(layer_index)
     build = mla_ops if model.attention == "mla" else mha_ops

@@ -1,0 +1,113 @@
+"""Device-local ops of the layers of hybrid Mamba-2/attention/MoE models and the SSD scan FLOPs.
+
+Owns `hybrid_layer_ops` (the op list of one layer of a model with a `layer_pattern`: one pre-norm,
+one block, one residual add), `mamba_ops` (the Mamba-2 mixer after tensor parallelism) and
+`ssd_flops_per_token` (the chunked state-space-dual scan). Does not own the attention, MLP and
+MoE blocks (workloads/blocks.py), activation memory (workloads/activations.py) nor parameter
+counts (workloads/model.py).
+
+Mamba-2 mixer under tensor parallelism (Megatron-Core megatron/core/ssm/mamba_mixer.py): in_proj
+is column-parallel (each rank holds H/tp heads and G/tp groups of z, x, B, C, dt), the conv1d,
+the scan and the gated RMSNorm run on the local heads, out_proj is row-parallel; like attention,
+one all-gather (or all-reduce) in and one reduce-scatter out per layer with sequence parallelism.
+
+SSD scan FLOPs (Dao & Gu 2024, "Transformers are SSMs", sec. 6, chunked algorithm with chunk Q,
+state N, head width P, H heads, G groups, d_inner = H*P), per token, forward:
+- chunk states B^T X: 2*N*P per head -> 2*d_inner*N;
+- state-to-output C h: 2*N*P per head -> 2*d_inner*N;
+- diagonal (intra-chunk) blocks: C B^T, 2*Q*N per group -> 2*Q*G*N, then the masked (Q x Q)
+  product with X, 2*Q*P per head -> 2*Q*d_inner (counted in full, like the s^2 convention).
+Total 4*d_inner*N + 2*Q*(d_inner + G*N); the inter-chunk state recurrence (N*P per head per
+chunk) is negligible and left out. Backward = 2x forward (the convention of attention here).
+"""
+
+from workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
+from workloads.model import ModelSpec
+from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
+
+CONV_FLOPS_PER_TAP = 2.0  # one multiply-add per kernel tap of the depthwise conv1d
+SILU_FLOPS = 4.0  # x * sigmoid(x) after the conv1d
+GATED_NORM_FLOPS = 8.0  # RMSNorm (4) times silu(z) (4) in Mamba-2's gated norm
+
+
+def ssd_flops(d_inner: int, groups: int, state: int, chunk: int) -> float:
+    """Forward SSD scan FLOPs per token: 4*d_inner*N + 2*Q*(d_inner + G*N) (formula above)."""
+    return 4.0 * d_inner * state + 2.0 * chunk * (d_inner + groups * state)
+
+
+def ssd_flops_per_token(model: ModelSpec) -> float:
+    """Forward SSD scan FLOPs per token of one Mamba-2 layer of `model` (unsharded)."""
+    return ssd_flops(model.mamba_d_inner, model.mamba_num_groups, model.mamba_state_dim,
+                     model.mamba_chunk_size)
+
+
+def ssd_scan_op(model: ModelSpec, shape: LocalShape, heads_local: int, groups_local: int) -> Op:
+    """The chunked SSD scan of the local heads for the device's tokens (kind 'attention':
+    a fused Triton kernel priced like the attention core). Holds dt_bias, A_log and D."""
+    p, n, dt = model.mamba_head_dim, model.mamba_state_dim, shape.dtype_bytes
+    d_local = heads_local * p
+    flops = shape.tokens * ssd_flops(d_local, groups_local, n, model.mamba_chunk_size)
+    # reads x, B, C, dt; writes y (bf16); states stay on chip within a chunk
+    moved = float(shape.tokens * (2 * d_local + 2 * groups_local * n + heads_local) * dt)
+    return Op(name="ssd_scan", kind="attention", flops=flops, bytes=moved, bwd_flops=2.0 * flops,
+              bwd_bytes=2.0 * moved, params=3 * heads_local,
+              gemm_shape=(model.mamba_chunk_size, model.mamba_chunk_size, p))
+
+
+def mamba_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
+    """in_proj (column-parallel), conv1d + SiLU, SSD scan, gated RMSNorm, out_proj (row-parallel)."""
+    h, dt, T = model.hidden_size, shape.dtype_bytes, shape.tokens
+    heads = split(model.mamba_num_heads, shape.tp, "mamba_num_heads", "tp")
+    groups = split(model.mamba_num_groups, shape.tp, "mamba_num_groups", "tp")
+    d_local = heads * model.mamba_head_dim
+    conv_local = d_local + 2 * groups * model.mamba_state_dim
+    n_in = d_local + conv_local + heads  # z, (x, B, C), dt
+    k = model.mamba_conv_kernel
+    conv = memory_op("mamba_conv1d", "elementwise", T * conv_local, dt, reads=1, writes=1,
+                     flops_per_element=CONV_FLOPS_PER_TAP * k + SILU_FLOPS,
+                     params=conv_local * (k + 1))
+    gated_norm = memory_op("mamba_gated_norm", "norm", T * d_local, dt, reads=2, writes=1,
+                           flops_per_element=GATED_NORM_FLOPS, params=model.norm_params(d_local))
+    return (
+        gemm_op("mamba_in_proj", T, n_in, h, dt, params=h * n_in),
+        conv,
+        ssd_scan_op(model, shape, heads, groups),
+        gated_norm,
+        gemm_op("mamba_out_proj", T, h, d_local, dt, params=d_local * h),
+    )
+
+
+def hybrid_layer_ops(model: ModelSpec, layer_index: int, shape: LocalShape) -> tuple[Op, ...]:
+    """Pre-norm, the one block the pattern names for this layer, residual add."""
+    kind = model.layer_kind(layer_index)
+    h, t_sp, dt = model.hidden_size, shape.tokens_sp, shape.dtype_bytes
+    if kind == "mamba":
+        block = mamba_ops(model, shape)
+    elif kind == "attention":
+        build = mla_ops if model.attention == "mla" else mha_ops
+        block = build(model, shape, model.attention_window(layer_index))
+    elif kind == "mlp":
+        block = mlp_ops(model, shape, model.ffn_hidden_size)
+    else:
+        block = moe_ops(model, shape)
+    return (
+        norm_op(model, f"{kind}_norm", t_sp, h, dt),
+        *block,
+        residual_op(f"{kind}_residual", t_sp, h, dt),
+    )
+
+
+def mamba_cp_alltoall_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
+                            cp: int = 1, dtype_bytes: int = 2) -> float:
+    """Bytes one device sends in the context-parallel all-to-alls of one Mamba-2 layer's forward
+    (the same again in backward); 0 when cp == 1.
+
+    Megatron-Core (megatron/core/ssm/mamba_context_parallel.py) turns the sequence sharding into
+    head sharding for the scan: the in_proj output z|xBC|dt goes out before the conv1d and the
+    scan output y (d_inner) comes back after it; each on the device's tp slice of the widths.
+    """
+    if cp == 1:
+        return 0.0
+    tokens = micro_batch * seq_len / cp
+    width = 2 * model.mamba_d_inner + model.mamba_conv_dim + model.mamba_num_heads
+    return tokens * width / tp * dtype_bytes
