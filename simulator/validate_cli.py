@@ -1,8 +1,9 @@
 """The ``clustersim validate`` subcommand: re-predict published runs and print the error.
 
 Owns the command's options, the tables it prints (counts, MAPE, median and worst absolute error,
-by source and by GPU type, skip reasons) and its exit codes (0 done, 2 bad input). Does not own
-the row mapping, the inference rules or the statistics (``simulator.validate``).
+by source and by GPU type, skip reasons) and its exit codes (0 done, 2 bad input), and the
+``--fit-profiles OUT_DIR`` pipeline's output files and report. Does not own the row mapping, the
+inference rules or the statistics (``simulator.validate``) nor the fit (``simulator.fit_defaults``).
 ``simulator.cli`` calls ``register(app)``.
 """
 
@@ -18,8 +19,9 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
-from simulator.calibration import load_profile
+from simulator.calibration import PROFILE_DIR, load_profile
 from simulator.errors import ClusterSimError
+from simulator.fit_defaults import PROFILE_HEADER, FitOutcome, fit_default_profiles, write_profiles
 from simulator.validate import error_stats, load_runs, megatron_lm_rows, summarise, validate_runs
 
 EXIT_BAD_INPUT = 2
@@ -73,6 +75,11 @@ def validate_command(
         help="Calibration profile YAML for every row; default: the bundled profile of each GPU type.")] = None,
     fidelity: Annotated[str, typer.Option(help="Collective model: analytic (fast) or flow.")] = "analytic",
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    fit_profiles: Annotated[Path | None, typer.Option(
+        "--fit-profiles", help="Refit the default profiles on the runs from the bundled ones and write them, "
+        "with fit_report.csv, fit_folds.csv, fit_rows.csv and fit_sensitivities.csv, into this directory.")] = None,
+    fit_rounds: Annotated[int, typer.Option(help="With --fit-profiles: rounds of simulate-and-fit.", min=1)] = 1,
+    workers: Annotated[int, typer.Option(help="With --fit-profiles: simulation processes.", min=1)] = 2,
 ) -> None:
     """Re-predict published training runs and report the step-time error."""
     console, errors = Console(), Console(stderr=True)
@@ -80,6 +87,12 @@ def validate_command(
         if fidelity not in ("analytic", "flow"):
             raise ClusterSimError(f"--fidelity {fidelity!r}: use analytic or flow")
         table = load_runs(runs)
+        if fit_profiles is not None:
+            if calibration is not None:
+                raise ClusterSimError("--fit-profiles starts from the bundled profiles; drop --calibration")
+            outcome = _run_fit(table, fidelity, fit_rounds, workers, progress, errors)
+            _write_fit(console, outcome, fit_profiles)
+            return
         profile = load_profile(calibration) if calibration is not None else None
         with Progress(console=errors, disable=not progress, transient=True) as bar:
             task = bar.add_task("validating", total=len(table))
@@ -92,3 +105,41 @@ def validate_command(
         out.parent.mkdir(parents=True, exist_ok=True)
         results.to_csv(out, index=False)
     print_summary(console, results)
+
+
+def _run_fit(table: pd.DataFrame, fidelity: str, rounds: int, workers: int, progress: bool,
+             errors: Console) -> FitOutcome:
+    """The fit pipeline of ``simulator.fit_defaults`` with one progress bar per simulation pass."""
+    start = {p.stem: load_profile(p) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
+    with Progress(console=errors, disable=not progress, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def tick(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(f"fit: {label}", total=total)
+            bar.update(tasks[label], completed=done)
+        return fit_default_profiles(table, start, rounds=rounds, fidelity=fidelity,  # type: ignore[arg-type]
+                                    workers=workers, progress=tick)
+
+
+def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path) -> None:
+    """Write the profiles and the report files; print the report."""
+    write_profiles_with_headers(outcome, out_dir)
+    outcome.report.to_csv(out_dir / "fit_report.csv", index=False)
+    outcome.folds.to_csv(out_dir / "fit_folds.csv", index=False)
+    outcome.after.to_csv(out_dir / "fit_rows.csv", index=False)
+    outcome.sensitivities.to_csv(out_dir / "fit_sensitivities.csv", index=False)
+    table = Table(title="profile fit (MAPE %, unweighted; held-out: 2-fold refit of the first-order model)")
+    for col in ("gpu type", "rows", "before", "first-order", "after (simulated)", "held-out"):
+        table.add_column(col, justify="left" if col == "gpu type" else "right")
+    for rec in outcome.report.to_dict("records"):
+        table.add_row(str(rec["group"]), str(rec["rows"]), *(f"{rec[k]:.2f}" if pd.notna(rec[k]) else "-" for k in
+                      ("mape_before", "mape_first_order", "mape_after", "mape_held_out")))
+    console.print(table)
+    console.print(f"wrote {len(outcome.profiles)} profiles and fit_report.csv, fit_folds.csv, fit_rows.csv, fit_sensitivities.csv to {out_dir}")
+
+
+def write_profiles_with_headers(outcome: FitOutcome, out_dir: Path) -> None:
+    """One ``<stem>.yaml`` per profile, each with the header naming its GPU type, the data and the method."""
+    for stem, prof in outcome.profiles.items():
+        write_profiles({stem: prof}, out_dir, header=PROFILE_HEADER.format(gpu=stem.upper()))
