@@ -9,6 +9,7 @@ inference rules or the statistics (``simulator.validate``) nor the fit (``simula
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -82,7 +83,7 @@ def validate_command(
     workers: Annotated[int, typer.Option(help="With --fit-profiles: simulation processes.", min=1)] = 2,
 ) -> None:
     """Re-predict published training runs and report the step-time error."""
-    console, errors = Console(), Console(stderr=True)
+    console, errors = Console(width=None if sys.stdout.isatty() else 140), Console(stderr=True)
     try:
         if fidelity not in ("analytic", "flow"):
             raise ClusterSimError(f"--fidelity {fidelity!r}: use analytic or flow")
