@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
 
-from reports.scaling import IDEAL, LOSS_CAUSES, SEGMENTS, lost_time_fractions
+from reports.scaling import IDEAL, SEGMENTS
 from reports.tables import BEST_SERIES, NAIVE_SERIES
 
 SEGMENT_COLORS: Mapping[str, str] = {

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from reports.tables import (
-    BEST_SERIES, BREAKDOWN_COLUMNS, NAIVE_SERIES, best_rows, ok_rows, plan_label, series_rows,
+    BEST_SERIES, BREAKDOWN_COLUMNS, best_rows, ok_rows, plan_label, series_rows,
 )
 
 

@@ -24,7 +24,6 @@ from workloads import (
     ModelSpec,
     Op,
     TrainingSpec,
-    embedding_ops,
     head_activation_bytes,
     head_ops,
     layer_activation_bytes,
@@ -269,8 +268,3 @@ def _in_flight(plan: ParallelPlan, m: int) -> float:
         case "dualpipe":
             return float(min(plan.pp + 1, m))
     return float(min(plan.pp, m))
-
-
-def embedding_local_ops(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> list[Op]:
-    """Embedding ops of the first stage (for callers that need them)."""
-    return list(embedding_ops(model, micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp))

@@ -11,8 +11,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Literal
 
 from simulator.errors import PlanError
-from topologies import Cluster
-from workloads import ModelSpec, TrainingSpec
+from workloads import TrainingSpec
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]
 Recompute = Literal["none", "selective", "full"]

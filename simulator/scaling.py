@@ -16,7 +16,7 @@ from simulator.calibration import default_profile
 from simulator.plan import ParallelPlan
 from simulator.points import evaluate_point
 from simulator.scenario import scenario_from_dict
-from simulator.search import candidate_plans, _valid
+from simulator.search import candidate_plans, plan_is_valid
 
 
 def naive_plan(base: Mapping[str, Any], gpus: int) -> ParallelPlan | None:
@@ -25,7 +25,7 @@ def naive_plan(base: Mapping[str, Any], gpus: int) -> ParallelPlan | None:
     est = Estimator(sc.model, sc.training, sc.cluster, sc.profile or default_profile(sc.cluster.accelerator.name))
     best: tuple[int, float, str, ParallelPlan] | None = None
     for plan in candidate_plans(sc.model, sc.training, sc.cluster):
-        if plan.schedule != "1f1b" or plan.zero != 1 or not _valid(sc.model, sc.training, sc.cluster, plan):
+        if plan.schedule != "1f1b" or plan.zero != 1 or not plan_is_valid(sc.model, sc.training, sc.cluster, plan):
             continue
         e = est.estimate(plan)
         if not e.fits:

@@ -9,6 +9,7 @@ the analytical tier (``simulator.estimate``), and re-pricing the shortlist with 
 from __future__ import annotations
 
 import itertools
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, Literal
 
@@ -93,7 +94,8 @@ def _variants(model: ModelSpec, tp: int, pp: int, cp: int, ep: int, dp: int, mb:
         yield ParallelPlan(**base, schedule=schedule, vpp=vpp, recompute=rc, **sh)  # type: ignore[arg-type]
 
 
-def _valid(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan) -> bool:
+def plan_is_valid(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan) -> bool:
+    """True when ``plan`` passes every rule of ``check_plan``."""
     try:
         check_plan(model, training, cluster, plan)
     except ValueError:
@@ -119,8 +121,6 @@ def search(
     progress: Callable[[int], None] | None = None,
 ) -> SearchReport:
     """Rank every valid plan; the best ``shortlist`` (default 3 x top) are re-priced by the engine."""
-    import time
-
     prof = profile or default_profile(cluster.accelerator.name)
     est = Estimator(model, training, cluster, prof)
     t0 = time.perf_counter()
@@ -130,7 +130,7 @@ def search(
         candidates += 1
         if progress and candidates % 500 == 0:
             progress(candidates)
-        if not _valid(model, training, cluster, plan):
+        if not plan_is_valid(model, training, cluster, plan):
             continue
         valid += 1
         e = _safe_estimate(est, plan)

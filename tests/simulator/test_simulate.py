@@ -13,7 +13,7 @@ from simulator.errors import OutOfMemoryError, PlanError
 from simulator.plan import ParallelPlan
 from simulator.result import CATEGORIES
 from topologies import get_cluster
-from workloads import TrainingSpec, get_model, model_flops_per_step
+from workloads import TrainingSpec, get_model
 
 TRAIN = TrainingSpec(seq_len=2048, global_batch_size=64, precision="bf16")
 
