@@ -89,7 +89,7 @@ def simulate_cmd(
     profile = load_profile(calibration) if calibration else sc.profile
     result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
                       mode=mode or sc.mode, seed=sc.seed)  # type: ignore[arg-type]
-    title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {_plan_label(sc.plan)}"
+    title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
     console.print(result_table(result, title))
     if result.collectives:
         console.print(collectives_table(result))
@@ -128,10 +128,6 @@ def placement_table(sc: Any) -> Table:
     for row in rows:
         table.add_row(*(str(v) for v in row.values()))
     return table
-
-
-def _plan_label(plan: Any) -> str:
-    return plan.describe()
 
 
 @app.command("scale")

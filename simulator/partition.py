@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from simulator.compute import is_routed_expert
 from simulator.errors import OutOfMemoryError
 from simulator.plan import ParallelPlan, num_microbatches
-from simulator.schedules import chunks_per_stage, model_chunk, num_model_chunks, stage_program
+from simulator.schedules import chunks_per_stage, in_flight_peak, model_chunk, num_model_chunks, stage_program
 from topologies import Cluster
 from workloads import (
     ModelSpec,
@@ -128,11 +128,7 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
 
 def _peak_activations(plan: ParallelPlan, m: int, stage: int, chunk_bytes: list[float]) -> float:
     """Largest sum of activations held at once under the schedule (F holds, B frees)."""
-    live = peak = 0.0
-    for kind, _, v in stage_program(plan.schedule, stage, plan.pp, m, plan.vpp):
-        live += chunk_bytes[v] if kind == "F" else -chunk_bytes[v] if kind == "B" else 0.0
-        peak = max(peak, live)
-    return peak
+    return in_flight_peak(stage_program(plan.schedule, stage, plan.pp, m, plan.vpp), chunk_bytes)
 
 
 def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layers: range) -> float:

@@ -73,11 +73,6 @@ class Placement:
         size = int(np.prod([self.sizes()[a] for a in names]))
         return moved.reshape(-1, size)
 
-    def group_of(self, axis: str, rank: int) -> np.ndarray:
-        """The group of ``axis`` that contains ``rank``."""
-        g = self.groups(axis)
-        return g[np.any(g == rank, axis=1)][0]
-
     def coords(self, rank: int) -> dict[str, int]:
         """Dense coordinates (tp, cp, dp, pp) of ``rank``."""
         sizes = self.sizes()

@@ -7,7 +7,7 @@ on devices (``placement``) nor size memory (``partition``).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from simulator.errors import PlanError
@@ -135,8 +135,3 @@ def plan_from_mapping(data: dict[str, object]) -> ParallelPlan:
 def num_microbatches(plan: ParallelPlan, training: TrainingSpec) -> int:
     """Micro-batches per pipeline per step: global batch / (dp * micro_batch)."""
     return training.global_batch_size // (plan.dp * plan.micro_batch)
-
-
-def with_changes(plan: ParallelPlan, **changes: object) -> ParallelPlan:
-    """A copy of ``plan`` with ``changes``."""
-    return replace(plan, **changes)  # type: ignore[arg-type]

@@ -11,7 +11,7 @@ rules between passes. It knows nothing of durations: the engine times the passes
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, Sequence
 
 Kind = Literal["F", "B", "W"]
 Action = tuple[str, int, int]
@@ -165,10 +165,11 @@ def destination(action: Action, stage: int, pp: int, vpp: int, schedule: str = "
     return (stage, "fwd") if downward else ((stage - 1) % pp, "bwd")
 
 
-def in_flight_peak(program: list[Action]) -> int:
-    """Most forward passes whose activations are held at once (F adds one, B frees one)."""
-    live = peak = 0
-    for kind, _, _ in program:
-        live += 1 if kind == "F" else -1 if kind == "B" else 0
+def in_flight_peak(program: list[Action], chunk_weight: Sequence[float] | None = None) -> float:
+    """Most activations held at once: F of chunk v adds ``chunk_weight[v]`` (1 by default), B frees it."""
+    live = peak = 0.0
+    for kind, _, v in program:
+        w = 1.0 if chunk_weight is None else chunk_weight[v]
+        live += w if kind == "F" else -w if kind == "B" else 0.0
         peak = max(peak, live)
     return peak
