@@ -60,7 +60,7 @@ def op_time(
     peak = peak_for(accelerator, precision, op.fp8)
     if op.kind == "attention":
         eff = profile.attention_eff(flops)
-    elif op.kind == "gemm":
+    elif op.kind in ("gemm", "bmm"):
         eff = profile.gemm_eff(flops) * (profile.precision_efficiency.get("fp8", 1.0) if precision == "fp8" and op.fp8 else 1.0)
     else:
         eff = 1.0

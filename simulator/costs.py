@@ -44,6 +44,9 @@ class ChunkCost:
     buckets: tuple[Bucket, ...]
     param_gather: float
     """Seconds to all-gather this chunk's parameters after a sharded optimizer step (ZeRO-1/2)."""
+    param_gather_lead: float = -1.0
+    """Seconds the chunk's first forward waits when its gathers start with it and run layer by
+    layer ahead of it (Megatron-Core ``--overlap-param-gather``); -1: the whole ``param_gather``."""
 
     def duration(self, kind: str, split_w: bool) -> float:
         """Seconds of pass ``kind`` (F, B or W); without ``split_w`` B includes W."""

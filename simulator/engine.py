@@ -256,21 +256,33 @@ def _barrier(st: _Run, s: int, n: int) -> simpy.Event:
 
 
 def _prefetch(st: _Run, r: int, s: int) -> Generator:
-    """ZeRO-1/2 parameter all-gathers of the previous step's update, chunk by chunk."""
+    """ZeRO-1/2 parameter all-gathers of the previous step's update, chunk by chunk.
+
+    The event of a chunk fires with the time its gathers start (layer-pipelined chunks) or when
+    they end (``param_gather_lead`` < 0: the forward needs the whole chunk).
+    """
     for chunk in st.inp.stages[s].chunks:
         ev = st.gathered.setdefault((r, s, chunk.chunk), st.env.event())
         t0 = st.env.now
+        if chunk.param_gather_lead >= 0:
+            ev.succeed(t0)
         yield st.env.timeout(chunk.param_gather)
         st.log.append(Interval(r, s, "dp", "dp_comm", t0, st.env.now, f"param gather {chunk.chunk}"))
-        ev.succeed()
+        if not ev.triggered:
+            ev.succeed(st.env.now)
 
 
 def _wait_gather(st: _Run, r: int, s: int, v: int) -> Generator:
+    """Before a chunk's first forward: wait for its gathers (or, pipelined, for their lead)."""
     chunk = st.inp.stages[s].chunks[v]
     if not (st.inp.overlap_param_gather and chunk.param_gather > 0):
         return
     t0 = st.env.now
-    yield st.gathered.setdefault((r, s, chunk.chunk), st.env.event())
+    started = yield st.gathered.setdefault((r, s, chunk.chunk), st.env.event())
+    if chunk.param_gather_lead >= 0:
+        lead = chunk.param_gather_lead - (st.env.now - started)
+        if lead > 0:
+            yield st.env.timeout(lead)
     if st.env.now > t0:
         st.log.append(Interval(r, s, "compute", "exposed_dp", t0, st.env.now, "wait param gather"))
 

@@ -64,13 +64,14 @@ class Estimator:
     # -- cached pieces -------------------------------------------------------------------------
     def _layer_ops(self, i: int, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool) -> tuple[Op, ...]:
         return tuple(layer_ops(self.model, i, micro_batch=mb, seq_len=self.training.seq_len, tp=tp, cp=cp,
-                               ep=ep, etp=etp, dtype_bytes=self.training.activation_bytes, sp=sp))
+                               ep=ep, etp=etp, dtype_bytes=self.training.activation_bytes, sp=sp,
+                               flash_attention=self.training.flash_attention))
 
     def _layer_times(self, i: int, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool, imbalance: float) -> dict[str, float]:
         """Pass times of representative layer ``i`` (see ``layer_groups``)."""
         ops = list(self._ops(i, mb, tp, cp, ep, etp, sp))
         t = lambda sel, which: ops_time(sel, self.cluster.accelerator, self.profile, self.training.precision, which, imbalance)  # noqa: E731
-        attn = [o for o in ops if o.kind == "attention"]
+        attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
         ring = 1.0 if any(o.name == "attn_core" for o in ops) else 0.0  # CP ring only around attention
         expert = sum(o.params for o in ops if is_routed_expert(o))
         return {"fwd": t(ops, "fwd"), "bi": t(ops, "bwd_input"), "bw": t(ops, "bwd_weight"),
@@ -79,7 +80,8 @@ class Estimator:
 
     def _layer_act(self, i: int, mb: int, tp: int, cp: int, sp: bool, rc: str, ep: int, etp: int) -> float:
         return layer_activation_bytes(self.model, i, micro_batch=mb, seq_len=self.training.seq_len, tp=tp, cp=cp,
-                                      sp=sp, recompute=rc, dtype_bytes=self.training.activation_bytes, ep=ep, etp=etp)  # type: ignore[arg-type]
+                                      sp=sp, recompute=rc, dtype_bytes=self.training.activation_bytes, ep=ep, etp=etp,
+                                      flash_attention=self.training.flash_attention)  # type: ignore[arg-type]
 
     def _collective(self, kind: str, size: float, n: int, per_domain: int) -> float:
         shape = analytic.GroupShape(size=n, per_domain=max(1, min(per_domain, n)))
@@ -124,7 +126,7 @@ class Estimator:
         groups = self.layer_groups(plan)
         f, b, w, extra = self._per_microbatch(plan, groups)
         bubble = self._bubble(plan, f, b, w)
-        dp, opt, params = self._dp_and_optimizer(plan, groups, b)
+        dp, opt, params = self._dp_and_optimizer(plan, groups, f, b)
         pp_comm = 2 * (plan.pp - 1) * self._p2p(plan) if plan.pp > 1 else 0.0
         compute = m * (f + b + w)
         step = compute + bubble + pp_comm + dp + opt + self.profile.step_overhead
@@ -225,7 +227,7 @@ class Estimator:
         copies = 2 if plan.schedule == "dualpipe" else 1  # DualPipe holds two stages per device
         return copies * (dense + (ends if plan.pp > 1 else 2 * ends)), copies * expert
 
-    def _dp_and_optimizer(self, plan: ParallelPlan, groups: tuple[tuple[int, int], ...], b: float) -> tuple[float, float, tuple[float, float]]:
+    def _dp_and_optimizer(self, plan: ParallelPlan, groups: tuple[tuple[int, int], ...], f: float, b: float) -> tuple[float, float, tuple[float, float]]:
         dense, expert = self._stage_params(plan, groups)
         edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
         shard = plan.optimizer_shard > 1
@@ -238,7 +240,10 @@ class Estimator:
         grads += self.comm(kind, expert * plan.grad_dtype_bytes, edp, plan.ep * plan.etp)
         hidden = b * (1 - 1 / max(1, math.ceil(dense * plan.grad_dtype_bytes / plan.bucket_size))) if plan.overlap_grad_reduce else 0.0
         gather = self.comm("all_gather", dense * self.training.param_bytes, plan.dp * plan.cp, plan.tp) if plan.zero in (1, 2) else 0.0
-        return max(0.0, grads - hidden) + (0.0 if plan.overlap_param_gather else gather), opt, (dense, expert)
+        if plan.overlap_param_gather:  # layer by layer ahead of the first forward f: its lead
+            layers = max(1, sum(n for _, n in groups))
+            gather = max(gather / layers, gather - f) if gather else 0.0
+        return max(0.0, grads - hidden) + gather, opt, (dense, expert)
 
     def _memory(self, plan: ParallelPlan, m: int, groups: tuple[tuple[int, int], ...], params: tuple[float, float]) -> float:
         t = self.training

@@ -126,7 +126,7 @@ def _row_record(row: Mapping[str, Any], key: str | None, profiles: Mapping[str, 
         if not _relevant(p, row):
             rec[p] = rec["base"]
             continue
-        out = validate_row(row, profile=perturb(profiles[key], p), fidelity=fidelity, cache=cache)
+        out = validate_row(row, profile=perturb(profiles[key], p), fidelity=fidelity, cache=cache, plan=base["_plan"])
         rec[p] = out["predicted_step_time_s"] if out["status"] == "ok" else rec["base"]
     return rec
 

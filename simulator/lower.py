@@ -83,7 +83,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
         one = c.pricer.time("all_reduce", size, "tp")
     tp = tp_blocks * one * (1.0 - plan.tp_comm_overlap)
     out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
-    attn = [o for o in ops if o.kind == "attention"]
+    attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
     kv_local = max(m.num_kv_heads // plan.tp, 1) * m.attn_head_dim
     kv = 2 * tokens * kv_local * t.activation_bytes * plan.cp  # gathered K and V of the CP ring
     ring = c.pricer.time("all_gather", kv, "cp") if any(o.name == "attn_core" for o in ops) else 0.0
@@ -140,7 +140,8 @@ def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
         chunk=chunk, fwd=c.time(ops_all, "fwd"), bwd_input=c.time(ops_all, "bwd_input"),
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
-        buckets=_buckets(c, ops_all), param_gather=_param_gather(c, ops_all), **acc,
+        buckets=_buckets(c, ops_all), param_gather=_param_gather(c, ops_all),
+        param_gather_lead=_param_gather_lead(c, ops_all, per_layer), **acc,
     )
 
 
@@ -229,3 +230,23 @@ def _param_gather(c: Costing, ops: list[Op]) -> float:
     nbytes = sum(o.params for o in ops) * c.training.param_bytes
     n = max(1, math.ceil(nbytes / plan.bucket_size))
     return n * c.pricer.time("all_gather", nbytes / n, axis)
+
+
+def _param_gather_lead(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bool]]) -> float:
+    """ZeRO-1/2 with overlapped gathers: how long the chunk's first forward waits for its weights.
+
+    The gathers run in forward order, the parameters outside the layers (embedding) first, then
+    layer by layer; each layer's forward waits only for its own gather (a flow shop), so the wait
+    is the first gather plus whatever the gathers fall behind the forward pass.
+    """
+    plan = c.plan
+    if plan.zero not in (1, 2) or plan.fsdp != "none" or not per_layer:
+        return -1.0
+    _, axis = _grad_axis(plan)
+    wbytes = c.training.param_bytes
+    in_layers = sum(sum(o.params for o in layer) for layer, _ in per_layer)
+    rest = sum(o.params for o in ops) - in_layers
+    items = ([rest] if rest > 0 else []) + [sum(o.params for o in layer) for layer, _ in per_layer]
+    gathers = [c.pricer.time("all_gather", p * wbytes, axis) for p in items]
+    fwd = ([0.0] if rest > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
+    return flow_shop(fwd, gathers)

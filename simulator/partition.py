@@ -80,7 +80,7 @@ def chunk_ops(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chun
     if chunk == 0:
         ops += embedding_ops(model, **kw)
     for i in layers:
-        ops += layer_ops(model, i, **kw)
+        ops += layer_ops(model, i, flash_attention=training.flash_attention, **kw)
     if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
         ops += head_ops(model, **kw)
     return ops
@@ -118,7 +118,8 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
     """Activations one micro-batch leaves on a device of this chunk (Korthikanti et al. 2022)."""
     shard = dict(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
     total = sum(layer_activation_bytes(model, i, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
-                                       ep=plan.ep, etp=plan.etp, **shard) for i in layers)
+                                       ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention, **shard)
+                for i in layers)
     if chunk == 0:
         total += embedding_activation_bytes(model, **shard)
     if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:

@@ -26,7 +26,7 @@ from simulator.errors import OutOfMemoryError, ScenarioError
 from simulator.plan import ParallelPlan
 from simulator.result import Result
 from simulator.validate_rules import (
-    SkipRow, measured_step_time, model_for_row, plan_for_row, precision_of, text, num,
+    SkipRow, flash_attention, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,
 )
 from topologies import Cluster, get_cluster
 from topologies.accelerators import get_accelerator
@@ -66,6 +66,8 @@ class RowScenario:
     """Which column the measured step time comes from."""
     inferred: tuple[str, ...]
     """The inference rules applied to this row, in words."""
+    candidates: tuple[ParallelPlan, ...] = ()
+    """Plans over the knobs the row does not publish (micro-batch, VPP); empty when it publishes them."""
 
 
 def load_runs(path: str | Path | None = None) -> pd.DataFrame:
@@ -151,11 +153,14 @@ def scenario_for_row(row: Mapping[str, Any], cache: dict[tuple, Cluster] | None 
     gbs = int(num(row, "global_batch_seqs") or 0)
     if seq <= 0 or gbs <= 0:
         raise SkipRow("seq_len or global_batch_seqs missing")
-    training = TrainingSpec(seq_len=seq, global_batch_size=gbs, precision=precision)  # type: ignore[arg-type]
+    training = TrainingSpec(seq_len=seq, global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
+                            flash_attention=flash_attention(row, notes))
     cluster = cluster_for_row(row, label, notes, cache, profile)
     plan = plan_for_row(row, model, training, cluster, notes)
+    candidates = tuning_candidates(row, model, training, plan)
     return RowScenario(row_id=int(row["row_id"]), model=model, training=training, cluster=cluster, plan=plan,
-                       measured_step_time=measured, measured_from=measured_from, inferred=tuple(notes))
+                       measured_step_time=measured, measured_from=measured_from, inferred=tuple(notes),
+                       candidates=tuple(candidates) if len(candidates) > 1 else ())
 
 
 def _base_record(row: Mapping[str, Any]) -> dict[str, Any]:
@@ -182,14 +187,42 @@ def _simulate_published(sc: RowScenario, profile: CalibrationProfile | None,
         return res, (f"memory check lifted (the run fit; predicted: {str(exc).splitlines()[0][:90]})",)
 
 
+def _tuned(sc: RowScenario, profile: CalibrationProfile | None,
+           fidelity: Fidelity) -> tuple[RowScenario, Result, tuple[str, ...]]:
+    """The fastest candidate that fits in memory (the base plan, memory check lifted, if none fits)."""
+    best: tuple[float, ParallelPlan, Result] | None = None
+    for plan in sc.candidates:
+        try:
+            res = simulate(sc.model, sc.training, sc.cluster, plan, profile=profile, fidelity=fidelity)
+        except OutOfMemoryError:
+            continue
+        if best is None or res.step_time < best[0]:
+            best = (res.step_time, plan, res)
+    if best is None:
+        res, note = _simulate_published(sc, profile, fidelity)
+        return sc, res, note + (f"micro_batch/vpp not published and no candidate fits: "
+                                f"micro_batch = {sc.plan.micro_batch}, vpp = {sc.plan.vpp}",)
+    _, plan, res = best
+    note = (f"micro_batch = {plan.micro_batch}, vpp = {plan.vpp}: not published; the fastest of "
+            f"{len(sc.candidates)} candidates that fits (a benchmark is tuned for throughput)",)
+    return replace(sc, plan=plan), res, note
+
+
 def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None = None,
-                 fidelity: Fidelity = "analytic", cache: dict[tuple, Cluster] | None = None) -> dict[str, Any]:
-    """One output record: the prediction and its signed error, or the reason the row was skipped."""
+                 fidelity: Fidelity = "analytic", cache: dict[tuple, Cluster] | None = None,
+                 plan: ParallelPlan | None = None) -> dict[str, Any]:
+    """One output record: the prediction and its signed error, or the reason the row was skipped.
+
+    ``plan`` replaces the row's inferred plan (no tuning): the profile fit keeps the plan tuned at
+    its base profile while it perturbs the profile. The record's ``_plan`` is the plan simulated.
+    """
     rec = _base_record(row)
     start = time.perf_counter()
     try:
         sc = scenario_for_row(row, cache, profile)
-        res, note = _simulate_published(sc, profile, fidelity)
+        if plan is not None:
+            sc = replace(sc, plan=plan, candidates=())
+        sc, res, note = _tuned(sc, profile, fidelity) if sc.candidates else (sc, *_simulate_published(sc, profile, fidelity))
     except SkipRow as exc:
         rec["reason"] = str(exc)
         return rec
@@ -202,7 +235,8 @@ def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None =
                                                         else sc.training.precision)
     rec.update(status="ok", predicted_step_time_s=res.step_time, measured_step_time_s=sc.measured_step_time,
                error_pct=err, predicted_mfu=res.model_flops / (res.step_time * res.num_gpus * peak), measured_from=sc.measured_from,
-               inferred="; ".join(sc.inferred + note), plan=sc.plan.describe(), wall_s=time.perf_counter() - start)
+               inferred="; ".join(sc.inferred + note), plan=sc.plan.describe(), wall_s=time.perf_counter() - start,
+               _plan=sc.plan)
     return rec
 
 

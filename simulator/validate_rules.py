@@ -207,6 +207,56 @@ def _sharding(row: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
     return {"zero": 0}
 
 
+TUNED_MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)
+"""Micro-batch sizes tried for a row that does not publish its micro-batch."""
+
+
+def interleaving_available(row: Mapping[str, Any]) -> bool:
+    """The run's framework has the interleaved 1F1B schedule: Megatron-LM PTD-P (SC'21) and later."""
+    fw = text(row, "framework").lower()
+    return "pre-interleaving" not in fw and (framework_is_mcore(row) or "megatron" in fw)
+
+
+def tuning_candidates(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpec,
+                      plan: ParallelPlan) -> list[ParallelPlan]:
+    """Plans over the schedule knobs a row leaves unpublished (micro-batch; VPP when pp > 1).
+
+    A published benchmark ran a configuration chosen for throughput, so an unpublished knob takes
+    the value its framework's users would tune it to: ``simulator.validate`` simulates every
+    candidate and keeps the fastest that fits in memory. A row that publishes both knobs has one
+    candidate, its own plan. Candidates the plan rules would reject are left out.
+    """
+    mbs = (plan.micro_batch,) if _degree(row, "micro_batch") is not None else TUNED_MICRO_BATCHES
+    tune_vpp = _degree(row, "vpp") is None and plan.pp > 1 and interleaving_available(row)
+    layers = model.num_layers
+    vpps = [1] + [v for v in range(2, layers // plan.pp + 1) if layers % (plan.pp * v) == 0] if tune_vpp \
+        else [plan.vpp]
+    per_replica = training.global_batch_size // plan.dp
+    out = []
+    for mb in mbs:
+        if per_replica % mb:
+            continue
+        for v in vpps:
+            if v > 1 and (per_replica // mb) % plan.pp:
+                continue
+            out.append(dataclasses.replace(plan, micro_batch=mb, vpp=v,
+                                           schedule="interleaved" if v > 1 else "1f1b"))  # type: ignore[arg-type]
+    return out or [plan]
+
+
+FLASH_ATTENTION_YEAR = 2022
+"""FlashAttention (Dao et al., May 2022) is the first fused attention kernel frameworks adopted."""
+
+
+def flash_attention(row: Mapping[str, Any], notes: list[str]) -> bool:
+    """Fused attention unless the run was published before FLASH_ATTENTION_YEAR (``source_date``)."""
+    year = text(row, "source_date")[:4]
+    if year.isdigit() and int(year) < FLASH_ATTENTION_YEAR:
+        notes.append(f"attention unfused: published {year}, before fused attention kernels ({FLASH_ATTENTION_YEAR})")
+        return False
+    return True
+
+
 def _recompute(row: Mapping[str, Any], notes: list[str]) -> str:
     r = text(row, "recompute").lower()
     for kind in ("full", "selective", "none"):
@@ -235,10 +285,7 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     while vpp > 1 and pp * vpp > model.num_layers:
         vpp -= 1  # Megatron-Bridge counts embedding and loss as pipeline layers (126 + 2 = 16 x 8)
         notes.append(f"vpp lowered to {vpp}: pp*vpp exceeded num_layers = {model.num_layers}")
-    mb = _degree(row, "micro_batch")
-    if mb is None:
-        mb = 1
-        notes.append("micro_batch = 1 (Megatron default)")
+    mb = _degree(row, "micro_batch") or 1  # missing: tuned by simulator.validate (tuning_candidates)
     if training.global_batch_size % (dp * mb):
         raise SkipRow(f"global batch {training.global_batch_size} not divisible by dp {dp} x micro_batch {mb}")
     mcore = framework_is_mcore(row)

@@ -17,6 +17,8 @@ Sharding summary (T = micro_batch*seq_len/cp tokens on the device's sequence sha
   (dropless, perfectly balanced routing, as the Megatron-Bridge MoE benchmarks force).
 """
 
+import dataclasses
+
 from workloads.errors import WorkloadError
 from workloads.model import ModelSpec, attention_param_parts
 from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
@@ -38,6 +40,40 @@ def residual_op(name: str, tokens: float, width: int, dtype_bytes: int) -> Op:
     """Bias-dropout-add into the residual stream: reads two tensors, writes one."""
     return memory_op(name, "elementwise", tokens * width, dtype_bytes, reads=2, writes=1,
                      flops_per_element=RESIDUAL_FLOPS)
+
+
+def attention_core_ops(model: ModelSpec, shape: LocalShape, heads_local: int,
+                       kv_heads_local: int, window: int | None = None) -> tuple[Op, ...]:
+    """The attention core: one fused kernel, or the unfused path without ``shape.flash_attention``."""
+    core = attention_core_op(model, shape, heads_local, kv_heads_local, window)
+    return (core,) if shape.flash_attention else unfused_attention_ops(core, shape, heads_local, window)
+
+
+UNFUSED_SCORE_FLOPS = 5.0
+"""FLOPs per score of the scale, mask and softmax (max, subtract, exp, sum, divide), forward."""
+
+
+def unfused_attention_ops(core: Op, shape: LocalShape, heads_local: int,
+                          window: int | None = None) -> tuple[Op, Op]:
+    """Attention before fused kernels (Megatron-LM 2021, DeepSpeed 2021): every s x s score in HBM.
+
+    'attn_core' becomes two batched GEMMs (Q K^T, then P V) that compute the whole square (the
+    causal mask is applied afterwards, nothing is skipped) and write/read the scores (2 dt bytes per
+    score); 'attn_softmax' is the fused scale-mask-softmax and the dropout: per score, forward
+    reads the scores and writes the probabilities, then reads them and writes the dropped
+    probabilities and a 1-byte mask (4 dt + 1 bytes); backward reads the gradient, the mask and the
+    probabilities and writes two gradients (5 dt + 1 bytes). Both are recomputed by selective
+    recompute (Korthikanti et al. 2022: exactly these are the 5as/h activations).
+    """
+    dt = shape.dtype_bytes
+    sk = shape.seq_len if window is None else min(window, shape.seq_len)
+    scores = float(shape.micro_batch * (shape.seq_len // shape.cp) * sk * heads_local)
+    bmm = dataclasses.replace(core, kind="bmm", bytes=core.bytes + 2 * dt * scores,
+                              bwd_bytes=core.bwd_bytes + 4 * dt * scores, causal_flops_fraction=1.0)
+    softmax = Op(name="attn_softmax", kind="elementwise", flops=UNFUSED_SCORE_FLOPS * scores,
+                 bytes=(4 * dt + 1) * scores, bwd_flops=UNFUSED_SCORE_FLOPS * scores,
+                 bwd_bytes=(5 * dt + 1) * scores, params=0, recompute_selective=True)
+    return bmm, softmax
 
 
 def attention_core_op(model: ModelSpec, shape: LocalShape, heads_local: int,
@@ -75,7 +111,7 @@ def mha_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> t
     out_bias = h if model.linear_bias else 0  # row-parallel bias is replicated on tp ranks
     return (
         gemm_op("qkv", shape.tokens, n_qkv, h, dt, params=h * n_qkv + qkv_bias),
-        attention_core_op(model, shape, heads, kv, window),
+        *attention_core_ops(model, shape, heads, kv, window),
         gemm_op("attn_out", shape.tokens, h, heads * d, dt, params=heads * d * h + out_bias),
     )
 
@@ -103,7 +139,7 @@ def mla_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> t
     ops.append(norm_op(model, "kv_latent_norm", T, kvl, dt))
     n_up = heads * (int(model.qk_nope_head_dim) + d_v)
     ops.append(gemm_op("kv_up", T, n_up, kvl, dt, params=kvl * n_up))
-    ops.append(attention_core_op(model, shape, heads, heads, window))
+    ops.extend(attention_core_ops(model, shape, heads, heads, window))
     ops.append(gemm_op("attn_out", T, h, heads * d_v, dt, params=heads * d_v * h))
     return tuple(ops)
 

@@ -17,8 +17,11 @@ from typing import Literal
 
 from workloads.errors import WorkloadError
 
-OpKind = Literal["gemm", "attention", "elementwise", "norm", "embedding", "loss", "router",
+OpKind = Literal["gemm", "bmm", "attention", "elementwise", "norm", "embedding", "loss", "router",
                  "alltoall_marker"]
+"""'gemm': a linear layer (weights; its backward splits into input and weight gradients);
+'bmm': a batched GEMM of two activations (unfused attention scores and context: GEMM speed, no
+weight gradient); 'attention': a fused attention kernel (FlashAttention); the rest are memory-bound."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -71,6 +74,8 @@ class LocalShape:
     """Sequence parallelism: norms/residuals/router run on 1/tp of the tokens."""
     dtype_bytes: int = 2
     """Bytes per activation and weight element."""
+    flash_attention: bool = True
+    """Fused attention kernel; False: the unfused path (score GEMMs, softmax and dropout in HBM)."""
 
     def __post_init__(self) -> None:
         for field in ("micro_batch", "seq_len", "tp", "cp", "ep", "etp", "dtype_bytes"):

@@ -25,6 +25,10 @@ class TrainingSpec:
     """Compute precision of the GEMMs; fp8 keeps bf16 weights/activations and FP8 GEMM inputs."""
     optimizer: Optimizer = "adam"
     """Optimizer whose state is kept per parameter."""
+    flash_attention: bool = True
+    """A fused attention kernel (FlashAttention, cuDNN/TE fused attention: the s x s scores never
+    reach HBM and causal masking skips half the square). False models frameworks before it (2022):
+    score GEMMs over the whole square, softmax and dropout through HBM, the 5as/h activations kept."""
 
     def __post_init__(self) -> None:
         if self.seq_len <= 0:
@@ -36,6 +40,8 @@ class TrainingSpec:
             )
         if self.precision not in ("bf16", "fp16", "fp8", "fp32"):
             raise WorkloadError(f"precision = {self.precision!r}: use one of bf16, fp16, fp8, fp32")
+        if not isinstance(self.flash_attention, bool):
+            raise WorkloadError(f"flash_attention = {self.flash_attention!r}: use true or false")
         if self.optimizer not in ("adam", "sgd"):
             raise WorkloadError(f"optimizer = {self.optimizer!r}: use one of adam, sgd")
 

@@ -114,3 +114,25 @@ def test_dualpipe_bubble_matches_deepseek_formula() -> None:
     t = step(pp, m, "dualpipe", 1.0, 1.0, w=1.0, vpp=2)
     assert t == pytest.approx(m * 3.0 + (pp / 2 - 1) * (3 + 1 - 3))
     assert t < step(pp, m, "zb-h1", 1.0, 1.0, w=1.0) < step(pp, m, "1f1b", 1.0, 2.0)
+
+
+def _gather_step(gather: float, lead: float, overlap: bool = True) -> tuple[float, float]:
+    """(step time, exposed DP seconds) of one stage, 2 micro-batches, a ZeRO-1/2 gather."""
+    c = ChunkCost(chunk=0, fwd=1.0, bwd_input=2.0, bwd_weight=0.0, recompute=0.0, tp_fwd=0.0, tp_bwd=0.0,
+                  cp_fwd=0.0, cp_bwd=0.0, ep_fwd=0.0, ep_bwd=0.0, dp_fwd=0.0, dp_bwd=0.0, flops=1.0,
+                  recompute_flops=0.0, buckets=(), param_gather=gather, param_gather_lead=lead)
+    inp = EngineInput(stages=(StageCost(stage=0, chunks=(c,), p2p=0.0, optimizer=0.0),), schedule="1f1b",
+                      microbatches=2, vpp=1, overlap_grad_reduce=True, overlap_param_gather=overlap,
+                      scale=np.ones((1, 1)))
+    intervals, t = run(inp)
+    return t, sum(iv.end - iv.start for iv in intervals if iv.category == "exposed_dp")
+
+
+def test_layer_pipelined_param_gather_exposes_only_its_lead() -> None:
+    # compute alone: 2 x (F 1 + B 2) = 6 s
+    whole, exposed_whole = _gather_step(gather=1.5, lead=-1.0)  # forward waits for the whole gather
+    assert whole == pytest.approx(7.5) and exposed_whole == pytest.approx(1.5)
+    piped, exposed = _gather_step(gather=1.5, lead=0.25)  # layer by layer: only the lead is exposed
+    assert piped == pytest.approx(6.25) and exposed == pytest.approx(0.25)
+    unhidden, _ = _gather_step(gather=1.5, lead=0.25, overlap=False)  # after the optimizer, all of it
+    assert unhidden == pytest.approx(7.5)

@@ -20,7 +20,8 @@ from typer.testing import CliRunner
 from simulator.calibration import PROFILE_DIR, CalibrationProfile, default_profile, load_profile
 from simulator.compute import op_time, ops_time
 from simulator.validate import (
-    OUTPUT_COLUMNS, error_stats, load_runs, megatron_lm_rows, stratified_subset, validate_row, validate_runs,
+    OUTPUT_COLUMNS, error_stats, load_runs, megatron_lm_rows, scenario_for_row, stratified_subset, validate_row,
+    validate_runs,
 )
 from simulator.validate_cli import register
 from simulator.validate_rules import mcore_model_flops, measured_step_time, model_for_row
@@ -98,8 +99,36 @@ def test_rows_missing_what_no_rule_infers_are_skipped_with_a_reason(runs: pd.Dat
 def test_inference_rules_are_recorded(runs: pd.DataFrame) -> None:
     rec = validate_row(_row(runs, 227))  # micro-batch, recompute, precision, tp/pp not printed
     assert rec["status"] == "ok"
-    for rule in ("micro_batch = 1", "recompute: full", "precision: bf16", "model-parallel size"):
+    for rule in ("micro_batch = ", "not published", "recompute: full", "precision: bf16", "model-parallel size",
+                 "attention unfused"):
         assert rule in rec["inferred"]
+
+
+def test_unpublished_micro_batch_and_vpp_are_tuned_to_the_fastest_that_fits(runs: pd.DataFrame) -> None:
+    row = _row(runs, 241)  # Megatron-Core 2024 README, GPT 70B: TP8 PP2 DP48, micro-batch and VPP not printed
+    model = model_for_row(row, [])
+    sc = scenario_for_row(row)
+    assert len(sc.candidates) > 4 and {p.vpp for p in sc.candidates} > {1}
+    rec = validate_row(row)
+    assert "not published" in rec["inferred"]
+    for plan in sc.candidates:  # no candidate is faster than the chosen one, unless it does not fit
+        try:
+            other = validate_row(row, plan=plan)
+        except ValueError:
+            continue
+        if "memory check lifted" not in other["inferred"]:
+            assert other["predicted_step_time_s"] >= rec["predicted_step_time_s"] - 1e-12
+    # a row that publishes micro-batch and VPP keeps them: one plan, no tuning
+    published = _row(runs, 300)
+    assert scenario_for_row(published).candidates == ()
+    assert "not published" not in validate_row(published)["inferred"]
+    assert model.num_layers % rec["_plan"].vpp == 0
+
+
+def test_pre_interleaving_frameworks_tune_the_micro_batch_only(runs: pd.DataFrame) -> None:
+    sc = scenario_for_row(_row(runs, 236))  # Megatron-LM Jan 2021 (before the interleaved schedule)
+    assert sc.candidates and {p.vpp for p in sc.candidates} == {1}
+    assert {p.micro_batch for p in sc.candidates} == {1, 2, 4, 8}
 
 
 def test_one_output_row_per_input_row_in_order(runs: pd.DataFrame) -> None:

@@ -158,3 +158,25 @@ def test_ops_are_deterministic() -> None:
     m = get_model("deepseek-v3")
     a = layer_ops(m, 10, micro_batch=1, seq_len=4096, tp=8, ep=8, cp=2)
     assert a == layer_ops(m, 10, micro_batch=1, seq_len=4096, tp=8, ep=8, cp=2)
+
+
+def test_unfused_attention_keeps_model_flops_and_moves_every_score() -> None:
+    m = get_model("gpt3-175b")
+    b, s, tp = 2, 2048, 8
+    fused = layer_ops(m, 0, micro_batch=b, seq_len=s, tp=tp)
+    unfused = layer_ops(m, 0, micro_batch=b, seq_len=s, tp=tp, flash_attention=False)
+    core = next(o for o in fused if o.kind == "attention")
+    bmm = next(o for o in unfused if o.kind == "bmm")
+    softmax = next(o for o in unfused if o.name == "attn_softmax")
+    assert not any(o.kind == "attention" for o in unfused)
+    # same model FLOPs, but the unfused GEMMs compute the whole (masked) square
+    assert bmm.flops == pytest.approx(core.flops) and bmm.causal_flops_fraction == 1.0
+    scores = b * s * s * m.num_heads / tp
+    dt = 2
+    assert bmm.bytes - core.bytes == pytest.approx(2 * dt * scores)  # scores written, dropped probs read
+    assert softmax.bytes == pytest.approx((4 * dt + 1) * scores)  # softmax r/w, dropout r/w + mask
+    assert softmax.bwd_bytes == pytest.approx((5 * dt + 1) * scores)
+    assert bmm.recompute_selective and softmax.recompute_selective
+    # the ops outside the attention core are the same
+    rest = lambda ops: [o for o in ops if not o.recompute_selective]  # noqa: E731
+    assert rest(fused) == rest(unfused)
