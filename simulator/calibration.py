@@ -74,6 +74,10 @@ class CalibrationProfile(BaseModel):
     """Multiplier on the GEMM efficiency curve for GEMMs run at a low-precision peak, keyed by
     "fp8" (FP8 and MXFP8 recipes) and "fp4" (NVFP4): quantisation and scaling kernels keep them
     further from their doubled peak. 1.0 when a key is absent."""
+    attention_kernel_efficiency: dict[str, float] = Field(default={})
+    """Multiplier on the attention curve for an older fused kernel, keyed by
+    ``TrainingSpec.attention_kernel`` ("flash2": FlashAttention 1/2 and Triton kernels, which predate
+    the Hopper-specific ones the curve describes). 1.0 when a key is absent."""
     expert_efficiency: float = Field(default=1.0, gt=0, le=1)
     """Multiplier on the efficiency of routed-expert (grouped) GEMMs of MoE layers: token
     permutation, padding and many small per-expert GEMMs keep them below a dense GEMM's rate."""
@@ -96,6 +100,14 @@ class CalibrationProfile(BaseModel):
         bad = {k: x for k, x in v.items() if k not in ("fp8", "fp4") or not 0 < x <= 2}
         if bad:
             raise ValueError(f"precision_efficiency: keys fp8/fp4 with values in (0, 2], got {bad}")
+        return v
+
+    @field_validator("attention_kernel_efficiency")
+    @classmethod
+    def _kernels(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if k not in ("flash3", "flash2") or not 0 < x <= 2}
+        if bad:
+            raise ValueError(f"attention_kernel_efficiency: keys flash3/flash2 with values in (0, 2], got {bad}")
         return v
 
     @field_validator("link_efficiency")

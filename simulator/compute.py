@@ -59,7 +59,7 @@ def op_time(
         return 0.0
     peak = peak_for(accelerator, precision, op.fp8)
     if op.kind == "attention":
-        eff = profile.attention_eff(flops)
+        eff = profile.attention_eff(flops) * profile.attention_kernel_efficiency.get(op.kernel, 1.0)
     elif op.kind in ("gemm", "bmm"):
         eff = profile.gemm_eff(flops) * (profile.precision_efficiency.get("fp8", 1.0) if precision == "fp8" and op.fp8 else 1.0)
     else:

@@ -65,7 +65,7 @@ class Estimator:
     def _layer_ops(self, i: int, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool) -> tuple[Op, ...]:
         return tuple(layer_ops(self.model, i, micro_batch=mb, seq_len=self.training.seq_len, tp=tp, cp=cp,
                                ep=ep, etp=etp, dtype_bytes=self.training.activation_bytes, sp=sp,
-                               flash_attention=self.training.flash_attention))
+                               attention_kernel=self.training.attention_kernel))
 
     def _layer_times(self, i: int, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool, imbalance: float) -> dict[str, float]:
         """Pass times of representative layer ``i`` (see ``layer_groups``)."""

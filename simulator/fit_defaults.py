@@ -30,17 +30,18 @@ from simulator.calibration import CalibrationProfile
 from simulator.comm import Fidelity
 from simulator.errors import CalibrationError
 from simulator.validate import MEGATRON_LM_FRAMEWORKS, validate_row
-from simulator.validate_rules import SkipRow, precision_of
+from simulator.validate_rules import SkipRow, attention_kernel, precision_of
 
 PERTURB_FACTOR = 0.85
 """Efficiencies are multiplied by this factor to measure a sensitivity (kernel overhead doubles)."""
 GEMM_POINTS = 6
 """Points of the GEMM efficiency curve (1e8 ... 1e13 FLOP per call in the bundled profiles)."""
 PARAMS: tuple[str, ...] = tuple(f"g{j}" for j in range(GEMM_POINTS)) + (
-    "attn", "link", "mem", "kern", "exp", "fp8", "fp4")
+    "attn", "link", "mem", "kern", "exp", "fp8", "fp4", "ak")
 """Perturbed parameters: GEMM curve point j, attention curve, NVLink+NIC link efficiency, memory
-efficiency, kernel overhead, expert_efficiency, precision_efficiency fp8 and fp4."""
-PER_GROUP: tuple[str, ...] = ("gemm", "attn", "link", "exp", "fp8", "fp4")
+efficiency, kernel overhead, expert_efficiency, precision_efficiency fp8 and fp4, and
+attention_kernel_efficiency flash2 ("ak")."""
+PER_GROUP: tuple[str, ...] = ("gemm", "attn", "link", "exp", "fp8", "fp4", "ak")
 """Scales fitted per GPU type; ``curve`` (one per GEMM point), ``kern`` and ``mem`` are shared."""
 MEGATRON_WEIGHT = 3.0
 """Weight of the Megatron-LM rows in the fitted MAPE (docs/VALIDATION.md)."""
@@ -60,6 +61,8 @@ class Bounds:
     """Range of ``precision_efficiency["fp4"]``."""
     expert: tuple[float, float] = (0.1, 1.0)
     """Range of ``expert_efficiency``."""
+    attention_kernel: tuple[float, float] = (0.3, 1.2)
+    """Range of ``attention_kernel_efficiency["flash2"]``."""
 
 
 def profile_key(gpu_type: str, keys: Sequence[str]) -> str | None:
@@ -90,6 +93,9 @@ def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FAC
             return profile.replace(expert_efficiency=profile.expert_efficiency * factor)
         case "fp8" | "fp4":
             return profile.replace(precision_efficiency={**prec, param: prec.get(param, 1.0) * factor})
+        case "ak":
+            kern = profile.attention_kernel_efficiency
+            return profile.replace(attention_kernel_efficiency={**kern, "flash2": kern.get("flash2", 1.0) * factor})
     raise CalibrationError(f"parameter {param!r} unknown; use one of {list(PARAMS)}")
 
 
@@ -110,6 +116,8 @@ def _relevant(param: str, row: Mapping[str, Any]) -> bool:
             return label == "nvfp4"
         case "exp":
             return moe
+        case "ak":
+            return attention_kernel(dict(row), []) == "flash2"
     return True
 
 
@@ -205,7 +213,8 @@ def _base_values(profs: list[CalibrationProfile]) -> dict[str, np.ndarray]:
             "nvlink": arr(lambda p: p.link_eff("nvlink")), "nic": arr(lambda p: p.link_eff("nic")),
             "exp": arr(lambda p: p.expert_efficiency), "mem": arr(lambda p: p.memory_efficiency),
             "fp8": arr(lambda p: p.precision_efficiency.get("fp8", 1.0)),
-            "fp4": arr(lambda p: p.precision_efficiency.get("fp4", 1.0))}
+            "fp4": arr(lambda p: p.precision_efficiency.get("fp4", 1.0)),
+            "ak": arr(lambda p: p.attention_kernel_efficiency.get("flash2", 1.0))}
 
 
 def _initial(n: int) -> dict[str, np.ndarray]:
@@ -218,7 +227,7 @@ def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
     zero = np.zeros_like(t)
     for j in range(GEMM_POINTS):
         t += s.get(f"g{j}", zero) * (1.0 / (x["gemm"][g] * x["curve"][j]) - 1.0)
-    for p, k in (("attn", "attn"), ("link", "link"), ("exp", "exp"), ("fp8", "fp8"), ("fp4", "fp4")):
+    for p, k in (("attn", "attn"), ("link", "link"), ("exp", "exp"), ("fp8", "fp8"), ("fp4", "fp4"), ("ak", "ak")):
         t += s.get(p, zero) * (1.0 / x[k][g] - 1.0)
     t += s.get("mem", zero) * (1.0 / x["mem"][0] - 1.0) + s.get("kern", zero) * (x["kern"][0] - 1.0)
     return t
@@ -231,7 +240,9 @@ def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
     checks = (gemm.max() <= hi, np.all(np.diff(gemm, axis=1) >= -1e-9), np.all(b["attn_max"] * x["attn"] <= hi),
               np.all(b["nvlink"] * x["link"] <= hi), np.all(b["nic"] * x["link"] <= bounds.max_nic_efficiency + 1e-12),
               np.all(b["mem"] * x["mem"][0] <= hi), _within(b["exp"] * x["exp"], bounds.expert),
-              _within(b["fp8"] * x["fp8"], bounds.fp8), _within(b["fp4"] * x["fp4"], bounds.fp4))
+              _within(b["fp8"] * x["fp8"], bounds.fp8), _within(b["fp4"] * x["fp4"], bounds.fp4),
+              _within(b["ak"] * x["ak"], bounds.attention_kernel),
+              np.all(b["attn_max"] * x["attn"] * b["ak"] * x["ak"] <= hi))
     return bool(all(checks))
 
 
@@ -317,6 +328,7 @@ def apply_scales(profile: CalibrationProfile, i: int, x: Mapping[str, np.ndarray
         expert_efficiency=_r3(profile.expert_efficiency * x["exp"][i]),
         precision_efficiency={"fp8": _r3(prec.get("fp8", 1.0) * x["fp8"][i]),
                               "fp4": _r3(prec.get("fp4", 1.0) * x["fp4"][i])},
+        attention_kernel_efficiency={"flash2": _r3(profile.attention_kernel_efficiency.get("flash2", 1.0) * x["ak"][i])},
         memory_efficiency=_r3(profile.memory_efficiency * x["mem"][0]),
         kernel_overhead=float(round(profile.kernel_overhead * x["kern"][0], 9)))
 

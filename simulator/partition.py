@@ -80,7 +80,7 @@ def chunk_ops(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chun
     if chunk == 0:
         ops += embedding_ops(model, **kw)
     for i in layers:
-        ops += layer_ops(model, i, flash_attention=training.flash_attention, **kw)
+        ops += layer_ops(model, i, attention_kernel=training.attention_kernel, **kw)
     if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
         ops += head_ops(model, **kw)
     return ops

@@ -26,7 +26,7 @@ from simulator.errors import OutOfMemoryError, ScenarioError
 from simulator.plan import ParallelPlan
 from simulator.result import Result
 from simulator.validate_rules import (
-    SkipRow, flash_attention, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,
+    SkipRow, attention_kernel, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,
 )
 from topologies import Cluster, get_cluster
 from topologies.accelerators import get_accelerator
@@ -154,7 +154,7 @@ def scenario_for_row(row: Mapping[str, Any], cache: dict[tuple, Cluster] | None 
     if seq <= 0 or gbs <= 0:
         raise SkipRow("seq_len or global_batch_seqs missing")
     training = TrainingSpec(seq_len=seq, global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
-                            flash_attention=flash_attention(row, notes))
+                            attention_kernel=attention_kernel(row, notes))  # type: ignore[arg-type]
     cluster = cluster_for_row(row, label, notes, cache, profile)
     plan = plan_for_row(row, model, training, cluster, notes)
     candidates = tuning_candidates(row, model, training, plan)

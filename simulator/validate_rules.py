@@ -246,15 +246,21 @@ def tuning_candidates(row: Mapping[str, Any], model: ModelSpec, training: Traini
 
 FLASH_ATTENTION_YEAR = 2022
 """FlashAttention (Dao et al., May 2022) is the first fused attention kernel frameworks adopted."""
+HOPPER_ATTENTION_YEAR = 2024
+"""Fused attention tuned for Hopper (cuDNN 9 fused attention in Transformer Engine, early 2024;
+FlashAttention-3, July 2024); runs published before used FlashAttention 1/2 or Triton kernels."""
 
 
-def flash_attention(row: Mapping[str, Any], notes: list[str]) -> bool:
-    """Fused attention unless the run was published before FLASH_ATTENTION_YEAR (``source_date``)."""
+def attention_kernel(row: Mapping[str, Any], notes: list[str]) -> str:
+    """The attention kernel of the run's era, from the year of ``source_date`` (none: current)."""
     year = text(row, "source_date")[:4]
-    if year.isdigit() and int(year) < FLASH_ATTENTION_YEAR:
+    if not year.isdigit() or int(year) >= HOPPER_ATTENTION_YEAR:
+        return "flash3"
+    if int(year) < FLASH_ATTENTION_YEAR:
         notes.append(f"attention unfused: published {year}, before fused attention kernels ({FLASH_ATTENTION_YEAR})")
-        return False
-    return True
+        return "unfused"
+    notes.append(f"attention kernel flash2: published {year}, before Hopper-tuned fused attention ({HOPPER_ATTENTION_YEAR})")
+    return "flash2"
 
 
 def _recompute(row: Mapping[str, Any], notes: list[str]) -> str:

@@ -68,7 +68,7 @@ def unfused_attention_ops(core: Op, shape: LocalShape, heads_local: int,
     dt = shape.dtype_bytes
     sk = shape.seq_len if window is None else min(window, shape.seq_len)
     scores = float(shape.micro_batch * (shape.seq_len // shape.cp) * sk * heads_local)
-    bmm = dataclasses.replace(core, kind="bmm", bytes=core.bytes + 2 * dt * scores,
+    bmm = dataclasses.replace(core, kind="bmm", kernel="", bytes=core.bytes + 2 * dt * scores,
                               bwd_bytes=core.bwd_bytes + 4 * dt * scores, causal_flops_fraction=1.0)
     softmax = Op(name="attn_softmax", kind="elementwise", flops=UNFUSED_SCORE_FLOPS * scores,
                  bytes=(4 * dt + 1) * scores, bwd_flops=UNFUSED_SCORE_FLOPS * scores,
@@ -94,7 +94,7 @@ def attention_core_op(model: ModelSpec, shape: LocalShape, heads_local: int,
     moved = float((q_bytes + kv_bytes) * shape.dtype_bytes)
     return Op(name="attn_core", kind="attention", flops=flops, bytes=moved,
               bwd_flops=2.0 * flops, bwd_bytes=2.0 * moved, params=0,
-              gemm_shape=(sq, sk, d_qk), fp8=False, recompute_selective=True,
+              gemm_shape=(sq, sk, d_qk), fp8=False, recompute_selective=True, kernel=shape.attention_kernel,
               causal_flops_fraction=0.5 if window is None else 1.0)
 
 

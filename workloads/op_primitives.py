@@ -49,6 +49,8 @@ class Op:
     """Runs at the FP8 peak when the training precision is fp8 (linear-layer GEMMs)."""
     recompute_selective: bool = False
     """Recomputed under selective recompute (attention core; Korthikanti et al. 2022, sec. 4)."""
+    kernel: str = ""
+    """Which attention kernel a fused attention op is ('flash3', 'flash2'); '' for other ops."""
     causal_flops_fraction: float = 1.0
     """Fraction of `flops` a causal-masked kernel really executes (0.5 for causal attention,
     FlashAttention skips the masked half); `flops` itself keeps the full-s^2 model convention."""
@@ -74,8 +76,12 @@ class LocalShape:
     """Sequence parallelism: norms/residuals/router run on 1/tp of the tokens."""
     dtype_bytes: int = 2
     """Bytes per activation and weight element."""
-    flash_attention: bool = True
-    """Fused attention kernel; False: the unfused path (score GEMMs, softmax and dropout in HBM)."""
+    attention_kernel: str = "flash3"
+    """'flash3' | 'flash2' (fused kernels) | 'unfused' (score GEMMs, softmax and dropout in HBM)."""
+
+    @property
+    def flash_attention(self) -> bool:
+        return self.attention_kernel != "unfused"
 
     def __post_init__(self) -> None:
         for field in ("micro_batch", "seq_len", "tp", "cp", "ep", "etp", "dtype_bytes"):

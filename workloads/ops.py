@@ -32,7 +32,7 @@ FP32_BYTES = 4  # the cross-entropy runs in fp32 (Megatron vocab_parallel_cross_
 
 def layer_ops(model: ModelSpec, layer_index: int, *, micro_batch: int, seq_len: int,
               tp: int = 1, cp: int = 1, ep: int = 1, etp: int = 1, dtype_bytes: int = 2,
-              sp: bool = True, flash_attention: bool = True) -> tuple[Op, ...]:
+              sp: bool = True, attention_kernel: str = "flash3") -> tuple[Op, ...]:
     """Forward ops of layer `layer_index` for one micro-batch on one device, in order.
 
     `sp` (sequence parallelism, default on as in Megatron-core with tp > 1) decides whether
@@ -40,7 +40,7 @@ def layer_ops(model: ModelSpec, layer_index: int, *, micro_batch: int, seq_len: 
     """
     moe = model.is_moe_layer(layer_index)
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
-                       sp=sp, dtype_bytes=dtype_bytes, flash_attention=flash_attention)
+                       sp=sp, dtype_bytes=dtype_bytes, attention_kernel=attention_kernel)
     if model.layer_pattern is not None:  # hybrid: one block per layer (workloads/mamba.py)
         return hybrid_layer_ops(model, layer_index, shape)
     h, t_sp = model.hidden_size, shape.tokens_sp

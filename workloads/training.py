@@ -11,6 +11,8 @@ from workloads.errors import WorkloadError
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 Optimizer = Literal["adam", "sgd"]
+AttentionKernel = Literal["flash3", "flash2", "unfused"]
+ATTENTION_KERNELS: tuple[str, ...] = ("flash3", "flash2", "unfused")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -25,10 +27,13 @@ class TrainingSpec:
     """Compute precision of the GEMMs; fp8 keeps bf16 weights/activations and FP8 GEMM inputs."""
     optimizer: Optimizer = "adam"
     """Optimizer whose state is kept per parameter."""
-    flash_attention: bool = True
-    """A fused attention kernel (FlashAttention, cuDNN/TE fused attention: the s x s scores never
-    reach HBM and causal masking skips half the square). False models frameworks before it (2022):
-    score GEMMs over the whole square, softmax and dropout through HBM, the 5as/h activations kept."""
+    attention_kernel: AttentionKernel = "flash3"
+    """How attention runs. 'flash3': today's fused kernels (FlashAttention-3, cuDNN fused attention
+    through Transformer Engine), the profile's attention curve. 'flash2': fused kernels before the
+    Hopper-specific ones (FlashAttention 1/2, Triton flash attention; 2022-2023), the curve times
+    the profile's ``attention_kernel_efficiency["flash2"]``. 'unfused': frameworks before fused
+    attention (before 2022): score GEMMs over the whole s x s square, softmax and dropout through
+    HBM, the 5as/h activations kept (Korthikanti et al. 2022)."""
 
     def __post_init__(self) -> None:
         if self.seq_len <= 0:
@@ -40,10 +45,15 @@ class TrainingSpec:
             )
         if self.precision not in ("bf16", "fp16", "fp8", "fp32"):
             raise WorkloadError(f"precision = {self.precision!r}: use one of bf16, fp16, fp8, fp32")
-        if not isinstance(self.flash_attention, bool):
-            raise WorkloadError(f"flash_attention = {self.flash_attention!r}: use true or false")
+        if self.attention_kernel not in ATTENTION_KERNELS:
+            raise WorkloadError(f"attention_kernel = {self.attention_kernel!r}: use one of {', '.join(ATTENTION_KERNELS)}")
         if self.optimizer not in ("adam", "sgd"):
             raise WorkloadError(f"optimizer = {self.optimizer!r}: use one of adam, sgd")
+
+    @property
+    def flash_attention(self) -> bool:
+        """A fused attention kernel (no s x s tensor in HBM or in the saved activations)."""
+        return self.attention_kernel != "unfused"
 
     @property
     def tokens_per_step(self) -> int:

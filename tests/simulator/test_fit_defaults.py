@@ -94,6 +94,8 @@ def test_perturb_changes_one_parameter() -> None:
     assert np.array_equal(np.delete(_gemm(p), 2), np.delete(_gemm(BASE), 2))
     assert perturb(BASE, "kern").kernel_overhead == pytest.approx(4e-6)
     assert perturb(BASE, "fp4").precision_efficiency == {"fp8": 1.0, "fp4": PERTURB_FACTOR}
+    assert perturb(BASE, "ak").attention_kernel_efficiency == {"flash2": pytest.approx(PERTURB_FACTOR)}
+    assert perturb(BASE, "ak").attention_efficiency == BASE.attention_efficiency
 
 
 def test_profile_key_matches_default_profile_rule() -> None:

@@ -54,7 +54,7 @@ def test_unfused_attention_is_slower_and_keeps_the_score_activations() -> None:
     model = get_model("llama3-8b")
     cluster = get_cluster("a100", 8)
     fused = TrainingSpec(seq_len=2048, global_batch_size=16)
-    unfused = replace(fused, flash_attention=False)
+    unfused = replace(fused, attention_kernel="unfused")
     for recompute in ("none", "selective"):
         plan = ParallelPlan(tp=8, pp=1, dp=1, micro_batch=1, recompute=recompute)
         a = simulate(model, fused, cluster, plan, fidelity="analytic")

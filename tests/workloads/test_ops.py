@@ -164,7 +164,7 @@ def test_unfused_attention_keeps_model_flops_and_moves_every_score() -> None:
     m = get_model("gpt3-175b")
     b, s, tp = 2, 2048, 8
     fused = layer_ops(m, 0, micro_batch=b, seq_len=s, tp=tp)
-    unfused = layer_ops(m, 0, micro_batch=b, seq_len=s, tp=tp, flash_attention=False)
+    unfused = layer_ops(m, 0, micro_batch=b, seq_len=s, tp=tp, attention_kernel="unfused")
     core = next(o for o in fused if o.kind == "attention")
     bmm = next(o for o in unfused if o.kind == "bmm")
     softmax = next(o for o in unfused if o.name == "attn_softmax")
@@ -180,3 +180,13 @@ def test_unfused_attention_keeps_model_flops_and_moves_every_score() -> None:
     # the ops outside the attention core are the same
     rest = lambda ops: [o for o in ops if not o.recompute_selective]  # noqa: E731
     assert rest(fused) == rest(unfused)
+
+
+def test_attention_kernel_is_validated_and_carried_to_the_core_op() -> None:
+    from workloads import TrainingSpec
+    with pytest.raises(WorkloadError, match="attention_kernel"):
+        TrainingSpec(seq_len=2048, global_batch_size=8, attention_kernel="flash9")  # type: ignore[arg-type]
+    m = get_model("llama3-8b")
+    core = next(o for o in layer_ops(m, 0, micro_batch=1, seq_len=2048, attention_kernel="flash2")
+                if o.kind == "attention")
+    assert core.kernel == "flash2"
