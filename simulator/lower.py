@@ -3,8 +3,9 @@
 Owns the cost of one model chunk for one micro-batch on one device: compute by pass (forward,
 input-gradient, weight-gradient, recompute), and the exposed communication inside it (TP
 collectives on the critical path, CP ring exchange hidden behind attention, EP all-to-all, FSDP
-gathers prefetched one layer ahead); plus the DP gradient buckets, the parameter gathers and the
-optimizer of each stage. Every collective is priced by ``CommPricer``. Scheduling is the engine's.
+gathers prefetched one layer ahead); plus the DP gradient buckets, the ZeRO-1/2 parameter gathers
+(their total, and the lead the chunk's first forward waits for when they run layer by layer ahead
+of it) and the optimizer of each stage. Every collective is priced by ``CommPricer``. Scheduling is the engine's.
 """
 
 from __future__ import annotations

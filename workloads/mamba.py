@@ -41,14 +41,35 @@ def ssd_flops_per_token(model: ModelSpec) -> float:
                      model.mamba_chunk_size)
 
 
+FP32_BYTES = 4
+"""The scan's intermediates (cumulative decay, chunk states, C B^T blocks) are fp32."""
+
+
+def ssd_scan_bytes_per_token(d_local: int, heads_local: int, groups_local: int, state: int, chunk: int,
+                             dtype_bytes: int) -> float:
+    """HBM bytes per token of the chunked SSD forward as the Triton kernels run it
+    (mamba_ssm ops/triton/ssd_combined.py: chunk_cumsum, chunk_state, state_passing, bmm_chunk,
+    chunk_scan), with a = dtype_bytes and f = 4 (fp32 intermediates):
+    - dt in, dA_cumsum and dt out, then read twice more: H (a + 2f + 4f);
+    - x read twice, y written: 3 a d_inner;  B read twice, C twice: 4 a G N;
+    - the C B^T blocks written and read: 2 f G Q;
+    - chunk states (d_inner N per chunk of Q tokens) written, read and rewritten by the state
+      passing, read by the scan: 4 f d_inner N / Q.
+    Only the states of one chunk and the Q x Q blocks stay on chip (within a kernel)."""
+    a, f = dtype_bytes, FP32_BYTES
+    return (heads_local * (a + 6 * f) + 3 * a * d_local + 4 * a * groups_local * state
+            + 2 * f * groups_local * chunk + 4 * f * d_local * state / chunk)
+
+
 def ssd_scan_op(model: ModelSpec, shape: LocalShape, heads_local: int, groups_local: int) -> Op:
-    """The chunked SSD scan of the local heads for the device's tokens (kind 'attention':
-    a fused Triton kernel priced like the attention core). Holds dt_bias, A_log and D."""
+    """The chunked SSD scan of the local heads for the device's tokens (kind 'attention': its
+    math priced like the attention core, its HBM traffic by ``ssd_scan_bytes_per_token``).
+    Holds dt_bias, A_log and D."""
     p, n, dt = model.mamba_head_dim, model.mamba_state_dim, shape.dtype_bytes
     d_local = heads_local * p
     flops = shape.tokens * ssd_flops(d_local, groups_local, n, model.mamba_chunk_size)
-    # reads x, B, C, dt; writes y (bf16); states stay on chip within a chunk
-    moved = float(shape.tokens * (2 * d_local + 2 * groups_local * n + heads_local) * dt)
+    moved = float(shape.tokens * ssd_scan_bytes_per_token(d_local, heads_local, groups_local, n,
+                                                          model.mamba_chunk_size, dt))
     return Op(name="ssd_scan", kind="attention", flops=flops, bytes=moved, bwd_flops=2.0 * flops,
               bwd_bytes=2.0 * moved, params=3 * heads_local,
               gemm_shape=(model.mamba_chunk_size, model.mamba_chunk_size, p))

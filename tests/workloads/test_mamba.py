@@ -80,6 +80,21 @@ def test_ssd_scan_flops_are_linear_in_sequence_length() -> None:
     assert ssd_flops(4096, 8, 128, 256) > ssd_flops(4096, 8, 128, 128)
 
 
+def test_ssd_scan_hbm_traffic_includes_the_fp32_chunk_states() -> None:
+    def scan(s: int, tp: int = 1):
+        return next(o for o in layer_ops(NANO, MAMBA, micro_batch=1, seq_len=s, tp=tp) if o.name == "ssd_scan")
+
+    # Nano: H 64 heads of P 64 (d_inner 4096), N 128, G 8, Q 128; bf16 inputs, fp32 intermediates
+    d, h, g, n, q, a, f = 4096, 64, 8, 128, 128, 2, 4
+    per_token = h * (a + 6 * f) + 3 * a * d + 4 * a * g * n + 2 * f * g * q + 4 * f * d * n / q
+    assert scan(4096).bytes == pytest.approx(4096 * per_token)
+    assert scan(8192).bytes == pytest.approx(2 * scan(4096).bytes)  # linear in the tokens
+    # the chunk states (fp32, d_inner x N per chunk) are the largest share: more than the inputs
+    assert 4 * f * d * n / q > 3 * a * d
+    # tensor parallelism splits heads and groups: every term but none of the tokens
+    assert scan(4096, tp=2).bytes == pytest.approx(scan(4096).bytes / 2)
+
+
 def test_model_flops_count_attention_only_in_attention_layers() -> None:
     training = TrainingSpec(seq_len=8192, global_batch_size=4)
     attention = 6 * 12 * (32 * 128) * 8192  # PaLM 12*L*h_attn*s over the 6 attention layers
