@@ -39,6 +39,7 @@ def test_simulate_writes_json_and_a_perfetto_trace(tmp_path: Path) -> None:
     (["--set", "plan.micro_batch=8", "--set", "plan.recompute=none"], "largest part: activations"),
     (["--set", "plan.bogus=1"], "unknown field(s) ['bogus']"),
     (["--set", "plan.tp"], "must look like plan.tp=4"),
+    (["--set", "training.attention_kernel=flash9"], "attention_kernel = 'flash9': use one of flash3, flash2, unfused"),
 ])
 def test_bad_input_is_one_line_and_exit_2(args: list[str], needle: str) -> None:
     p = cli("simulate", str(EXAMPLE), *args)
