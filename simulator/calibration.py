@@ -34,6 +34,11 @@ def _check_curve(points: list[tuple[float, float]], field: str) -> list[tuple[fl
     return points
 
 
+FACTOR_KEYS: dict[str, tuple[str, ...]] = {"precision_efficiency": ("fp8", "fp4"),
+                                           "attention_kernel_efficiency": ("flash3", "flash2")}
+"""The keys each multiplier table of a profile accepts."""
+
+
 class CalibrationProfile(BaseModel):
     """Efficiencies and overheads of one kind of system, measured or defaulted."""
 
@@ -94,20 +99,14 @@ class CalibrationProfile(BaseModel):
     def _curve(cls, v: list[tuple[float, float]], info: object) -> list[tuple[float, float]]:
         return _check_curve(v, getattr(info, "field_name", "curve"))
 
-    @field_validator("precision_efficiency")
+    @field_validator("precision_efficiency", "attention_kernel_efficiency")
     @classmethod
-    def _precision(cls, v: dict[str, float]) -> dict[str, float]:
-        bad = {k: x for k, x in v.items() if k not in ("fp8", "fp4") or not 0 < x <= 2}
+    def _factors(cls, v: dict[str, float], info: object) -> dict[str, float]:
+        name = getattr(info, "field_name", "")
+        keys = FACTOR_KEYS[name]
+        bad = {k: x for k, x in v.items() if k not in keys or not 0 < x <= 2}
         if bad:
-            raise ValueError(f"precision_efficiency: keys fp8/fp4 with values in (0, 2], got {bad}")
-        return v
-
-    @field_validator("attention_kernel_efficiency")
-    @classmethod
-    def _kernels(cls, v: dict[str, float]) -> dict[str, float]:
-        bad = {k: x for k, x in v.items() if k not in ("flash3", "flash2") or not 0 < x <= 2}
-        if bad:
-            raise ValueError(f"attention_kernel_efficiency: keys flash3/flash2 with values in (0, 2], got {bad}")
+            raise ValueError(f"{name}: keys {'/'.join(keys)} with values in (0, 2], got {bad}")
         return v
 
     @field_validator("link_efficiency")
