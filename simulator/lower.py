@@ -137,12 +137,12 @@ def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
             recompute += c.time(sel, "fwd")
             rec_flops += sum(o.flops for o in sel)
     dp_fwd, dp_bwd = _fsdp_exposed(c, per_layer)
+    gather, lead = _param_gathers(c, ops_all, per_layer)
     return ChunkCost(
         chunk=chunk, fwd=c.time(ops_all, "fwd"), bwd_input=c.time(ops_all, "bwd_input"),
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
-        buckets=_buckets(c, ops_all), param_gather=_param_gather(c, ops_all),
-        param_gather_lead=_param_gather_lead(c, ops_all, per_layer), **acc,
+        buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, **acc,
     )
 
 
@@ -222,32 +222,28 @@ def _hsdp_buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
     return tuple(_split(c, "all_reduce", nbytes, "dp_rep"))
 
 
-def _param_gather(c: Costing, ops: list[Op]) -> float:
-    """ZeRO-1/2: all-gather of the updated bf16 weights after the sharded optimizer step."""
-    plan = c.plan
-    if plan.zero not in (1, 2) or plan.fsdp != "none":
-        return 0.0
-    _, axis = _grad_axis(plan)
-    nbytes = sum(o.params for o in ops) * c.training.param_bytes
-    n = max(1, math.ceil(nbytes / plan.bucket_size))
-    return n * c.pricer.time("all_gather", nbytes / n, axis)
+def _param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
+    """ZeRO-1/2: (seconds to all-gather the chunk's updated bf16 weights after the sharded optimizer
+    step, in buckets; how long the chunk's first forward waits for them when overlapped).
 
-
-def _param_gather_lead(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bool]]) -> float:
-    """ZeRO-1/2 with overlapped gathers: how long the chunk's first forward waits for its weights.
-
-    The gathers run in forward order, the parameters outside the layers (embedding) first, then
-    layer by layer; each layer's forward waits only for its own gather (a flow shop), so the wait
-    is the first gather plus whatever the gathers fall behind the forward pass.
+    Overlapped, the gathers run in forward order, the parameters outside the layers (embedding)
+    first, then layer by layer; each layer's forward waits only for its own gather (a flow shop), so
+    the wait is the first gather plus whatever the gathers fall behind the forward pass (-1 without
+    layers: the forward waits for the whole gather).
     """
     plan = c.plan
-    if plan.zero not in (1, 2) or plan.fsdp != "none" or not per_layer:
-        return -1.0
+    if plan.zero not in (1, 2) or plan.fsdp != "none":
+        return 0.0, -1.0
     _, axis = _grad_axis(plan)
     wbytes = c.training.param_bytes
-    in_layers = sum(sum(o.params for o in layer) for layer, _ in per_layer)
-    rest = sum(o.params for o in ops) - in_layers
-    items = ([rest] if rest > 0 else []) + [sum(o.params for o in layer) for layer, _ in per_layer]
+    nbytes = sum(o.params for o in ops) * wbytes
+    n = max(1, math.ceil(nbytes / plan.bucket_size))
+    total = n * c.pricer.time("all_gather", nbytes / n, axis)
+    if not per_layer:
+        return total, -1.0
+    layers = [sum(o.params for o in layer) for layer, _ in per_layer]
+    rest = nbytes / wbytes - sum(layers)
+    items = ([rest] if rest > 0 else []) + layers
     gathers = [c.pricer.time("all_gather", p * wbytes, axis) for p in items]
     fwd = ([0.0] if rest > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
-    return flow_shop(fwd, gathers)
+    return total, flow_shop(fwd, gathers)

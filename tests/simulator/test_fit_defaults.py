@@ -14,10 +14,8 @@ from typer.testing import CliRunner
 
 from simulator.calibration import CalibrationProfile, load_profile
 from simulator.cli import app
-from simulator.fit_defaults import (
-    GEMM_POINTS, PERTURB_FACTOR, Bounds, cross_validate, fit, perturb, profile_key, sensitivities,
-    write_profiles,
-)
+from simulator.fit_defaults import perturb, profile_key, sensitivities, write_profiles
+from simulator.fit_first_order import GEMM_POINTS, PERTURB_FACTOR, Bounds, cross_validate, fit
 from simulator.validate import load_runs
 
 CURVE_X = [1e8, 1e9, 1e10, 1e11, 1e12, 1e13]
