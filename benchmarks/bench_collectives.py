@@ -14,10 +14,10 @@ import time
 
 import numpy as np
 
-from simulator.calibration import CalibrationProfile
-from simulator.collectives import price_collective
-from simulator.network import fabric_for
-from topologies.presets import get_cluster
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.network.collectives import price_collective
+from clustersim.simulator.network.flows import fabric_for
+from clustersim.topologies.presets import get_cluster
 
 
 def _ms(fn: object) -> tuple[float, object]:

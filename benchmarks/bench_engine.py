@@ -9,10 +9,10 @@ from __future__ import annotations
 import resource
 import time
 
-from simulator.api import simulate
-from simulator.plan import ParallelPlan
-from topologies import get_cluster
-from workloads import TrainingSpec, get_model
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
 
 
 def main() -> None:

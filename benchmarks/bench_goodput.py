@@ -12,10 +12,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from simulator.checkpoint import CheckpointSpec
-from simulator.failures import FailureSpec
-from simulator.goodput import LongRunSpec, simulate_long_run, sweep_intervals
-from simulator.stragglers import StragglerSpec, SymmetricStep, step_time_distribution
+from clustersim.simulator.longrun.checkpoint import CheckpointSpec
+from clustersim.simulator.longrun.failures import FailureSpec
+from clustersim.simulator.longrun.goodput import LongRunSpec, simulate_long_run, sweep_intervals
+from clustersim.simulator.longrun.stragglers import StragglerSpec, SymmetricStep, step_time_distribution
 
 DAY = 86400.0
 TARGET_S = 10.0

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import time
 
-from simulator.search import search
-from topologies import get_cluster
-from workloads import TrainingSpec, get_model
+from clustersim.simulator.search.search import search
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
 
 
 def main() -> None:

@@ -12,9 +12,9 @@ from __future__ import annotations
 import time
 import tracemalloc
 
-from topologies import dgx_h100_pod, validate_cluster
-from topologies.fabrics import NodeSpec, rail_optimized
-from topologies.presets import DGX_H100
+from clustersim.topologies import dgx_h100_pod, validate_cluster
+from clustersim.topologies.fabrics import NodeSpec, rail_optimized
+from clustersim.topologies.presets import DGX_H100
 
 SIZES: tuple[int, ...] = (1024, 4096, 16384)
 

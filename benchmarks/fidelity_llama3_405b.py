@@ -18,12 +18,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from simulator.api import simulate
-from simulator.errors import OutOfMemoryError
-from simulator.plan import ParallelPlan
-from simulator.result import Result
-from topologies import Cluster, get_cluster
-from workloads import ModelSpec, TrainingSpec, get_model
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.errors import OutOfMemoryError
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.step.result import Result
+from clustersim.topologies import Cluster, get_cluster
+from clustersim.workloads import ModelSpec, TrainingSpec, get_model
 
 CASES: tuple[tuple[int, int, int, int, int, float], ...] = (
     (8192, 8, 1, 16, 8192, 430.0),

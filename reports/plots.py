@@ -17,8 +17,8 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
 
-from reports.scaling import IDEAL, SEGMENTS
-from reports.tables import BEST_SERIES, NAIVE_SERIES
+from clustersim.reports.scaling import IDEAL, SEGMENTS
+from clustersim.reports.tables import BEST_SERIES, NAIVE_SERIES
 
 SEGMENT_COLORS: Mapping[str, str] = {
     "ideal_compute": "#4c9a4c", "compute_inefficiency": "#f2b134", "exposed_tp": "#3b6fb6",

@@ -14,15 +14,15 @@ from typing import Mapping
 
 import pandas as pd
 
-from reports.files import write_bytes_atomic, write_csv_atomic, write_text_atomic
-from reports.html import PageFigure, PageTable, render_page
-from reports.plots import (
+from clustersim.reports.files import write_bytes_atomic, write_csv_atomic, write_text_atomic
+from clustersim.reports.html import PageFigure, PageTable, render_page
+from clustersim.reports.plots import (
     plot_hardware, plot_lost_time, plot_mfu, plot_scaling_efficiency, plot_throughput_per_gpu,
     png_bytes,
 )
-from reports.scaling import lost_time_fractions, scaling_table
-from reports.summary import summary_sentences
-from reports.tables import (
+from clustersim.reports.scaling import lost_time_fractions, scaling_table
+from clustersim.reports.summary import summary_sentences
+from clustersim.reports.tables import (
     BEST_SERIES, NAIVE_SERIES, PLAN_COLUMNS, ResultsInput, best_rows, error_table,
     hardware_table, load_results, plan_table, series_rows, with_costs,
 )
@@ -135,3 +135,11 @@ def write_scaling_report(results: ResultsInput, out_dir: str | Path, *, title: s
     page = render_page(title=title, sentences=data.sentences, figures=figures,
                        tables=_tables(data), meta=meta)
     return write_text_atomic(out / "report.html", page)
+
+
+def report_command(results: str | Path, out_dir: str | Path, *, title: str | None = None,
+                   cost_per_gpu_hour: float | None = None) -> Path:
+    """Write the scaling report of ``results`` (file or sweep directory) into ``out_dir``."""
+    name = Path(results).stem if Path(results).is_file() else Path(results).name
+    return write_scaling_report(results, out_dir, title=title or f"Scaling report: {name}",
+                                cost_per_gpu_hour=cost_per_gpu_hour)

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from reports.tables import (
+from clustersim.reports.tables import (
     BEST_SERIES, BREAKDOWN_COLUMNS, best_rows, ok_rows, plan_label, series_rows,
 )
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from reports.scaling import largest_loss, lost_time_fractions, scaling_table
-from reports.tables import (
+from clustersim.reports.scaling import largest_loss, lost_time_fractions, scaling_table
+from clustersim.reports.tables import (
     BEST_SERIES, NAIVE_SERIES, best_rows, error_table, hardware_table, plan_label,
 )
 

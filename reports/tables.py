@@ -15,7 +15,7 @@ from typing import Mapping
 import numpy as np
 import pandas as pd
 
-from reports.errors import ReportError
+from clustersim.reports.errors import ReportError
 
 BREAKDOWN_COLUMNS: tuple[str, ...] = (
     "t_compute", "t_exposed_tp", "t_exposed_cp", "t_exposed_ep", "t_exposed_pp",

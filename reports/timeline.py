@@ -16,8 +16,8 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
-from reports.errors import ReportError
-from reports.plots import new_axes
+from clustersim.reports.errors import ReportError
+from clustersim.reports.plots import new_axes
 
 MICROSECONDS = 1e-6
 """Seconds per microsecond: trace ``ts``/``dur`` unit (Trace Event Format spec)."""

@@ -18,11 +18,11 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.ticker import PercentFormatter
 
-from reports.errors import ReportError
-from reports.files import write_bytes_atomic
-from reports.plots import SEGMENT_COLORS, new_axes, png_bytes
-from reports.scaling import LOSS_CAUSES
-from reports.tables import BREAKDOWN_COLUMNS
+from clustersim.reports.errors import ReportError
+from clustersim.reports.files import write_bytes_atomic
+from clustersim.reports.plots import SEGMENT_COLORS, new_axes, png_bytes
+from clustersim.reports.scaling import LOSS_CAUSES
+from clustersim.reports.tables import BREAKDOWN_COLUMNS
 
 RECOMPUTE_COLOR = "#e69138"
 

@@ -24,11 +24,11 @@ from typing import Any, Mapping
 
 import yaml
 
-from simulator.calibration import CalibrationProfile, load_profile, machine_cluster
-from simulator.errors import ScenarioError
-from simulator.plan import ParallelPlan, plan_from_mapping
-from topologies import Cluster, load_cluster
-from workloads import ModelSpec, TrainingSpec, get_model, load_model
+from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile, machine_cluster
+from clustersim.simulator.errors import ScenarioError
+from clustersim.simulator.plan.plan import ParallelPlan, plan_from_mapping
+from clustersim.topologies import Cluster, load_cluster
+from clustersim.workloads import ModelSpec, TrainingSpec, get_model, load_model
 
 TOP_KEYS = ("name", "model", "training", "cluster", "plan", "calibration", "mode", "seed")
 

@@ -14,7 +14,7 @@ EXAMPLE = ROOT / "examples" / "llama3_70b_h100.yaml"
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "simulator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
+    return subprocess.run([sys.executable, "-m", "clustersim.simulator.cli", *args], capture_output=True, text=True, cwd=cwd, timeout=600)
 
 
 def test_simulate_writes_json_and_a_perfetto_trace(tmp_path: Path) -> None:

@@ -4,7 +4,7 @@ A leaf package: imports nothing from simulator/, workloads/ or reports/. See doc
 "topologies/" for the contract (field names, units, the graph contract).
 """
 
-from topologies.accelerators import (
+from clustersim.topologies.accelerators import (
     A100_40GB,
     A100_80GB,
     ACCELERATORS,
@@ -19,10 +19,10 @@ from topologies.accelerators import (
     cpu_accelerator,
     get_accelerator,
 )
-from topologies.cluster import Cluster, validate_cluster
-from topologies.config import load_cluster
-from topologies.errors import TopologyError
-from topologies.fabrics import (
+from clustersim.topologies.cluster import Cluster, validate_cluster
+from clustersim.topologies.config import load_cluster
+from clustersim.topologies.errors import TopologyError
+from clustersim.topologies.fabrics import (
     NodeSpec,
     dragonfly,
     fat_tree,
@@ -34,7 +34,7 @@ from topologies.fabrics import (
     single_domain,
     torus,
 )
-from topologies.presets import (
+from clustersim.topologies.presets import (
     CLUSTER_PRESETS,
     SystemSpec,
     aws_p4d,

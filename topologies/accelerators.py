@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
-from topologies.errors import TopologyError
+from clustersim.topologies.errors import TopologyError
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """The precision keys of ``AcceleratorSpec.peak_flops``."""

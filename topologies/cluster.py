@@ -14,9 +14,9 @@ from typing import Mapping
 
 import networkx as nx
 
-from topologies.accelerators import AcceleratorSpec
-from topologies.errors import TopologyError
-from topologies.graph import LINK_CLASSES, NODE_KINDS, SWITCH_KINDS, gpu_name
+from clustersim.topologies.accelerators import AcceleratorSpec
+from clustersim.topologies.errors import TopologyError
+from clustersim.topologies.graph import LINK_CLASSES, NODE_KINDS, SWITCH_KINDS, gpu_name
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -14,9 +14,9 @@ from typing import Any, Mapping
 
 import yaml
 
-from topologies.cluster import Cluster
-from topologies.errors import TopologyError
-from topologies.presets import GBIT, get_cluster, preset_name
+from clustersim.topologies.cluster import Cluster
+from clustersim.topologies.errors import TopologyError
+from clustersim.topologies.presets import GBIT, get_cluster, preset_name
 
 UNIT_KEYS: Mapping[str, tuple[str, float]] = MappingProxyType({
     "nic_bandwidth_gbps": ("nic_bandwidth", GBIT),

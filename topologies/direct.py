@@ -14,9 +14,9 @@ from typing import Sequence
 
 import networkx as nx
 
-from topologies.errors import TopologyError
-from topologies.graph import SWITCH_LATENCY, GraphParts
-from topologies.servers import NodeSpec, add_servers
+from clustersim.topologies.errors import TopologyError
+from clustersim.topologies.graph import SWITCH_LATENCY, GraphParts
+from clustersim.topologies.servers import NodeSpec, add_servers
 
 
 def _attach_servers(parts: GraphParts, nics: list[str], routers: list[str], per_router: int, node: NodeSpec) -> None:

@@ -3,7 +3,7 @@
 Owns the builders that return a whole cluster graph (GPUs, NVLink domains, NICs, switches) for a
 switched network, and re-exports the scale-up builders (``topologies.servers``) and the direct
 networks (``topologies.direct``) so that ``topologies.fabrics`` names every builder. It does not
-route or price traffic (``simulator.network``) nor pick presets (``topologies.presets``).
+route or price traffic (``clustersim.simulator.network.flows``) nor pick presets (``topologies.presets``).
 
 Modelling choices (say so when comparing with a real plant):
 - Spines are logical: a leaf's whole uplink capacity, ``hosts_per_leaf * nic_bandwidth /
@@ -20,10 +20,10 @@ from typing import Literal
 
 import networkx as nx
 
-from topologies.direct import dragonfly, torus
-from topologies.errors import TopologyError
-from topologies.graph import SWITCH_LATENCY, GraphParts
-from topologies.servers import NodeSpec, add_servers, nvl_domain, nvswitch_node, pcie_host, single_domain
+from clustersim.topologies.direct import dragonfly, torus
+from clustersim.topologies.errors import TopologyError
+from clustersim.topologies.graph import SWITCH_LATENCY, GraphParts
+from clustersim.topologies.servers import NodeSpec, add_servers, nvl_domain, nvswitch_node, pcie_host, single_domain
 
 __all__ = [
     "NodeSpec",

@@ -17,8 +17,8 @@ from dataclasses import dataclass, replace
 
 import networkx as nx
 
-from topologies.errors import TopologyError
-from topologies.graph import (
+from clustersim.topologies.errors import TopologyError
+from clustersim.topologies.graph import (
     NIC_LATENCY,
     NVLINK_LATENCY,
     PCIE_LATENCY,

@@ -2,17 +2,17 @@
 conventions and model presets. A leaf package: imports nothing from simulator/, topologies/
 or reports/."""
 
-from workloads.activations import (
+from clustersim.workloads.activations import (
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
 )
-from workloads.errors import WorkloadError
-from workloads.flops import megatron_flops_per_step, model_flops_per_step, mosaic_flops_per_step
-from workloads.model import ModelSpec
-from workloads.ops import Op, embedding_ops, head_ops, layer_ops
-from workloads.presets import MODEL_PRESETS, get_model, load_model, resolve_model_name
-from workloads.training import TrainingSpec
+from clustersim.workloads.errors import WorkloadError
+from clustersim.workloads.flops import megatron_flops_per_step, model_flops_per_step, mosaic_flops_per_step
+from clustersim.workloads.model import ModelSpec
+from clustersim.workloads.ops import Op, embedding_ops, head_ops, layer_ops
+from clustersim.workloads.presets import MODEL_PRESETS, get_model, load_model, resolve_model_name
+from clustersim.workloads.training import TrainingSpec
 
 __all__ = [
     "MODEL_PRESETS",

@@ -27,8 +27,8 @@ scan output y (d_inner, the gated-norm input) and the out_proj input (d_inner); 
 from dataclasses import dataclass
 from typing import Literal
 
-from workloads.model import ModelSpec
-from workloads.op_primitives import LocalShape, split, split_padded
+from clustersim.workloads.model import ModelSpec
+from clustersim.workloads.op_primitives import LocalShape, split, split_padded
 
 Recompute = Literal["none", "selective", "full"]
 Sharding = Literal["tp", "sp", "device"]

@@ -19,9 +19,9 @@ Sharding summary (T = micro_batch*seq_len/cp tokens on the device's sequence sha
 
 import dataclasses
 
-from workloads.errors import WorkloadError
-from workloads.model import ModelSpec, attention_param_parts
-from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
+from clustersim.workloads.errors import WorkloadError
+from clustersim.workloads.model import ModelSpec, attention_param_parts
+from clustersim.workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
 
 # Approximate FLOP per element of memory-bound ops (not part of model FLOPs).
 NORM_FLOPS = 4.0  # RMSNorm: square, accumulate, scale by rsqrt, multiply by weight

@@ -6,9 +6,9 @@ Owns `model_flops_per_step` (PaLM), `megatron_flops_per_step` (Narayanan et al. 
 (workloads/ops.py) nor divide by time or peak (simulator/ and reports/ do).
 """
 
-from workloads.mamba import ssd_flops_per_token
-from workloads.model import ModelSpec
-from workloads.training import TrainingSpec
+from clustersim.workloads.mamba import ssd_flops_per_token
+from clustersim.workloads.model import ModelSpec
+from clustersim.workloads.training import TrainingSpec
 
 
 def attention_width(model: ModelSpec) -> float:

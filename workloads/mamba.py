@@ -21,9 +21,9 @@ Total 4*d_inner*N + 2*Q*(d_inner + G*N); the inter-chunk state recurrence (N*P p
 chunk) is negligible and left out. Backward = 2x forward (the convention of attention here).
 """
 
-from workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
-from workloads.model import ModelSpec
-from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
+from clustersim.workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
+from clustersim.workloads.model import ModelSpec
+from clustersim.workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
 
 CONV_FLOPS_PER_TAP = 2.0  # one multiply-add per kernel tap of the depthwise conv1d
 SILU_FLOPS = 4.0  # x * sigmoid(x) after the conv1d

@@ -22,7 +22,7 @@ Counting rules (each a published convention, stated where it matters):
 from dataclasses import dataclass
 from typing import Literal
 
-from workloads.errors import WorkloadError
+from clustersim.workloads.errors import WorkloadError
 
 LayerKind = Literal["transformer", "mamba", "attention", "mlp", "moe"]
 PATTERN_KINDS: dict[str, LayerKind] = {"M": "mamba", "*": "attention", "-": "mlp", "E": "moe"}

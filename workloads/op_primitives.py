@@ -15,7 +15,7 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-from workloads.errors import WorkloadError
+from clustersim.workloads.errors import WorkloadError
 
 OpKind = Literal["gemm", "bmm", "attention", "elementwise", "norm", "embedding", "loss", "router",
                  "alltoall_marker"]

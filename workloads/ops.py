@@ -19,10 +19,10 @@ Conventions:
 
 import dataclasses
 
-from workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
-from workloads.mamba import hybrid_layer_ops
-from workloads.model import ModelSpec
-from workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split, split_padded
+from clustersim.workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
+from clustersim.workloads.mamba import hybrid_layer_ops
+from clustersim.workloads.model import ModelSpec
+from clustersim.workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split, split_padded
 
 __all__ = ["Op", "LocalShape", "layer_ops", "embedding_ops", "head_ops"]
 

@@ -15,10 +15,12 @@ from typing import Any
 
 import yaml
 
-from workloads.errors import WorkloadError
-from workloads.model import ModelSpec
+from clustersim.workloads.errors import WorkloadError
+from clustersim.workloads.model import ModelSpec
 
 PRESET_DIR = Path(__file__).parent / "presets"
+DATA_DIR = Path(__file__).parent / "data"
+"""The bundled data sets (published runs, collective sweeps) with their sources (data/SOURCES.md)."""
 # libyaml's safe loader when built in (5x faster at import), else the pure-Python one
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 

@@ -1,13 +1,13 @@
 """Training-run description: sequence length, batch, numeric precision, optimizer.
 
 Owns `TrainingSpec` and the per-parameter byte counts that follow from precision and optimizer.
-Does not know about parallel plans or memory placement (simulator/partition.py does that).
+Does not know about parallel plans or memory placement (simulator/step/partition.py does that).
 """
 
 from dataclasses import dataclass
 from typing import Literal
 
-from workloads.errors import WorkloadError
+from clustersim.workloads.errors import WorkloadError
 
 Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 Optimizer = Literal["adam", "sgd"]

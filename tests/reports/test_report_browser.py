@@ -16,7 +16,7 @@ from typing import Callable
 import pandas as pd
 import pytest
 
-from reports.report import write_scaling_report
+from clustersim.reports.report import write_scaling_report
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

@@ -13,8 +13,8 @@ import pytest
 from typer import Typer
 from typer.testing import CliRunner
 
-from reports.cli import register
-from reports.report import write_scaling_report
+from clustersim.simulator.cli.report import register
+from clustersim.reports.report import write_scaling_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("throughput_per_gpu", "scaling_efficiency", "lost_time", "lost_time_naive_dp", "mfu",

@@ -7,9 +7,9 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from reports.scaling import LOSS_CAUSES, SEGMENTS, largest_loss, lost_time_fractions, scaling_table
-from reports.summary import summary_sentences
-from reports.tables import best_rows, load_results
+from clustersim.reports.scaling import LOSS_CAUSES, SEGMENTS, largest_loss, lost_time_fractions, scaling_table
+from clustersim.reports.summary import summary_sentences
+from clustersim.reports.tables import best_rows, load_results
 
 Factory = Callable[..., pd.DataFrame]
 
@@ -75,7 +75,7 @@ def test_summary_numbers_match_the_rows(results_factory: Factory) -> None:
 
 
 def test_summary_names_cheapest_cluster(results_factory: Factory) -> None:
-    from reports.tables import with_costs
+    from clustersim.reports.tables import with_costs
     frame = load_results(results_factory(clusters=("h100", "a100"), with_error=False))
     cheap_a100 = summary_sentences(with_costs(frame, {"h100": 10.0, "a100": 1.0}))
     cheap_h100 = summary_sentences(with_costs(frame, {"h100": 1.0, "a100": 1.0}))

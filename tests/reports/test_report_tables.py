@@ -9,8 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from reports.errors import ReportError
-from reports.tables import (
+from clustersim.reports.errors import ReportError
+from clustersim.reports.tables import (
     hardware_table, load_results, plan_label, plan_table, with_costs,
 )
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from reports.errors import ReportError
-from reports.timeline import plot_timeline, trace_spans
+from clustersim.reports.errors import ReportError
+from clustersim.reports.timeline import plot_timeline, trace_spans
 
 EVENTS = [
     {"ph": "M", "name": "process_name", "pid": 0, "args": {"name": "stage 0"}},

@@ -7,8 +7,8 @@ from pathlib import Path
 import matplotlib.image
 import pytest
 
-from reports.errors import ReportError
-from reports.waterfall import plot_waterfall, waterfall_steps, write_waterfall
+from clustersim.reports.errors import ReportError
+from clustersim.reports.waterfall import plot_waterfall, waterfall_steps, write_waterfall
 
 RESULT = {
     "ideal_compute_s": 4.0, "t_compute": 6.0, "t_exposed_tp": 0.5, "t_exposed_cp": 0.0,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost, transfer_time
+from clustersim.simulator.longrun.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost, transfer_time
 
 GB = 1e9
 

@@ -8,7 +8,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from simulator.collective_cli import make_groups, parse_sizes, register
+from clustersim.simulator.cli.collective import make_groups, parse_sizes, register
 
 
 @pytest.fixture(scope="module")

@@ -9,16 +9,16 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from simulator.calibration import CalibrationProfile
-from simulator.collectives import (
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.network.collectives import (
     PIPELINE_FILL_BYTES,
     CollectiveError,
     full_mode_time,
     price_collective,
 )
-from topologies.fabrics import NodeSpec, fat_tree, nvswitch_node, rail_optimized
-from topologies.graph import NVLINK_LATENCY
-from topologies.presets import get_cluster
+from clustersim.topologies.fabrics import NodeSpec, fat_tree, nvswitch_node, rail_optimized
+from clustersim.topologies.graph import NVLINK_LATENCY
+from clustersim.topologies.presets import get_cluster
 
 NVLINK = 450e9  # H100 NVLink4 per direction (NVIDIA H100 datasheet: 900 GB/s bidirectional)
 NIC = 50e9  # ConnectX-7 400 Gb/s per direction (NVIDIA ConnectX-7 datasheet)

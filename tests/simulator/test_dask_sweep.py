@@ -20,8 +20,8 @@ import distributed
 import pandas as pd
 import pytest
 
-from simulator.executors import DaskExecutor, SweepError
-from simulator.sweep import expand_points, load_sweep, parts_dir, run_sweep
+from clustersim.simulator.sweep.executors import DaskExecutor, SweepError
+from clustersim.simulator.sweep.sweep import expand_points, load_sweep, parts_dir, run_sweep
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

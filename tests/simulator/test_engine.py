@@ -5,10 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.engine import EngineInput, run
-from simulator.costs import Bucket, ChunkCost, StageCost
-from simulator.result import breakdown_of, critical_unit
-from simulator.schedules import in_flight_peak, stage_program
+from clustersim.simulator.step.engine import EngineInput, run
+from clustersim.simulator.step.costs import Bucket, ChunkCost, StageCost
+from clustersim.simulator.step.result import breakdown_of, critical_unit
+from clustersim.simulator.plan.schedules import in_flight_peak, stage_program
 
 
 def chunk(k: int, f: float, b: float, w: float = 0.0, buckets: tuple = (), gather: float = 0.0) -> ChunkCost:

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from simulator.checkpoint import LongRunError
-from simulator.failures import KINDS, FailureSpec, draw_failures, kind_rates, system_mtbf
+from clustersim.simulator.longrun.checkpoint import LongRunError
+from clustersim.simulator.longrun.failures import KINDS, FailureSpec, draw_failures, kind_rates, system_mtbf
 
 HOUR = 3600.0
 DAY = 86400.0

@@ -10,9 +10,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from simulator.calibration import load_profile, save_profile
-from simulator.errors import CalibrationError
-from simulator.fit import (
+from clustersim.simulator.calibration.profile import load_profile, save_profile
+from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.calibration.fit import (
     ADAM_BYTES_PER_PARAM,
     alpha_beta,
     binned_curve,
@@ -21,7 +21,7 @@ from simulator.fit import (
     fit_profile,
     fit_profiles,
 )
-from simulator.torch_backend.specs import BackendPlan, GPTConfig, StepRecord
+from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord
 
 PEAK = 100e9
 MEM_BW = 50e9
@@ -156,16 +156,16 @@ def test_profile_with_machine_round_trips_through_yaml(folder: Path, tmp_path: P
 # --- the check's translation (needs the simulator core) -------------------------------------
 
 try:
-    from simulator.torch_backend import check
+    from clustersim.simulator.calibration.torch_backend import check
 except ImportError:  # the simulator core is not there yet: only these tests skip
     check = None  # type: ignore[assignment]
-needs_api = pytest.mark.skipif(check is None, reason="simulator.api cannot be imported")
+needs_api = pytest.mark.skipif(check is None, reason="clustersim.simulator.step.simulate cannot be imported")
 
 CFG = GPTConfig(num_layers=2, hidden_size=64, num_heads=4, seq_len=32, vocab_size=128)
 
 
 def torch_gpt_params(cfg: GPTConfig) -> int:
-    """Parameters of simulator/torch_backend/gpt.py, counted by hand: embedding V*h, per layer
+    """Parameters of simulator/calibration/torch_backend/gpt.py, counted by hand: embedding V*h, per layer
     q,k,v,o 4h^2 + MLP 2*h*4h + two LayerNorms 2*2h, final LayerNorm 2h, head V*h."""
     h, v, f = cfg.hidden_size, cfg.vocab_size, cfg.ffn_hidden_size
     return v * h + cfg.num_layers * (4 * h * h + 2 * h * f + 4 * h) + 2 * h + v * h
@@ -228,9 +228,9 @@ def test_uncontended_removes_the_run_delay() -> None:
 
 @needs_api
 def test_import_runs_never_worsens_its_own_rows_and_reports_the_holdout(tmp_path: Path) -> None:
-    from simulator import fit_runs
-    from simulator.calibration import CalibrationProfile
-    from simulator.validate import load_runs
+    from clustersim.simulator.calibration import fit_runs
+    from clustersim.simulator.calibration.profile import CalibrationProfile
+    from clustersim.simulator.calibration.validate import load_runs
 
     runs = load_runs()
     dense = runs[runs.source_id == "mosaicml-llmfoundry"].head(12)

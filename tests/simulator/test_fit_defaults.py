@@ -1,4 +1,4 @@
-"""Tests of simulator.fit_defaults: the first-order profile fit recovers known efficiencies.
+"""Tests of clustersim.simulator.calibration.fit_defaults: the first-order profile fit recovers known efficiencies.
 
 Synthetic sensitivities follow a closed form, T(s) = C + sum_k B_k / s_k + B_kern s_kern, for which
 the first-order model in the inverse efficiencies is exact: A_k = B_k. A fit of measured times made
@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from simulator.calibration import CalibrationProfile, load_profile
-from simulator.cli import app
-from simulator.fit_defaults import perturb, profile_key, sensitivities, write_profiles
-from simulator.fit_first_order import GEMM_POINTS, PERTURB_FACTOR, Bounds, cross_validate, fit
-from simulator.validate import load_runs
+from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile
+from clustersim.simulator.cli.app import app
+from clustersim.simulator.calibration.fit_defaults import perturb, profile_key, sensitivities, write_profiles
+from clustersim.simulator.calibration.fit_first_order import GEMM_POINTS, PERTURB_FACTOR, Bounds, cross_validate, fit
+from clustersim.simulator.calibration.validate import load_runs
 
 CURVE_X = [1e8, 1e9, 1e10, 1e11, 1e12, 1e13]
 BASE = CalibrationProfile(

@@ -11,11 +11,11 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from simulator.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
-from simulator.failures import FailureSpec
-from simulator.goodput import (CAUSES, LongRunSpec, daly_interval, simulate_long_run, sweep_intervals,
+from clustersim.simulator.longrun.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
+from clustersim.simulator.longrun.failures import FailureSpec
+from clustersim.simulator.longrun.goodput import (CAUSES, LongRunSpec, daly_interval, simulate_long_run, sweep_intervals,
                                young_interval)
-from simulator.goodput_cli import register
+from clustersim.simulator.cli.goodput import register
 
 DAY = 86400.0
 GB = 1e9

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.calibration import CalibrationProfile
-from simulator.network import Flow, NetworkError, fabric_for, max_min_rates, simulate_flows
-from topologies.fabrics import NodeSpec, fat_tree, nvswitch_node, torus
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.network.flows import Flow, NetworkError, fabric_for, max_min_rates, simulate_flows
+from clustersim.topologies.fabrics import NodeSpec, fat_tree, nvswitch_node, torus
 
 IDEAL = CalibrationProfile(link_efficiency={"nvlink": 1.0, "nic": 1.0, "fabric": 1.0})
 NVLINK = 450e9  # H100 NVLink4: 900 GB/s bidirectional = 450 GB/s per direction (NVIDIA H100 datasheet)

@@ -7,17 +7,17 @@ import dataclasses
 
 import pytest
 
-from simulator.api import simulate
-from simulator.calibration import CalibrationProfile
-from simulator.collectives import price_collective
-from simulator.comm import CommPricer
-from simulator.errors import PlanError
-from simulator.lower import Costing, lower
-from simulator.partition import stage_memory
-from simulator.placement import Placement
-from simulator.plan import ParallelPlan
-from topologies import get_cluster
-from workloads import TrainingSpec, get_model
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.network.collectives import price_collective
+from clustersim.simulator.network.pricing import CommPricer
+from clustersim.simulator.errors import PlanError
+from clustersim.simulator.step.lower import Costing, lower
+from clustersim.simulator.step.partition import stage_memory
+from clustersim.simulator.plan.placement import Placement
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
 
 TRAIN = TrainingSpec(seq_len=4096, global_batch_size=64)
 PROFILE = CalibrationProfile()

@@ -5,13 +5,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from simulator.api import simulate
-from simulator.errors import PlanError
-from simulator.partition import layer_split, stage_chunks
-from simulator.placement import Placement
-from simulator.plan import ParallelPlan
-from topologies import get_cluster
-from workloads import TrainingSpec, get_model
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.errors import PlanError
+from clustersim.simulator.step.partition import layer_split, stage_chunks
+from clustersim.simulator.plan.placement import Placement
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
 
 
 @pytest.mark.parametrize("axis", ["tp", "cp", "dp", "pp", "dp+cp", "ep", "edp", "etp"])

@@ -10,9 +10,9 @@ import collections
 
 import pytest
 
-from simulator.checks import check_plan
-from simulator.validate import load_runs, scenario_for_row
-from simulator.validate_rules import SkipRow
+from clustersim.simulator.plan.checks import check_plan
+from clustersim.simulator.calibration.validate import load_runs, scenario_for_row
+from clustersim.simulator.calibration.validate_rules import SkipRow
 
 # The documented skip reasons (docs/VALIDATION.md, "Skipped rows"); a new reason fails the test.
 KNOWN_REASONS = ("hybrid Mamba", "(source quirk)", "not published", "DeepSeek", "no step time")

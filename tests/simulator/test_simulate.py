@@ -7,13 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from simulator.api import simulate
-from simulator.calibration import CalibrationProfile
-from simulator.errors import OutOfMemoryError, PlanError
-from simulator.plan import ParallelPlan
-from simulator.result import CATEGORIES
-from topologies import get_cluster
-from workloads import TrainingSpec, get_model
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.errors import OutOfMemoryError, PlanError
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.step.result import CATEGORIES
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
 
 TRAIN = TrainingSpec(seq_len=2048, global_batch_size=64, precision="bf16")
 

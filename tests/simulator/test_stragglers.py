@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from simulator.checkpoint import LongRunError
-from simulator.scenario import scenario_from_dict
-from simulator.stragglers import (StragglerSpec, SymmetricStep, draw_compute_scale, draw_jitter,
+from clustersim.simulator.longrun.checkpoint import LongRunError
+from clustersim.simulator.scenario import scenario_from_dict
+from clustersim.simulator.longrun.stragglers import (StragglerSpec, SymmetricStep, draw_compute_scale, draw_jitter,
                                   draw_slow_devices, step_time_distribution)
 
 STEP = SymmetricStep(compute_time=6.0, comm_time=1.0, num_ranks=1024)

@@ -15,10 +15,10 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from simulator.fit import fit_profiles  # noqa: E402
-from simulator.torch_backend.launch import LaunchError, launch  # noqa: E402
-from simulator.torch_backend.measure import TINY_GPT, load_steps, measure, standard_plans  # noqa: E402
-from simulator.torch_backend.specs import StepRecord, TimingRecipe  # noqa: E402
+from clustersim.simulator.calibration.fit import fit_profiles  # noqa: E402
+from clustersim.simulator.calibration.torch_backend.launch import LaunchError, launch  # noqa: E402
+from clustersim.simulator.calibration.torch_backend.measure import TINY_GPT, load_steps, measure, standard_plans  # noqa: E402
+from clustersim.simulator.calibration.torch_backend.specs import StepRecord, TimingRecipe  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
 TIMING = TimingRecipe(warmup=2, repeats=3)
@@ -84,7 +84,7 @@ def test_fit_on_the_real_measurements(folder: Path) -> None:
 
 
 def test_check_predicts_every_measured_plan(folder: Path, records: dict[str, StepRecord]) -> None:
-    check = pytest.importorskip("simulator.torch_backend.check")
+    check = pytest.importorskip("clustersim.simulator.calibration.torch_backend.check")
     profiles = {n: r.profile for n, r in fit_profiles(folder).items()}
     rows = check.check(list(records.values()), profiles, "uncontended")
     assert len(rows) == len(PLANS)
@@ -109,8 +109,8 @@ def test_cli_fit_and_check_on_the_measurements(folder: Path, tmp_path: Path) -> 
     import typer
     from typer.testing import CliRunner
 
-    from simulator.calibrate_cli import register
-    from simulator.calibration import load_profile
+    from clustersim.simulator.cli.calibrate import register
+    from clustersim.simulator.calibration.profile import load_profile
 
     app = typer.Typer()
     register(app)
@@ -119,7 +119,7 @@ def test_cli_fit_and_check_on_the_measurements(folder: Path, tmp_path: Path) -> 
     fitted = runner.invoke(app, ["calibrate", "fit", str(folder), "--out", str(tmp_path / "p.yaml")])
     assert fitted.exit_code == 0, fitted.output
     assert load_profile(tmp_path / "p.yaml").machine["ranks"] == 2.0
-    pytest.importorskip("simulator.torch_backend.check")
+    pytest.importorskip("clustersim.simulator.calibration.torch_backend.check")
     checked = runner.invoke(app, ["calibrate", "check", str(folder), "--json", str(tmp_path / "c.json")])
     assert checked.exit_code == 0, checked.output
     doc = json.loads((tmp_path / "c.json").read_text())
@@ -131,7 +131,7 @@ def test_cli_measure_runs_the_baseline(tmp_path: Path) -> None:
     import typer
     from typer.testing import CliRunner
 
-    from simulator.calibrate_cli import register
+    from clustersim.simulator.cli.calibrate import register
 
     app = typer.Typer()
     register(app)

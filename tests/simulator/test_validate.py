@@ -16,16 +16,16 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from simulator.calibration import PROFILE_DIR, CalibrationProfile, default_profile, load_profile
-from simulator.compute import op_time, ops_time
-from simulator.validate import (
+from clustersim.simulator.calibration.profile import PROFILE_DIR, CalibrationProfile, default_profile, load_profile
+from clustersim.simulator.step.compute import op_time, ops_time
+from clustersim.simulator.calibration.validate import (
     OUTPUT_COLUMNS, error_stats, load_runs, megatron_lm_rows, scenario_for_row, stratified_subset, validate_row,
     validate_runs,
 )
-from simulator.validate_cli import register
-from simulator.validate_rules import mcore_model_flops, measured_step_time, model_for_row
-from topologies.accelerators import ACCELERATORS, get_accelerator
-from workloads import Op
+from clustersim.simulator.cli.validate import register
+from clustersim.simulator.calibration.validate_rules import mcore_model_flops, measured_step_time, model_for_row
+from clustersim.topologies.accelerators import ACCELERATORS, get_accelerator
+from clustersim.workloads import Op
 
 # Regression guard (subset: every Megatron-LM row + 60 stratified others, rng seed 0), with the
 # bundled default profiles. Reached when written: subset MAPE 8.48 %, Megatron-LM rows 2.90 %
@@ -211,7 +211,7 @@ def test_error_stats_closed_form() -> None:
 
 
 def test_attention_kernel_follows_the_era_of_the_run(runs: pd.DataFrame) -> None:
-    from simulator.validate_rules import attention_kernel
+    from clustersim.simulator.calibration.validate_rules import attention_kernel
     kernels = {rid: attention_kernel(_row(runs, rid), []) for rid in (217, 254, 1, 240, 300)}
     # Megatron-LM 2021 and SC'21: unfused; MosaicML 2023: FlashAttention 1/2 era; 2024 and NeMo: current
     assert kernels == {217: "unfused", 254: "unfused", 1: "flash2", 240: "flash3", 300: "flash3"}

@@ -7,11 +7,11 @@ from dataclasses import replace
 
 import pytest
 
-from simulator.api import simulate
-from simulator.lower import flow_shop
-from simulator.plan import ParallelPlan
-from topologies import get_cluster
-from workloads import TrainingSpec, get_model
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.step.lower import flow_shop
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
 
 
 def _run(plan: ParallelPlan, nic_gbps: float = 400.0):

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from topologies import (
+from clustersim.topologies import (
     A100_40GB, A100_80GB, ACCELERATORS, B200, B300, GB200, GB300, H100_SXM, H200, MI300X, AcceleratorSpec,
     TopologyError, cpu_accelerator, get_accelerator,
 )
-from topologies.accelerators import PRECISIONS
+from clustersim.topologies.accelerators import PRECISIONS
 
 RUNS = Path(__file__).resolve().parents[2] / "workloads" / "data" / "published_runs.csv"
 PRESETS = (A100_40GB, A100_80GB, H100_SXM, H200, B200, B300, GB200, GB300, MI300X)

@@ -7,8 +7,8 @@ import pickle
 import networkx as nx
 import pytest
 
-from topologies import H100_SXM, Cluster, NodeSpec, TopologyError, fat_tree, rail_optimized, validate_cluster
-from topologies.graph import LINK_CLASSES, NODE_KINDS
+from clustersim.topologies import H100_SXM, Cluster, NodeSpec, TopologyError, fat_tree, rail_optimized, validate_cluster
+from clustersim.topologies.graph import LINK_CLASSES, NODE_KINDS
 
 NODE = NodeSpec(gpus_per_node=8, nvlink_bandwidth=450e9, in_network_reduction=True, nic_bandwidth=50e9)
 

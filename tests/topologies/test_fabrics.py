@@ -7,7 +7,7 @@ import time
 import networkx as nx
 import pytest
 
-from topologies import (
+from clustersim.topologies import (
     NodeSpec, TopologyError, dragonfly, fat_tree, multi_plane, nvl_domain, nvswitch_node, pcie_host,
     rail_optimized, torus,
 )

@@ -8,11 +8,11 @@ from pathlib import Path
 import networkx as nx
 import pytest
 
-from topologies import (
+from clustersim.topologies import (
     CLUSTER_PRESETS, A100_40GB, TopologyError, cpu_accelerator, cpu_loopback, dgx_a100_pod, dgx_h100_pod,
     gb200_nvl72, gb300_nvl72, get_accelerator, get_cluster, load_cluster, validate_cluster,
 )
-from topologies.presets import aws_p4d, aws_p5, dgx_b300_pod
+from clustersim.topologies.presets import aws_p4d, aws_p5, dgx_b300_pod
 
 ROOT = Path(__file__).resolve().parents[2]
 GBIT = 1e9 / 8

@@ -4,8 +4,8 @@ import dataclasses
 
 import pytest
 
-from workloads import get_model, head_activation_bytes, layer_activation_bytes
-from workloads.activations import embedding_activation_bytes
+from clustersim.workloads import get_model, head_activation_bytes, layer_activation_bytes
+from clustersim.workloads.activations import embedding_activation_bytes
 
 # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
 # Table 2: activation bytes per layer in units of s*b*h (a = heads, t = tp degree).

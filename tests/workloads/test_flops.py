@@ -6,7 +6,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from workloads import (
+from clustersim.workloads import (
     TrainingSpec,
     WorkloadError,
     get_model,
@@ -14,7 +14,7 @@ from workloads import (
     model_flops_per_step,
     mosaic_flops_per_step,
 )
-from workloads.flops import attention_width
+from clustersim.workloads.flops import attention_width
 
 RUNS = Path(__file__).resolve().parents[2] / "workloads" / "data" / "published_runs.csv"
 DAY = 86400.0

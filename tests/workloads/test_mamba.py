@@ -7,12 +7,12 @@ import dataclasses
 
 import pytest
 
-from simulator.api import simulate
-from simulator.estimate import Estimator
-from simulator.calibration import CalibrationProfile
-from simulator.plan import ParallelPlan
-from topologies import get_cluster
-from workloads import (
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.search.estimate import Estimator
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.topologies import get_cluster
+from clustersim.workloads import (
     TrainingSpec,
     WorkloadError,
     get_model,
@@ -21,7 +21,7 @@ from workloads import (
     model_flops_per_step,
     resolve_model_name,
 )
-from workloads.mamba import mamba_cp_alltoall_bytes, ssd_flops
+from clustersim.workloads.mamba import mamba_cp_alltoall_bytes, ssd_flops
 
 NANO = get_model("nemotron-3-nano")
 H = NANO.hidden_size

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from workloads import ModelSpec, WorkloadError, get_model
+from clustersim.workloads import ModelSpec, WorkloadError, get_model
 
 # (preset, published total, published active or None, source). Each within 2%.
 PUBLISHED_SIZES = [

@@ -4,7 +4,7 @@ import dataclasses
 
 import pytest
 
-from workloads import Op, WorkloadError, embedding_ops, get_model, head_ops, layer_ops
+from clustersim.workloads import Op, WorkloadError, embedding_ops, get_model, head_ops, layer_ops
 
 COMPUTE_KINDS = ("gemm", "attention", "router")
 
@@ -183,7 +183,7 @@ def test_unfused_attention_keeps_model_flops_and_moves_every_score() -> None:
 
 
 def test_attention_kernel_is_validated_and_carried_to_the_core_op() -> None:
-    from workloads import TrainingSpec
+    from clustersim.workloads import TrainingSpec
     with pytest.raises(WorkloadError, match="attention_kernel"):
         TrainingSpec(seq_len=2048, global_batch_size=8, attention_kernel="flash9")  # type: ignore[arg-type]
     m = get_model("llama3-8b")

@@ -6,8 +6,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from workloads import MODEL_PRESETS, WorkloadError, get_model, load_model, resolve_model_name
-from workloads.presets import MODEL_ALIASES, PRESET_DIR
+from clustersim.workloads import MODEL_PRESETS, WorkloadError, get_model, load_model, resolve_model_name
+from clustersim.workloads.presets import MODEL_ALIASES, PRESET_DIR
 
 RUNS = Path(__file__).resolve().parents[2] / "workloads" / "data" / "published_runs.csv"
 # Hybrid Mamba models without a citable config (Nemotron-3 Super/Ultra/3.5 Lightning) and

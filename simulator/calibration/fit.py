@@ -1,0 +1,225 @@
+"""Fitting a calibration profile from microbenchmarks (never from the step times it will predict).
+
+Owns turning the measured microbenchmarks of ``calibrate measure`` (``micro_w{N}.json``) into a
+``CalibrationProfile``: the GEMM and attention efficiency curves (binned medians in log10 FLOP),
+memory efficiency, per-op and per-step overheads, optimizer efficiency, and per-collective
+latency and bandwidth (a robust alpha-beta fit); plus the measured machine figures (peak FLOP/s,
+memory and loopback bandwidth) the "this machine" cluster is built from. Each fitted quantity
+comes with its fit quality. It does not run torch (``clustersim.simulator.calibration.torch_backend``) nor simulate.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping, Sequence
+
+import numpy as np
+
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.errors import CalibrationError
+
+BIN_DECADES = 0.5
+"""Width of a FLOP bin of the efficiency curves, in decades."""
+
+ADAM_BYTES_PER_PARAM = 34.0
+"""The Adam traffic ``clustersim.simulator.step.compute.optimizer_time`` assumes per parameter (bytes)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlphaBeta:
+    """t(size) = alpha + size / bandwidth for one collective kind (size in nccl-tests convention)."""
+
+    kind: str
+    """Collective kind."""
+    alpha: float
+    """Fixed seconds per call."""
+    bus_bandwidth: float
+    """Bytes/s of the bus-bandwidth convention (ring factors divided out)."""
+    median_abs_error: float
+    """Median |t_fit / t_measured - 1| over the measured sizes."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitReport:
+    """A fitted profile and how well each part fits its own microbenchmarks."""
+
+    profile: CalibrationProfile
+    """The profile (with ``machine`` figures filled)."""
+    quality: Mapping[str, float]
+    """Median |relative error| of each fitted curve or law against its microbenchmarks."""
+    collectives: tuple[AlphaBeta, ...]
+    """Per-kind alpha-beta fits."""
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """Bytes on the busiest link per byte of ``size`` (nccl-tests busbw factors)."""
+    match kind:
+        case "all_reduce":
+            return 2.0 * (n - 1) / n
+        case "all_gather" | "reduce_scatter" | "all_to_all":
+            return (n - 1) / n
+        case "send_recv" | "broadcast":
+            return 1.0
+    raise CalibrationError(f"collective kind {kind!r} unknown; use all_reduce, all_gather, "
+                           "reduce_scatter, all_to_all or send_recv")
+
+
+def binned_curve(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
+    """Median efficiency per log10-FLOP bin, at the bin's median FLOP; clipped into (0, 1]."""
+    if not points:
+        raise CalibrationError("efficiency fit: no microbenchmark points; run calibrate measure first")
+    logs = np.log10([p[0] for p in points])
+    effs = np.array([p[1] for p in points])
+    bins = np.floor(logs / BIN_DECADES)
+    curve = []
+    for b in np.unique(bins):
+        sel = bins == b
+        curve.append((float(10 ** np.median(logs[sel])), float(np.clip(np.median(effs[sel]), 1e-4, 1.0))))
+    return curve
+
+
+def curve_error(curve: Sequence[tuple[float, float]], points: Sequence[tuple[float, float]]) -> float:
+    """Median |eff_curve / eff_point - 1| (interpolated in log10 FLOP, as the profile does)."""
+    xs, ys = np.log10([c[0] for c in curve]), [c[1] for c in curve]
+    pred = np.interp(np.log10([p[0] for p in points]), xs, ys)
+    return float(np.median(np.abs(pred / np.array([p[1] for p in points]) - 1.0)))
+
+
+def gemm_points(compute: Mapping[str, object], peak: float) -> list[tuple[float, float]]:
+    """(FLOP per call, fraction of ``peak``) of every measured GEMM (all three layouts)."""
+    return [(g["flops"], g["flops"] / g["time_s"] / peak) for g in compute["gemm"]]  # type: ignore[index,union-attr]
+
+
+def attention_points(compute: Mapping[str, object], peak: float, causal_factor: float) -> list[tuple[float, float]]:
+    """Forward (F) and backward (2F) attention points; F = 4 b h s^2 d x ``causal_factor``."""
+    pts = []
+    for a in compute["attention"]:  # type: ignore[union-attr]
+        f = a["flops_fwd_full"] * causal_factor
+        pts += [(f, f / a["fwd_s"] / peak), (2 * f, 2 * f / a["bwd_s"] / peak)]
+    return sorted(pts)
+
+
+def memory_fit(compute: Mapping[str, object]) -> tuple[float, float, float]:
+    """(peak bandwidth = best copy, efficiency = median of add/GELU/LayerNorm over it, fit error)."""
+    mem = compute["memory"]
+    peak = max(m["bandwidth"] for m in mem if m["kind"] == "copy")  # type: ignore[union-attr,index]
+    rates = np.array([m["bandwidth"] for m in mem if m["kind"] != "copy"])  # type: ignore[union-attr,index]
+    eff = float(np.clip(np.median(rates) / peak, 1e-4, 1.0))
+    return peak, eff, float(np.median(np.abs(eff * peak / rates - 1.0)))
+
+
+def alpha_beta(kind: str, entries: Sequence[Mapping[str, float]]) -> AlphaBeta:
+    """Theil-Sen alpha-beta fit: slope = median of pairwise slopes, alpha = median intercept.
+
+    Exact on noiseless data and robust to the scheduling outliers of a shared host.
+    """
+    pts = sorted((float(e["size"]), float(e["time_s"])) for e in entries if e["kind"] == kind)
+    if len(pts) < 3:
+        raise CalibrationError(f"collective {kind}: {len(pts)} sizes measured; need >= 3 for an alpha-beta fit")
+    n = int(next(e["world_size"] for e in entries if e["kind"] == kind))
+    s, t = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
+    i, j = np.triu_indices(len(pts), k=1)
+    slope = max(float(np.median((t[j] - t[i]) / (s[j] - s[i]))), 1e-15)
+    alpha = max(float(np.median(t - slope * s)), 0.0)
+    err = float(np.median(np.abs((alpha + slope * s) / t - 1.0)))
+    return AlphaBeta(kind=kind, alpha=alpha, bus_bandwidth=bus_factor(kind, n) / slope, median_abs_error=err)
+
+
+def overhead_fit(compute: Mapping[str, object]) -> tuple[float, float]:
+    """(seconds per op: one tiny linear's fwd+bwd over its 3 GEMM calls, seconds per backward call)."""
+    o = compute["overhead"]
+    return float(o["per_linear_fwd_bwd_s"]) / 3.0, float(o["backward_call_s"])  # type: ignore[index]
+
+
+def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) -> tuple[int, dict[str, object]]:
+    """(world size, microbenchmarks) of a measure folder: ``world_size`` or the largest measured."""
+    files = {n: Path(folder) / f"micro_w{n}.json" for n in measured_worlds(folder)}
+    if not files:
+        raise CalibrationError(f"folder {folder} has no micro_w*.json; run `clustersim calibrate measure --out {folder}`")
+    n = world_size or max(files)
+    if n not in files:
+        raise CalibrationError(f"--world-size {n} was not measured in {folder}; measured: {sorted(files)}")
+    return n, json.loads(files[n].read_text())
+
+
+def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None, name: str = "this-machine",
+                causal_factor: float = 0.5) -> FitReport:
+    """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks."""
+    n, micro = load_micro(folder, world_size)
+    compute = micro["compute"]
+    peak = max(g["flops"] / g["time_s"] for g in compute["gemm"])  # type: ignore[index,union-attr]
+    gp, ap = gemm_points(compute, peak), attention_points(compute, peak, causal_factor)
+    gcurve, acurve = binned_curve(gp), binned_curve(ap)
+    mem_bw, mem_eff, mem_err = memory_fit(compute)
+    per_op, per_backward = overhead_fit(compute)
+    opt = compute["optimizer"]
+    opt_eff = float(np.clip(ADAM_BYTES_PER_PARAM * opt["params"] / (opt["time_s"] * mem_bw), 1e-4, 1.0))
+    links = tuple(alpha_beta(k, micro["collectives"]["entries"]) for k in _kinds(micro)) if n > 1 else ()
+    profile = CalibrationProfile(
+        name=name, source=f"clustersim calibrate fit {folder} (microbenchmarks on {n} rank(s))",
+        gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
+        kernel_overhead=per_op, step_overhead=per_backward, optimizer_efficiency=opt_eff,
+        **_link_fields(links, framework_overhead(micro)), machine=_machine(compute, peak, mem_bw, links, n, _host(folder)),
+    )
+    quality = {"gemm_efficiency": curve_error(gcurve, gp), "attention_efficiency": curve_error(acurve, ap),
+               "memory_efficiency": mem_err, **{f"collective.{ab.kind}": ab.median_abs_error for ab in links}}
+    return FitReport(profile=profile, quality=quality, collectives=links)
+
+
+def measured_worlds(folder: str | os.PathLike[str]) -> list[int]:
+    """World sizes whose microbenchmarks ``folder`` holds."""
+    return sorted(int(p.stem.split("_w")[1]) for p in Path(folder).glob("micro_w*.json"))
+
+
+def fit_profiles(folder: str | os.PathLike[str], **kwargs: object) -> dict[int, FitReport]:
+    """One fit per measured world size (compute contention differs with the ranks sharing cores)."""
+    return {n: fit_profile(folder, world_size=n, **kwargs) for n in measured_worlds(folder)}  # type: ignore[arg-type]
+
+
+def _host(folder: str | os.PathLike[str]) -> dict[str, float]:
+    """Host figures recorded by ``calibrate measure`` (cores, memory bytes), or this host's."""
+    meta = Path(folder) / "meta.json"
+    host = json.loads(meta.read_text()).get("host", {}) if meta.exists() else {}
+    return {"cores": float(host.get("cores", os.cpu_count() or 1)), "memory_bytes": float(host.get("memory_bytes", 0))}
+
+
+def _kinds(micro: Mapping[str, object]) -> list[str]:
+    return sorted({e["kind"] for e in micro["collectives"]["entries"]})  # type: ignore[index,union-attr]
+
+
+def framework_overhead(micro: Mapping[str, object]) -> float | None:
+    """Median seconds per collective call as TP (DTensor) and FSDP2 issue them, or None.
+
+    Measured on a GPT so small that its parallel step is all overhead: (parallel - plain) time
+    over the calls torch makes (``microbench.framework_calls``); includes the transport's alpha.
+    """
+    entries = micro.get("collectives", {}).get("framework", [])  # type: ignore[union-attr]
+    return float(np.median([e["per_call_s"] for e in entries])) if entries else None
+
+
+def _link_fields(links: Sequence[AlphaBeta], framework: float | None) -> dict[str, object]:
+    """Collective overhead (per call as the frameworks issue it, else the raw alpha), p2p
+    overhead (send/recv alpha) and a loopback efficiency of 1 (its bandwidth is measured)."""
+    if not links:
+        return {}
+    coll = [ab.alpha for ab in links if ab.kind != "send_recv"] or [links[0].alpha]
+    p2p = [ab.alpha for ab in links if ab.kind == "send_recv"] or coll
+    per_call = framework if framework is not None else float(np.median(coll))
+    return {"collective_overhead": per_call, "p2p_overhead": float(np.median(p2p)),
+            "link_efficiency": {**CalibrationProfile().link_efficiency, "loopback": 1.0},
+            "link_latency": {"loopback": 1e-7}}
+
+
+def _machine(compute: Mapping[str, object], peak: float, mem_bw: float, links: Sequence[AlphaBeta],
+             n: int, host: Mapping[str, float]) -> dict[str, float]:
+    """The measured figures of the machine (see ``CalibrationProfile.machine``)."""
+    fig = {"peak_flops": peak, "memory_bandwidth": mem_bw, "ranks": float(n),
+           "threads_per_rank": float(compute.get("threads_per_rank", 1)),  # type: ignore[arg-type]
+           "cores": float(host.get("cores", 1)), "memory_capacity": float(host.get("memory_bytes", 0)) / n}
+    if links:
+        fig["link_bandwidth"] = float(np.median([ab.bus_bandwidth for ab in links]))
+        fig["link_latency"] = 1e-7
+    return fig

@@ -1,0 +1,246 @@
+"""Fitting the default calibration profiles (``simulator/calibration/profiles/*.yaml``) on the published runs.
+
+Owns the reproducible version of the method in docs/VALIDATION.md ("Default profiles"): simulate
+every row of ``workloads/data/published_runs.csv`` at the current profiles and with each efficiency
+parameter perturbed (``perturb``, ``sensitivities``), fit the first-order model on them
+(``clustersim.simulator.calibration.fit_first_order``) for a number of rounds, re-simulate every row at the result
+(``fit_default_profiles``) and write the profiles atomically (``write_profiles``).
+It does not own the row mapping or the statistics (``clustersim.simulator.calibration.validate``), the first-order model
+and its search (``clustersim.simulator.calibration.fit_first_order``) nor the CLI (``clustersim.simulator.cli.validate``).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from clustersim.files import write_atomic
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.network.pricing import Fidelity
+from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.calibration.fit_first_order import (
+    PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors, first_order_problem, fit_scales,
+    held_out_folds, measured_times, row_weights,
+)
+from clustersim.simulator.calibration.validate import validate_row
+from clustersim.simulator.calibration.validate_rules import SkipRow, attention_kernel, precision_of
+
+def profile_key(gpu_type: str, keys: Sequence[str]) -> str | None:
+    """The profile stem a GPU type uses, as ``default_profile`` picks it (A100-SXM4 -> a100)."""
+    name = gpu_type.lower().split()[0] if gpu_type.strip() else ""
+    return next((k for k in sorted(keys) if name.startswith(k)), None)
+
+
+def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FACTOR) -> CalibrationProfile:
+    """``profile`` with one parameter scaled by ``factor`` (kernel overhead doubled)."""
+    if param.startswith("g") and param[1:].isdigit():
+        j = int(param[1:])
+        return profile.replace(gemm_efficiency=[(x, e * factor if i == j else e)
+                                                for i, (x, e) in enumerate(profile.gemm_efficiency)])
+    link = profile.link_efficiency
+    prec = profile.precision_efficiency
+    match param:
+        case "attn":
+            return profile.replace(attention_efficiency=[(x, e * factor) for x, e in profile.attention_efficiency])
+        case "link":
+            return profile.replace(link_efficiency={**link, "nvlink": link.get("nvlink", 1.0) * factor,
+                                                    "nic": link.get("nic", 1.0) * factor})
+        case "mem":
+            return profile.replace(memory_efficiency=profile.memory_efficiency * factor)
+        case "kern":
+            return profile.replace(kernel_overhead=profile.kernel_overhead * 2.0)
+        case "exp":
+            return profile.replace(expert_efficiency=profile.expert_efficiency * factor)
+        case "fp8" | "fp4":
+            return profile.replace(precision_efficiency={**prec, param: prec.get(param, 1.0) * factor})
+        case "ak":
+            kern = profile.attention_kernel_efficiency
+            return profile.replace(attention_kernel_efficiency={**kern, "flash2": kern.get("flash2", 1.0) * factor})
+    raise CalibrationError(f"parameter {param!r} unknown; use one of {list(PARAMS)}")
+
+
+def _relevant(param: str, row: Mapping[str, Any]) -> bool:
+    """False where a perturbation cannot change the row (its sensitivity is zero, not simulated).
+
+    An NVFP4 row runs its GEMMs at fp4 peak x fp4/fp8 with the fp8 factor applied: fp8 cancels.
+    """
+    try:
+        precision, label = precision_of(dict(row), [])
+    except SkipRow:
+        return True
+    moe = str(row.get("arch_type", "")).lower() == "moe" or (pd.notna(row.get("num_experts")) and float(row["num_experts"]) > 1)
+    match param:
+        case "fp8":
+            return precision == "fp8" and label != "nvfp4"
+        case "fp4":
+            return label == "nvfp4"
+        case "exp":
+            return moe
+        case "ak":
+            return attention_kernel(dict(row), []) == "flash2"
+    return True
+
+
+def _row_record(row: Mapping[str, Any], key: str | None, profiles: Mapping[str, CalibrationProfile],
+                params: Sequence[str], fidelity: Fidelity, cache: dict) -> dict[str, Any]:
+    """Base and perturbed predicted step times of one row (NaN-free: irrelevant ones = base)."""
+    rec: dict[str, Any] = {"row_id": int(row["row_id"]), "gpu_type": str(row.get("gpu_type", "")), "group": key,
+                           "framework": str(row.get("framework", "") or ""), "source_id": str(row.get("source_id", ""))}
+    base = validate_row(row, profile=profiles[key], fidelity=fidelity, cache=cache) if key else None
+    if base is None or base["status"] != "ok":
+        return {**rec, "status": "skipped", "reason": base["reason"] if base else "no profile for gpu_type"}
+    rec.update(status="ok", reason="", measured=base["measured_step_time_s"], base=base["predicted_step_time_s"])
+    for p in params:
+        if not _relevant(p, row):
+            rec[p] = rec["base"]
+            continue
+        out = validate_row(row, profile=perturb(profiles[key], p), fidelity=fidelity, cache=cache, plan=base["_plan"])
+        rec[p] = out["predicted_step_time_s"] if out["status"] == "ok" else rec["base"]
+    return rec
+
+
+def _chunk_records(rows: list[dict[str, Any]], profiles: dict[str, CalibrationProfile],
+                   params: tuple[str, ...], fidelity: Fidelity) -> list[dict[str, Any]]:
+    """Worker: the records of a chunk of rows (one cluster cache per chunk)."""
+    cache: dict = {}
+    return [_row_record(r, profile_key(str(r.get("gpu_type", "")), list(profiles)), profiles, params, fidelity, cache)
+            for r in rows]
+
+
+def sensitivities(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], params: Sequence[str] = PARAMS,
+                  *, fidelity: Fidelity = "analytic", progress: Callable[[int, int], None] | None = None,
+                  workers: int = 1, chunk: int = 8) -> pd.DataFrame:
+    """Per row: the base predicted step time and the step time with each parameter perturbed.
+
+    ``profiles`` maps a profile stem (``a100``, ``h100``, ...) to its profile; a row uses the profile
+    of its ``gpu_type``. Columns: row_id, gpu_type, group, framework, source_id, status, reason,
+    measured, base and one per parameter (seconds). ``workers`` > 1 runs chunks in a process pool.
+    """
+    rows = runs.to_dict("records")
+    chunks = [rows[i:i + chunk] for i in range(0, len(rows), chunk)]
+    prof, ps = dict(profiles), tuple(params)
+    records: list[dict[str, Any]] = []
+    if workers <= 1:
+        results = (_chunk_records(c, prof, ps, fidelity) for c in chunks)
+        return _collect(results, records, len(rows), progress)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        results = pool.map(_chunk_records, chunks, *zip(*[(prof, ps, fidelity)] * len(chunks)))
+        return _collect(results, records, len(rows), progress)
+
+
+def _collect(results: Any, records: list[dict[str, Any]], total: int,
+             progress: Callable[[int, int], None] | None) -> pd.DataFrame:
+    for part in results:
+        records.extend(part)
+        if progress is not None:
+            progress(len(records), total)
+    return pd.DataFrame.from_records(records)
+
+
+def write_profiles(profiles: Mapping[str, CalibrationProfile], out_dir: str | os.PathLike[str],
+                   *, header: str = "") -> list[Path]:
+    """Write ``<stem>.yaml`` per profile atomically (temporary name, then rename), ``header`` as comments."""
+    target = Path(out_dir)
+    target.mkdir(parents=True, exist_ok=True)
+    written = []
+    for stem, prof in sorted(profiles.items()):
+        text = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+        text += yaml.safe_dump(prof.model_dump(mode="json"), sort_keys=False)
+        written.append(write_atomic(target / f"{stem}.yaml", text))
+    return written
+
+
+PROFILE_HEADER = (
+    "Calibration profile for {gpu} (CalibrationProfile YAML, SI units: efficiencies are fractions\n"
+    "of the datasheet peak in topologies/accelerators.py, overheads in seconds).\n"
+    "Source: fitted on the published runs bundled in workloads/data/published_runs.csv (sources in\n"
+    "workloads/data/SOURCES.md) by `clustersim validate --fit-profiles` (simulator/calibration/fit_defaults.py):\n"
+    "first-order model of the step time in the inverse efficiencies, Megatron-LM rows weighted 3x,\n"
+    "MAPE minimised per GPU type; curve shape, kernel overhead and memory efficiency shared by all\n"
+    "GPU types. Method and errors: docs/VALIDATION.md, section \"Default profiles\".")
+"""Comment header of a fitted profile (``{gpu}``: the GPU type)."""
+
+
+COPIES: Mapping[str, str] = {"h200": "h100"}
+"""Profiles fitted as a copy of another (no H200 rows; same Hopper SM and NVLink 4 as H100)."""
+EXPERT_DONORS: Mapping[str, str] = {"a100": "h100"}
+"""GPU types without MoE rows take ``expert_efficiency`` from this one."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FitOutcome:
+    """Everything ``fit_default_profiles`` produces."""
+
+    profiles: dict[str, CalibrationProfile]
+    """The fitted profiles by stem (every input stem; copies per ``COPIES``)."""
+    report: pd.DataFrame
+    """Per GPU type and "all": rows, mape_before, mape_first_order, mape_after, mape_held_out (%)."""
+    folds: pd.DataFrame
+    """``cross_validate``'s per-fold table of the last round."""
+    after: pd.DataFrame
+    """Per row of the final check: row_id, group, framework, measured, base (the new prediction)."""
+    sensitivities: pd.DataFrame
+    """``sensitivities`` of the last round (at the profiles that round started from)."""
+
+
+def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, CalibrationProfile],
+              sens: pd.DataFrame) -> dict[str, CalibrationProfile]:
+    """Merge fitted profiles into ``current``; copies and expert donors applied; sources updated."""
+    out = {**current, **fitted}
+    for stem, donor in EXPERT_DONORS.items():
+        if stem in fitted and donor in out and not (sens.loc[sens.group == stem, "exp"] != sens.loc[sens.group == stem, "base"]).any():
+            out[stem] = out[stem].replace(expert_efficiency=out[donor].expert_efficiency)
+    for stem, prof in fitted.items():
+        rows = sens[(sens.group == stem) & (sens.status == "ok")]
+        out[stem] = out[stem].replace(name=f"{stem}-published-runs", source=(
+            f"fitted by clustersim validate --fit-profiles on workloads/data/published_runs.csv ({len(rows)} "
+            f"{stem.upper()} rows: {', '.join(sorted(rows.source_id.unique()))}); one profile for every row of the GPU type"))
+    for stem, donor in COPIES.items():
+        if stem in current and donor in fitted:
+            out[stem] = out[donor].replace(name=f"{stem}-published-runs", source=(
+                f"no {stem.upper()} rows in workloads/data/published_runs.csv: the fitted {donor.upper()} values"))
+    return out
+
+
+def _group_mape(group: pd.Series, err: np.ndarray) -> dict[str, float]:
+    a = pd.Series(np.abs(err), index=group.index)
+    return {**a.groupby(group).mean().to_dict(), "all": float(a.mean())}
+
+
+def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *, rounds: int = 1,
+                         folds: int = 2, rng: np.random.Generator | None = None, fidelity: Fidelity = "analytic",
+                         workers: int = 2, progress: Callable[[str, int, int], None] | None = None) -> FitOutcome:
+    """Rounds of (sensitivities, cross-validation, fit) from ``profiles``, then a full re-simulation."""
+    if rounds < 1:
+        raise CalibrationError(f"fit rounds = {rounds}; use 1 or more")
+    gen = rng if rng is not None else np.random.default_rng(0)
+    current = dict(profiles)
+    tell = (lambda label: (lambda d, t: progress(label, d, t))) if progress else (lambda label: None)  # noqa: E731
+    before = first = held = folds_table = None
+    for r in range(rounds):
+        sens = sensitivities(runs, current, PARAMS, fidelity=fidelity, workers=workers, progress=tell(f"round {r + 1}"))
+        ok = sens[sens.status == "ok"]
+        before = before if before is not None else _group_mape(ok.group, first_order_errors(sens, profiles=current))
+        folds_table, held_abs = held_out_folds(sens, folds, gen, current, Bounds(), 4)
+        pb = first_order_problem(sens, current)
+        x, _ = fit_scales(pb, measured_times(sens, None), row_weights(sens))
+        fitted = {g: apply_scales(current[g], i, x) for i, g in enumerate(pb.groups)}
+        first = _group_mape(ok.group, first_order_errors(sens, x, profiles=current))
+        held = _group_mape(ok.group, held_abs)
+        current = _complete(current, fitted, sens)
+    check = sensitivities(runs, current, (), fidelity=fidelity, workers=workers, progress=tell("check"))
+    ok = check[check.status == "ok"]
+    after = _group_mape(ok.group, (ok.base - ok.measured).to_numpy() / ok.measured.to_numpy() * 100.0)
+    keys = sorted(k for k in after if k != "all") + ["all"]
+    report = pd.DataFrame([{"group": k, "rows": int((ok.group == k).sum()) if k != "all" else len(ok),
+                            "mape_before": before.get(k), "mape_first_order": first.get(k),
+                            "mape_after": after.get(k), "mape_held_out": held.get(k)} for k in keys])
+    return FitOutcome(profiles=current, report=report, folds=folds_table, after=ok.reset_index(drop=True),
+                      sensitivities=sens)

@@ -1,0 +1,277 @@
+"""The first-order model of the step time in the profile efficiencies, and its bounded fit.
+
+Owns the perturbed parameters (``PARAMS``: what ``clustersim.simulator.calibration.fit_defaults.sensitivities`` scales),
+the model built from their sensitivities, T = T0 + sum_k A_k (1/s_k - 1) with
+A_k = (T_k - T0) / (1/F - 1), and the search for multiplicative scales s_k that minimise the
+weighted MAPE within ``Bounds`` (``fit``, ``fit_scales``); its k-fold held-out check
+(``cross_validate``) and applying the scales to a profile (``apply_scales``). Per GPU type: a GEMM
+scale, attention, link (NVLink and NIC) and expert scales, FP8, FP4 and flash2 attention factors;
+shared by all GPU types: the GEMM curve shape, kernel overhead and memory efficiency. numpy only
+(no scipy): a deterministic bounded coordinate search on a grid, then on shrinking local steps.
+It simulates nothing (``clustersim.simulator.calibration.fit_defaults``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+import numpy as np
+import pandas as pd
+
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.calibration.validate import MEGATRON_LM_FRAMEWORKS
+
+PERTURB_FACTOR = 0.85
+"""Efficiencies are multiplied by this factor to measure a sensitivity (kernel overhead doubles)."""
+GEMM_POINTS = 6
+"""Points of the GEMM efficiency curve (1e8 ... 1e13 FLOP per call in the bundled profiles)."""
+PARAMS: tuple[str, ...] = tuple(f"g{j}" for j in range(GEMM_POINTS)) + (
+    "attn", "link", "mem", "kern", "exp", "fp8", "fp4", "ak")
+"""Perturbed parameters: GEMM curve point j, attention curve, NVLink+NIC link efficiency, memory
+efficiency, kernel overhead, expert_efficiency, precision_efficiency fp8 and fp4, and
+attention_kernel_efficiency flash2 ("ak")."""
+PER_GROUP: tuple[str, ...] = ("gemm", "attn", "link", "exp", "fp8", "fp4", "ak")
+"""Scales fitted per GPU type; ``curve`` (one per GEMM point), ``kern`` and ``mem`` are shared."""
+MEGATRON_WEIGHT = 3.0
+"""Weight of the Megatron-LM rows in the fitted MAPE (docs/VALIDATION.md)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Bounds:
+    """Limits on the fitted profile values (fractions of peak unless stated)."""
+
+    max_efficiency: float = 0.95
+    """Upper bound of every GEMM and attention curve point and of NVLink and memory efficiency."""
+    max_nic_efficiency: float = 0.98
+    """Upper bound of the NIC link efficiency (RDMA reaches ~98 % of line rate)."""
+    fp8: tuple[float, float] = (0.6, 1.2)
+    """Range of ``precision_efficiency["fp8"]``."""
+    fp4: tuple[float, float] = (0.4, 1.2)
+    """Range of ``precision_efficiency["fp4"]``."""
+    expert: tuple[float, float] = (0.1, 1.0)
+    """Range of ``expert_efficiency``."""
+    attention_kernel: tuple[float, float] = (0.3, 1.2)
+    """Range of ``attention_kernel_efficiency["flash2"]``."""
+
+
+# ---------------------------------------------------------------- first-order model and fit
+@dataclass(frozen=True, kw_only=True)
+class _Problem:
+    """The first-order model of the simulated rows, as arrays."""
+
+    groups: tuple[str, ...]
+    """Profile stems with rows, sorted; ``gi`` indexes them."""
+    gi: np.ndarray
+    """Group index per row."""
+    t0: np.ndarray
+    """Base predicted step time per row (s)."""
+    slopes: dict[str, np.ndarray]
+    """A_k per parameter per row (s): the step time added by 1/s_k - 1 (kern: by s_k - 1)."""
+    base: dict[str, np.ndarray]
+    """Current profile values per group: gemm (n x points), attn_max, nvlink, nic, exp, fp8, fp4, mem."""
+
+
+def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile]) -> _Problem:
+    """The first-order model of the ``ok`` rows of ``sens``, taken at ``profiles``."""
+    ok = sens[sens.status == "ok"] if "status" in sens else sens
+    groups = tuple(sorted(ok.group.unique()))
+    f = 1.0 / PERTURB_FACTOR - 1.0
+    t0 = ok.base.to_numpy(float)
+    slopes = {p: (ok[p].to_numpy(float) - t0) / (1.0 if p == "kern" else f) for p in PARAMS if p in ok}
+    return _Problem(groups=groups, gi=ok.group.map({g: i for i, g in enumerate(groups)}).to_numpy(int),
+                    t0=t0, slopes=slopes, base=_base_values([profiles[g] for g in groups]))
+
+
+def _base_values(profs: list[CalibrationProfile]) -> dict[str, np.ndarray]:
+    if any(len(p.gemm_efficiency) != GEMM_POINTS for p in profs):
+        raise CalibrationError(f"gemm_efficiency must have {GEMM_POINTS} points in every profile to fit a shared curve")
+    arr = lambda f: np.array([f(p) for p in profs], dtype=float)  # noqa: E731
+    return {"gemm": np.array([[e for _, e in p.gemm_efficiency] for p in profs]),
+            "attn_max": arr(lambda p: max(e for _, e in p.attention_efficiency)),
+            "nvlink": arr(lambda p: p.link_eff("nvlink")), "nic": arr(lambda p: p.link_eff("nic")),
+            "exp": arr(lambda p: p.expert_efficiency), "mem": arr(lambda p: p.memory_efficiency),
+            "fp8": arr(lambda p: p.precision_efficiency.get("fp8", 1.0)),
+            "fp4": arr(lambda p: p.precision_efficiency.get("fp4", 1.0)),
+            "ak": arr(lambda p: p.attention_kernel_efficiency.get("flash2", 1.0))}
+
+
+def _initial(n: int) -> dict[str, np.ndarray]:
+    return {**{k: np.ones(n) for k in PER_GROUP}, "curve": np.ones(GEMM_POINTS), "kern": np.ones(1), "mem": np.ones(1)}
+
+
+def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
+    """First-order predicted step time of every row at scales ``x``."""
+    g, s, t = pb.gi, pb.slopes, pb.t0.copy()
+    zero = np.zeros_like(t)
+    for j in range(GEMM_POINTS):
+        t += s.get(f"g{j}", zero) * (1.0 / (x["gemm"][g] * x["curve"][j]) - 1.0)
+    for p, k in (("attn", "attn"), ("link", "link"), ("exp", "exp"), ("fp8", "fp8"), ("fp4", "fp4"), ("ak", "ak")):
+        t += s.get(p, zero) * (1.0 / x[k][g] - 1.0)
+    t += s.get("mem", zero) * (1.0 / x["mem"][0] - 1.0) + s.get("kern", zero) * (x["kern"][0] - 1.0)
+    return t
+
+
+def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
+    """Whether the profiles at scales ``x`` respect ``bounds`` (and the curve is non-decreasing)."""
+    b, hi = pb.base, bounds.max_efficiency + 1e-12
+    gemm = b["gemm"] * x["gemm"][:, None] * x["curve"][None, :]
+    checks = (gemm.max() <= hi, np.all(np.diff(gemm, axis=1) >= -1e-9), np.all(b["attn_max"] * x["attn"] <= hi),
+              np.all(b["nvlink"] * x["link"] <= hi), np.all(b["nic"] * x["link"] <= bounds.max_nic_efficiency + 1e-12),
+              np.all(b["mem"] * x["mem"][0] <= hi), _within(b["exp"] * x["exp"], bounds.expert),
+              _within(b["fp8"] * x["fp8"], bounds.fp8), _within(b["fp4"] * x["fp4"], bounds.fp4),
+              _within(b["ak"] * x["ak"], bounds.attention_kernel),
+              np.all(b["attn_max"] * x["attn"] * b["ak"] * x["ak"] <= hi))
+    return bool(all(checks))
+
+
+def _within(v: np.ndarray, lo_hi: tuple[float, float]) -> bool:
+    return bool(np.all(v >= lo_hi[0] - 1e-12) and np.all(v <= lo_hi[1] + 1e-12))
+
+
+def weighted_mape(pred: np.ndarray, measured: np.ndarray, weights: np.ndarray, smooth: float = 0.0) -> float:
+    """sum(w |pred - measured| / measured) / sum(w), in percent.
+
+    ``smooth`` > 0 replaces |r| by sqrt(r^2 + smooth^2) - smooth (pseudo-Huber): the search runs on
+    it first so that single-coordinate moves do not stall on the kinks of the absolute value.
+    """
+    r = np.abs(pred - measured) / measured
+    if smooth > 0:
+        r = np.sqrt(r * r + smooth * smooth) - smooth
+    return float(np.sum(weights * r) / np.sum(weights) * 100.0)
+
+
+def row_weights(sens: pd.DataFrame) -> np.ndarray:
+    """3 for Megatron-LM rows (``framework`` starts with Megatron-LM/Megatron-Core), else 1."""
+    ok = sens[sens.status == "ok"] if "status" in sens else sens
+    return np.where(ok.framework.fillna("").str.startswith(MEGATRON_LM_FRAMEWORKS), MEGATRON_WEIGHT, 1.0)
+
+
+def _candidates(v: float, step: float | None) -> np.ndarray:
+    """The coarse grid 0.5 ... 1.6 (step None), else v x (1 + step k), k = -4 ... 4."""
+    return np.linspace(0.5, 1.6, 111) if step is None else v * (1.0 + step * np.arange(-4, 5))
+
+
+def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.ndarray]], float],
+           best: float, step: float | None, bounds: Bounds) -> float:
+    """One pass over every coordinate; keeps a candidate only if feasible and strictly better."""
+    for name in (*PER_GROUP, "curve", "kern", "mem"):
+        for i in range(len(x[name])):
+            start = x[name][i]
+            for v in _candidates(start, step):
+                old = x[name][i]
+                x[name][i] = v
+                if feasible(pb, x, bounds) and (o := obj(x)) < best - 1e-9:
+                    best = o
+                else:
+                    x[name][i] = old
+    return best
+
+
+def fit_scales(pb: _Problem, measured: np.ndarray, weights: np.ndarray, *, bounds: Bounds = Bounds(),
+               sweeps: int = 4, mask: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], float]:
+    """Scales minimising the weighted MAPE of the rows in ``mask`` (all by default), and that MAPE."""
+    m = np.ones(len(measured), bool) if mask is None else mask
+    x = _initial(len(pb.groups))
+    for i, smooth in enumerate(SMOOTHING):
+        obj = lambda x, s=smooth: weighted_mape(predict(pb, x)[m], measured[m], weights[m], s)  # noqa: E731
+        best = obj(x)
+        for step in ([None] * sweeps if i == 0 else []) + [0.02, 0.005, 0.001]:
+            for _ in range(MAX_LOCAL_SWEEPS):
+                before, best = best, _sweep(pb, x, obj, best, step, bounds)
+                if step is None or best > before - 1e-7:
+                    break
+    return x, best
+
+
+SMOOTHING: tuple[float, ...] = (0.05, 0.01, 0.002, 0.0)
+"""Pseudo-Huber widths of the search stages (relative error), ending on the exact MAPE."""
+MAX_LOCAL_SWEEPS = 8
+"""Passes per local step size while they still improve the objective."""
+
+
+def _r3(v: float) -> float:
+    return float(round(float(v), 3))
+
+
+def apply_scales(profile: CalibrationProfile, i: int, x: Mapping[str, np.ndarray]) -> CalibrationProfile:
+    """``profile`` (group ``i``) with the fitted scales applied, values rounded to 3 digits."""
+    curve = [(a, _r3(e * x["gemm"][i] * x["curve"][j])) for j, (a, e) in enumerate(profile.gemm_efficiency)]
+    link = profile.link_efficiency
+    prec = profile.precision_efficiency
+    return profile.replace(
+        gemm_efficiency=curve,
+        attention_efficiency=[(a, _r3(e * x["attn"][i])) for a, e in profile.attention_efficiency],
+        link_efficiency={**link, "nvlink": _r3(link.get("nvlink", 1.0) * x["link"][i]),
+                         "nic": _r3(link.get("nic", 1.0) * x["link"][i])},
+        expert_efficiency=_r3(profile.expert_efficiency * x["exp"][i]),
+        precision_efficiency={"fp8": _r3(prec.get("fp8", 1.0) * x["fp8"][i]),
+                              "fp4": _r3(prec.get("fp4", 1.0) * x["fp4"][i])},
+        attention_kernel_efficiency={"flash2": _r3(profile.attention_kernel_efficiency.get("flash2", 1.0) * x["ak"][i])},
+        memory_efficiency=_r3(profile.memory_efficiency * x["mem"][0]),
+        kernel_overhead=float(round(profile.kernel_overhead * x["kern"][0], 9)))
+
+
+def measured_times(sens: pd.DataFrame, measured: pd.Series | np.ndarray | None) -> np.ndarray:
+    """Measured seconds of the ``ok`` rows: ``measured`` when given, else the column of ``sens``."""
+    ok = sens[sens.status == "ok"] if "status" in sens else sens
+    if measured is None:
+        return ok.measured.to_numpy(float)
+    return np.asarray(measured.loc[ok.index] if isinstance(measured, pd.Series) else measured, dtype=float)
+
+
+def fit(sens: pd.DataFrame, measured: pd.Series | np.ndarray | None = None, *,
+        profiles: Mapping[str, CalibrationProfile], bounds: Bounds = Bounds(),
+        sweeps: int = 4) -> dict[str, CalibrationProfile]:
+    """Profiles (one per GPU type with simulated rows) minimising the first-order weighted MAPE.
+
+    ``measured`` defaults to the ``measured`` column of ``sens``; ``profiles`` are the ones the
+    sensitivities were taken at. Groups without rows are not returned.
+    """
+    pb = first_order_problem(sens, profiles)
+    x, _ = fit_scales(pb, measured_times(sens, measured), row_weights(sens), bounds=bounds, sweeps=sweeps)
+    return {g: apply_scales(profiles[g], i, x) for i, g in enumerate(pb.groups)}
+
+
+def first_order_errors(sens: pd.DataFrame, x: Mapping[str, np.ndarray] | None = None, *,
+                       profiles: Mapping[str, CalibrationProfile]) -> np.ndarray:
+    """Signed percent errors of the first-order model at scales ``x`` (the base when None)."""
+    pb = first_order_problem(sens, profiles)
+    t = predict(pb, x if x is not None else _initial(len(pb.groups)))
+    meas = measured_times(sens, None)
+    return (t - meas) / meas * 100.0
+
+
+def cross_validate(sens: pd.DataFrame, folds: int = 2, rng: np.random.Generator | None = None, *,
+                   profiles: Mapping[str, CalibrationProfile], bounds: Bounds = Bounds(),
+                   sweeps: int = 4) -> pd.DataFrame:
+    """Per fold: refit the first-order model without the fold, MAPE on the fitted and held-out rows.
+
+    Rows are assigned to folds by a permutation drawn from ``rng`` (``default_rng(0)`` when None).
+    Columns: fold, train_rows, train_mape, test_rows, test_mape, test_mape_before (unweighted %).
+    """
+    if folds < 2:
+        raise CalibrationError(f"cross-validation folds = {folds}; use 2 or more")
+    table, _ = held_out_folds(sens, folds, rng if rng is not None else np.random.default_rng(0), profiles, bounds, sweeps)
+    return table
+
+
+def held_out_folds(sens: pd.DataFrame, folds: int, rng: np.random.Generator, profiles: Mapping[str, CalibrationProfile],
+                   bounds: Bounds, sweeps: int) -> tuple[pd.DataFrame, np.ndarray]:
+    """The per-fold table and every row's absolute percent error when held out."""
+    pb, meas = first_order_problem(sens, profiles), measured_times(sens, None)
+    w = row_weights(sens)
+    fold_of = rng.permutation(len(meas)) % folds
+    held_out = np.zeros(len(meas))
+    before = np.abs(pb.t0 - meas) / meas * 100.0
+    out = []
+    for k in range(folds):
+        test = fold_of == k
+        x, _ = fit_scales(pb, meas, w, bounds=bounds, sweeps=sweeps, mask=~test)
+        err = np.abs(predict(pb, x) - meas) / meas * 100.0
+        held_out[test] = err[test]
+        out.append({"fold": k, "train_rows": int((~test).sum()), "train_mape": float(err[~test].mean()),
+                    "test_rows": int(test.sum()), "test_mape": float(err[test].mean()),
+                    "test_mape_before": float(before[test].mean())})
+    return pd.DataFrame(out), held_out

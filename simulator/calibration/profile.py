@@ -1,0 +1,194 @@
+"""Calibration profiles: the measured efficiencies that turn peak figures into real times.
+
+Owns the ``CalibrationProfile`` model (validated, YAML round trip), the efficiency-curve lookups
+and the bundled default profiles (``simulator/calibration/profiles/*.yaml``, data not code). It does not
+measure anything (that is ``clustersim.simulator.calibration.torch_backend``) nor fit curves (``clustersim.simulator.calibration.fit``).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from clustersim.files import write_atomic
+from clustersim.simulator.errors import CalibrationError
+from clustersim.topologies import Cluster, cpu_accelerator, cpu_loopback
+
+PROFILE_DIR = Path(__file__).parent / "profiles"
+
+
+def _check_curve(points: list[tuple[float, float]], field: str) -> list[tuple[float, float]]:
+    """A curve is >= 1 (x, efficiency) point, x > 0 increasing, 0 < efficiency <= 1."""
+    if not points:
+        raise ValueError(f"{field} needs at least one (x, efficiency) point")
+    xs = [p[0] for p in points]
+    if any(x <= 0 for x in xs) or xs != sorted(xs):
+        raise ValueError(f"{field}: x values must be positive and increasing, got {xs}")
+    if any(not 0 < p[1] <= 1 for p in points):
+        raise ValueError(f"{field}: efficiencies must lie in (0, 1], got {[p[1] for p in points]}")
+    return points
+
+
+FACTOR_KEYS: dict[str, tuple[str, ...]] = {"precision_efficiency": ("fp8", "fp4"),
+                                           "attention_kernel_efficiency": ("flash3", "flash2")}
+"""The keys each multiplier table of a profile accepts."""
+
+
+class CalibrationProfile(BaseModel):
+    """Efficiencies and overheads of one kind of system, measured or defaulted."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str = "default"
+    source: str = "clustersim defaults"
+    gemm_efficiency: list[tuple[float, float]] = Field(
+        default=[(1e6, 0.05), (1e9, 0.45), (1e11, 0.75), (1e13, 0.80)]
+    )
+    """(FLOP per GEMM call, fraction of peak achieved), interpolated in log10(FLOP)."""
+    attention_efficiency: list[tuple[float, float]] = Field(
+        default=[(1e6, 0.05), (1e9, 0.35), (1e11, 0.60), (1e13, 0.65)]
+    )
+    """(FLOP per attention call, fraction of peak), as for GEMMs."""
+    memory_efficiency: float = Field(default=0.80, gt=0, le=1)
+    """Fraction of HBM bandwidth reached by memory-bound (elementwise, norm) kernels."""
+    kernel_overhead: float = Field(default=3e-6, ge=0)
+    """Seconds of launch and scheduling overhead per op."""
+    link_efficiency: dict[str, float] = Field(
+        default={"nvlink": 0.80, "nic": 0.85, "fabric": 0.95, "pcie": 0.80, "loopback": 1.0,
+                 "in_network_reduction": 0.76}
+    )
+    """Fraction of a link class's nominal bandwidth that collectives reach; ``in_network_reduction``
+    scales NVLS/SHARP reductions (fitted to 8x H100/H200 nccl-tests: 480 GB/s busbw, not 630)."""
+    link_latency: dict[str, float] = Field(default={})
+    """Per-hop latency by link class in seconds; overrides the graph's edge latency when set."""
+    collective_overhead: float = Field(default=14e-6, ge=0)
+    """Seconds of software overhead per collective call (launch, proxy, handshake)."""
+    p2p_overhead: float = Field(default=10e-6, ge=0)
+    """Seconds of software overhead per point-to-point message."""
+    pipeline_fill_bytes: float = Field(default=32 * 2**20, ge=0)
+    """Bytes of a collective that move at half rate while NCCL's pipeline fills (fitted to the
+    mid-size part of the nccl-tests sweeps in workloads/data/collective_bandwidth.csv)."""
+    optimizer_efficiency: float = Field(default=0.60, gt=0, le=1)
+    """Fraction of HBM bandwidth reached by the fused optimizer step."""
+    precision_efficiency: dict[str, float] = Field(default={})
+    """Multiplier on the GEMM efficiency curve for GEMMs run at a low-precision peak, keyed by
+    "fp8" (FP8 and MXFP8 recipes) and "fp4" (NVFP4): quantisation and scaling kernels keep them
+    further from their doubled peak. 1.0 when a key is absent."""
+    attention_kernel_efficiency: dict[str, float] = Field(default={})
+    """Multiplier on the attention curve for an older fused kernel, keyed by
+    ``TrainingSpec.attention_kernel`` ("flash2": FlashAttention 1/2 and Triton kernels, which predate
+    the Hopper-specific ones the curve describes). 1.0 when a key is absent."""
+    expert_efficiency: float = Field(default=1.0, gt=0, le=1)
+    """Multiplier on the efficiency of routed-expert (grouped) GEMMs of MoE layers: token
+    permutation, padding and many small per-expert GEMMs keep them below a dense GEMM's rate."""
+    step_overhead: float = Field(default=0.0, ge=0)
+    """Seconds per training step outside the modelled phases (data loading, logging)."""
+    machine: dict[str, float] = Field(default={})
+    """Measured figures of the machine a profile was fitted on (``clustersim.simulator.calibration.fit``), SI units:
+    ``peak_flops`` (FLOP/s per rank), ``memory_bandwidth`` (bytes/s), ``memory_capacity`` (bytes),
+    ``link_bandwidth`` (bytes/s per direction), ``link_latency`` (s), ``ranks``, ``cores``.
+    Empty for datasheet profiles; the "this machine" cluster preset is built from it."""
+
+    @field_validator("gemm_efficiency", "attention_efficiency")
+    @classmethod
+    def _curve(cls, v: list[tuple[float, float]], info: object) -> list[tuple[float, float]]:
+        return _check_curve(v, getattr(info, "field_name", "curve"))
+
+    @field_validator("precision_efficiency", "attention_kernel_efficiency")
+    @classmethod
+    def _factors(cls, v: dict[str, float], info: object) -> dict[str, float]:
+        name = getattr(info, "field_name", "")
+        keys = FACTOR_KEYS[name]
+        bad = {k: x for k, x in v.items() if k not in keys or not 0 < x <= 2}
+        if bad:
+            raise ValueError(f"{name}: keys {'/'.join(keys)} with values in (0, 2], got {bad}")
+        return v
+
+    @field_validator("link_efficiency")
+    @classmethod
+    def _fractions(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if not 0 < x <= 1}
+        if bad:
+            raise ValueError(f"link_efficiency values must lie in (0, 1], got {bad}")
+        return v
+
+    def gemm_eff(self, flops: float) -> float:
+        """Efficiency of one GEMM call of ``flops`` FLOP."""
+        return _interp_log(self.gemm_efficiency, flops)
+
+    def attention_eff(self, flops: float) -> float:
+        """Efficiency of one attention call of ``flops`` FLOP."""
+        return _interp_log(self.attention_efficiency, flops)
+
+    def link_eff(self, link_class: str) -> float:
+        """Efficiency of a link class (1.0 when the profile does not name it)."""
+        return self.link_efficiency.get(link_class, 1.0)
+
+    def replace(self, **changes: object) -> "CalibrationProfile":
+        """A copy with ``changes`` applied and validated."""
+        return CalibrationProfile(**{**self.model_dump(), **changes})
+
+
+def _interp_log(points: list[tuple[float, float]], x: float) -> float:
+    xs = np.log10([p[0] for p in points])
+    ys = [p[1] for p in points]
+    return float(np.interp(np.log10(max(x, 1.0)), xs, ys))
+
+
+def load_profile(path: str | os.PathLike[str] | Mapping[str, object]) -> CalibrationProfile:
+    """Read a profile from a YAML file (or a mapping); errors name the file and the field."""
+    where = "<mapping>" if isinstance(path, Mapping) else str(path)
+    try:
+        data = path if isinstance(path, Mapping) else yaml.safe_load(Path(path).read_text())
+    except FileNotFoundError:
+        raise CalibrationError(f"calibration profile {where} does not exist; pass an existing YAML file") from None
+    except yaml.YAMLError as exc:
+        raise CalibrationError(f"calibration profile {where} is not valid YAML: {exc}".splitlines()[0]) from None
+    if not isinstance(data, Mapping):
+        raise CalibrationError(f"calibration profile {where} must be a YAML mapping of fields")
+    try:
+        return CalibrationProfile(**data)
+    except ValidationError as exc:
+        err = exc.errors()[0]
+        field = ".".join(str(p) for p in err["loc"])
+        raise CalibrationError(f"calibration profile {where}: field '{field}': {err['msg']}") from None
+
+
+def save_profile(profile: CalibrationProfile, path: str | os.PathLike[str]) -> Path:
+    """Write ``profile`` as YAML atomically (temporary name, then rename)."""
+    return write_atomic(path, yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
+
+
+def default_profile(accelerator_name: str) -> CalibrationProfile:
+    """The bundled profile for an accelerator family, or the generic defaults."""
+    key = accelerator_name.lower().split()[0]
+    for path in sorted(PROFILE_DIR.glob("*.yaml")):
+        if key.startswith(path.stem):
+            return load_profile(path)
+    return CalibrationProfile()
+
+
+def machine_cluster(profile: CalibrationProfile, num_ranks: int, *, time_shared: bool = True) -> Cluster:
+    """ "This machine": ``num_ranks`` CPU ranks on loopback with the profile's measured figures.
+
+    With ``time_shared``, ranks beyond the cores share them: each rank gets cores / (ranks x
+    threads) of the measured compute and memory rates (fair scheduling assumed). Without it each
+    rank has a core, as in step times with the CPU run delay removed.
+    """
+    m = profile.machine
+    missing = [k for k in ("peak_flops", "memory_bandwidth") if k not in m]
+    if missing:
+        raise CalibrationError(f"profile {profile.name}: machine figures {missing} missing; "
+                               "use a profile from `clustersim calibrate fit`")
+    busy = num_ranks * m.get("threads_per_rank", 1.0)
+    share = min(1.0, m.get("cores", busy) / busy) if time_shared else 1.0
+    acc = cpu_accelerator(peak_flops=m["peak_flops"] * share, memory_bandwidth=m["memory_bandwidth"] * share,
+                          memory_capacity=m.get("memory_capacity", 0.0) or 4.0 * 2**30,
+                          name="cpu (measured)", source=profile.source)
+    return cpu_loopback(num_ranks, accelerator=acc, loopback_bandwidth=m.get("link_bandwidth", 1e9),
+                        name="this-machine")

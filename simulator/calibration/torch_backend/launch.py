@@ -1,0 +1,107 @@
+"""Spawning ranks on this machine: one process per rank on loopback, always torn down.
+
+Owns starting ``world_size`` fresh Python processes that run ``clustersim.simulator.calibration.torch_backend.runners``
+with the torch.distributed environment (MASTER_ADDR 127.0.0.1, a free port found by binding
+port 0, RANK, WORLD_SIZE, LOCAL_RANK, OMP_NUM_THREADS), a wall-clock timeout, killing every
+rank when one fails, and reading rank 0's JSON results. It does not import torch.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Mapping, Sequence
+
+from clustersim.simulator.errors import CalibrationError
+
+
+class LaunchError(CalibrationError):
+    """A rank failed, hung past its timeout, or torch is missing."""
+
+    stage = "torch-backend"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago (bind port 0, read it back)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def rank_env(rank: int, world_size: int, port: int, threads: int) -> dict[str, str]:
+    """The environment of one rank (torch.distributed env:// rendezvous on loopback)."""
+    env = dict(os.environ)
+    env.update(
+        MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), RANK=str(rank), LOCAL_RANK=str(rank),
+        WORLD_SIZE=str(world_size), OMP_NUM_THREADS=str(threads), MKL_NUM_THREADS=str(threads),
+    )
+    if sys.platform.startswith("linux"):  # gloo on the loopback interface ("lo" on Linux)
+        env.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    return env
+
+
+def _kill_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+    for p in procs:
+        p.wait()
+
+
+def _wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> int | None:
+    """Rank whose failure ended the run, or None when all exited 0; kills the rest on failure."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        codes = [p.poll() for p in procs]
+        failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
+        if failed:
+            _kill_all(procs)
+            return failed[0]
+        if all(c == 0 for c in codes):
+            return None
+        time.sleep(0.05)
+    _kill_all(procs)
+    return -1
+
+
+def launch(tasks: Sequence[Mapping[str, object]], world_size: int, *, timeout: float = 300.0,
+           threads: int = 1, log_dir: str | os.PathLike[str] | None = None) -> list[dict[str, object]]:
+    """Run ``tasks`` on ``world_size`` fresh ranks; rank 0's results, one dict per task.
+
+    Each rank's output goes to ``log_dir/rank{r}.log`` (kept) or to a temporary folder.
+    """
+    with tempfile.TemporaryDirectory(prefix="clustersim-torch-") as tmp:
+        task_file, out_file = Path(tmp) / "tasks.json", Path(tmp) / "results.json"
+        logs_at = Path(log_dir) if log_dir is not None else Path(tmp)
+        logs_at.mkdir(parents=True, exist_ok=True)
+        task_file.write_text(json.dumps(list(tasks)))
+        port = free_port()
+        cmd = [sys.executable, "-m", "clustersim.simulator.calibration.torch_backend.runners", str(task_file), str(out_file)]
+        logs = [open(logs_at / f"rank{r}.log", "wb") for r in range(world_size)]
+        procs = []
+        try:
+            for r in range(world_size):
+                procs.append(subprocess.Popen(cmd, env=rank_env(r, world_size, port, threads),
+                                              stdout=logs[r], stderr=subprocess.STDOUT))
+            failed = _wait_all(procs, timeout)
+        finally:
+            _kill_all(procs)
+            for f in logs:
+                f.close()
+        if failed is not None:
+            raise LaunchError(_failure_message(failed, world_size, timeout, logs_at))
+        return json.loads(out_file.read_text())
+
+
+def _failure_message(failed: int, world_size: int, timeout: float, logs: Path) -> str:
+    if failed < 0:
+        return f"torch backend: {world_size} ranks ran past timeout {timeout:.0f} s; raise --timeout or shrink the model"
+    lines = (logs / f"rank{failed}.log").read_text(errors="replace").strip().splitlines() or ["no output"]
+    errors = [ln for ln in lines if "Error" in ln] or lines
+    return f"torch backend: rank {failed} of {world_size} failed: {errors[-1][:300]} (log: {logs / f'rank{failed}.log'})"

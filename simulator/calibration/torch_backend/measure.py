@@ -1,0 +1,134 @@
+"""The measurement campaign: which plans and microbenchmarks to run, and the folder it writes.
+
+Owns the standard plans (DP with DDP, FSDP2, TP, TP+SP, PP GPipe, PP 1F1B, a 1-rank baseline and
+an FSDP x TP mix), the microbenchmark shapes derived from the model (the GEMMs, attention and
+tensor sizes the plans run, plus a generic sweep), and writing the results folder:
+
+    meta.json            model, timing recipe, host, plans
+    micro_w{N}.json      compute and collective microbenchmarks run on N concurrent ranks
+    steps.json           one StepRecord per plan (median, spread, every timed step)
+
+It runs ranks through ``launch`` and never imports torch itself. It does not fit (``clustersim.simulator.calibration.fit``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+from dataclasses import asdict
+from pathlib import Path
+from typing import Sequence
+
+from clustersim.simulator.calibration.torch_backend.launch import launch
+from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord, TimingRecipe, record_from_dict
+
+SMALL_GPT = GPTConfig(num_layers=4, hidden_size=256, num_heads=8, seq_len=128, vocab_size=1024)
+"""The default model of ``calibrate measure``: ~3.4M parameters, each plan times in seconds."""
+
+TINY_GPT = GPTConfig(num_layers=2, hidden_size=128, num_heads=4, seq_len=64, vocab_size=512)
+"""The CI model: a step in tens of milliseconds on one core."""
+
+COLLECTIVE_KINDS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
+COLLECTIVE_SIZES: tuple[int, ...] = tuple(4 ** i * 1024 for i in range(0, 7))
+"""1 KiB to 4 MiB, a factor 4 apart (bytes per rank buffer, nccl-tests convention)."""
+
+
+def standard_plans(world_size: int, global_batch: int = 8, micro_batches: int = 4) -> list[BackendPlan]:
+    """The plans measured on ``world_size`` ranks (1: baseline; 2: six plans; 4: the FSDP x TP mix)."""
+    g, m = global_batch, micro_batches
+    match world_size:
+        case 1:
+            return [BackendPlan(name="single", data_parallel="none", global_batch=g)]
+        case 2:
+            return [
+                BackendPlan(name="dp2-ddp", dp=2, global_batch=g),
+                BackendPlan(name="dp2-fsdp", dp=2, data_parallel="fsdp", global_batch=g),
+                BackendPlan(name="tp2", tp=2, data_parallel="none", global_batch=g),
+                BackendPlan(name="tp2-sp", tp=2, sp=True, data_parallel="none", global_batch=g),
+                BackendPlan(name="pp2-gpipe", pp=2, data_parallel="none", global_batch=g, micro_batches=m),
+                BackendPlan(name="pp2-1f1b", pp=2, schedule="1f1b", data_parallel="none", global_batch=g,
+                            micro_batches=m),
+            ]
+        case 4:
+            return [BackendPlan(name="dp2-fsdp-tp2-sp", dp=2, tp=2, sp=True, data_parallel="fsdp", global_batch=g)]
+    raise ValueError(f"world_size {world_size}: standard plans exist for 1, 2 and 4 ranks")
+
+
+def gemm_shapes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = True) -> list[list[int]]:
+    """(m, n, k) of every linear the plans run, plus (``sweep``) squares from 64 to 512."""
+    h, f, v = cfg.hidden_size, cfg.ffn_hidden_size, cfg.vocab_size
+    shapes = {(m, n, n) for m in (64, 256, 1024) for n in (64, 128, 256, 512)} if sweep else set()
+    for p in plans:
+        t = p.micro_batch * cfg.seq_len
+        shapes |= {(t, h // p.tp, h), (t, h, h // p.tp), (t, f // p.tp, h), (t, h, f // p.tp), (t, v // p.tp, h)}
+    return [list(s) for s in sorted(shapes)]
+
+
+def attention_shapes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = True) -> list[list[int]]:
+    """(batch, heads, seq, head_dim) of the attention each plan runs, plus (``sweep``) batches 1-16."""
+    d = cfg.hidden_size // cfg.num_heads
+    shapes = {(b, cfg.num_heads, cfg.seq_len, d) for b in (1, 4, 16)} if sweep else set()
+    shapes |= {(p.micro_batch, cfg.num_heads // p.tp, cfg.seq_len, d) for p in plans}
+    return [list(s) for s in sorted(shapes)]
+
+
+def memory_sizes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = True) -> list[int]:
+    """Element counts of the activations the plans touch, plus (``sweep``) 2^16 to 2^22."""
+    sizes = {1 << e for e in range(16, 23, 2)} if sweep else set()
+    for p in plans:
+        t = p.micro_batch * cfg.seq_len
+        sizes |= {t * cfg.hidden_size, t * cfg.ffn_hidden_size // p.tp}
+    return sorted(sizes)
+
+
+def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe, world_size: int,
+              collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True) -> list[dict[str, object]]:
+    """One launch's tasks: compute microbenchmarks, collectives (world > 1), then every plan.
+
+    ``sweep=False`` benchmarks only the shapes the plans run (fast, for CI).
+    """
+    params = 12 * cfg.hidden_size ** 2 * cfg.num_layers  # 4h^2 attention + 8h^2 MLP per layer
+    tasks: list[dict[str, object]] = [{
+        "kind": "compute", "timing": asdict(timing), "gemm_shapes": gemm_shapes(cfg, plans, sweep),
+        "attention_shapes": attention_shapes(cfg, plans, sweep), "memory_sizes": memory_sizes(cfg, plans, sweep),
+        "optimizer_params": params,
+    }]
+    if world_size > 1:
+        tasks.append({"kind": "collectives", "timing": asdict(timing), "kinds": list(COLLECTIVE_KINDS),
+                      "sizes": list(collective_sizes)})
+    tasks += [{"kind": "step", "timing": asdict(timing), "plan": asdict(p), "model": asdict(cfg)} for p in plans]
+    return tasks
+
+
+def host_info() -> dict[str, object]:
+    """What a reader needs to judge the numbers: cores, platform, Python."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
+    return {"cores": os.cpu_count() or 1, "memory_bytes": memory, "platform": platform.platform(),
+            "python": platform.python_version()}
+
+
+def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[BackendPlan],
+            timing: TimingRecipe, *, timeout: float = 600.0,
+            collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True) -> list[StepRecord]:
+    """Run every plan (grouped by world size, one launch each) and write the results folder."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host_info(), "plans": [asdict(p) for p in plans]}
+    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    records: list[StepRecord] = []
+    for world in sorted({p.world_size for p in plans}):
+        group = [p for p in plans if p.world_size == world]
+        results = launch(tasks_for(cfg, group, timing, world, collective_sizes, sweep), world,
+                         timeout=timeout, threads=timing.threads_per_rank, log_dir=out / "logs" / f"w{world}")
+        micro = {r["kind"]: r for r in results if r["kind"] in ("compute", "collectives")}
+        (out / f"micro_w{world}.json").write_text(json.dumps(micro, indent=1))
+        records += [record_from_dict(r) for r in results if r["kind"] == "step"]
+        # written after every launch: a failure at a larger world keeps what was measured
+        (out / "steps.json").write_text(json.dumps([r.to_dict() for r in records], indent=1))
+    return records
+
+
+def load_steps(folder: str | os.PathLike[str]) -> list[StepRecord]:
+    """The step records of a results folder."""
+    return [record_from_dict(d) for d in json.loads((Path(folder) / "steps.json").read_text())]

@@ -1,0 +1,238 @@
+"""Microbenchmarks run inside ranks: GEMM, attention, memory, overhead, optimizer, collectives.
+
+Owns timing single kernels and single collectives by shape and size, the way the simulator
+prices them (one call, FLOP per call, bytes per rank buffer in the nccl-tests convention). Every
+rank runs the compute suite at the same time, so cores shared by ranks show up as they do in
+training; the slowest rank sets each figure. It does not fit curves (``clustersim.simulator.calibration.fit``).
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping
+
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
+from clustersim.simulator.calibration.torch_backend.gpt import GPT, lm_loss
+from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, make_mesh
+from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, TimingRecipe
+
+def framework_gpt(world: int) -> GPTConfig:
+    """A GPT so small that its step is all framework overhead (hooks, DTensor dispatch, launches);
+    heads, sequence and vocabulary divisible by ``world`` so TP and SP shard it."""
+    return GPTConfig(num_layers=2, hidden_size=8 * world, num_heads=world, seq_len=4 * world, vocab_size=16 * world)
+
+MIN_SAMPLE_S = 2e-3
+"""Each timed sample repeats a call until it lasts at least this long (timer resolution)."""
+
+
+def _sync() -> None:
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def _dev() -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+
+
+def time_call(fn: Callable[[], object], timing: TimingRecipe) -> float:
+    """Seconds per call: fastest of ``repeats`` samples, slowest rank, after warm-up."""
+    for _ in range(max(timing.warmup, 1)):
+        fn()
+    _sync()
+    start = time.perf_counter()
+    fn()
+    _sync()
+    once = torch.tensor(max(time.perf_counter() - start, 1e-7), dtype=torch.float64)
+    dist.all_reduce(once, op=dist.ReduceOp.MAX)  # every rank must repeat a collective equally often
+    inner = max(1, min(1000, int(MIN_SAMPLE_S / float(once))))
+    samples = []
+    for _ in range(timing.repeats):
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(inner):
+            fn()
+        _sync()
+        samples.append((time.perf_counter() - start) / inner)
+    # The fastest sample: on a shared host the others carry other processes' time slices.
+    t = torch.tensor(min(samples), dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
+def gemm_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, float]]:
+    """Forward (x W^T) and both backward layouts (dY W, dY^T x) of each (m, n, k) linear."""
+    out = []
+    for m, n, k in shapes:
+        x, w, dy = (torch.randn(a, b, device=_dev()) for a, b in ((m, k), (n, k), (m, n)))
+        layouts = {"fwd": lambda: F.linear(x, w), "bwd_input": lambda: dy @ w, "bwd_weight": lambda: dy.t() @ x}
+        for layout, fn in layouts.items():
+            t = time_call(fn, timing)
+            out.append({"m": m, "n": n, "k": k, "layout": layout, "flops": 2.0 * m * n * k, "time_s": t})
+    return out
+
+
+def attention_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, float]]:
+    """Causal SDPA forward and backward for each (batch, heads, seq, head_dim)."""
+    out = []
+    for b, h, s, d in shapes:
+        q, k, v = (torch.randn(b, h, s, d, device=_dev(), requires_grad=True) for _ in range(3))
+        fwd = time_call(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), timing)
+        grad = torch.randn(b, h, s, d, device=_dev())
+
+        def fwd_bwd() -> None:
+            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
+        both = time_call(fwd_bwd, timing)
+        # FLOP of QK^T and PV without the causal saving: 4 b h s^2 d (forward), twice that backward.
+        full = 4.0 * b * h * s * s * d
+        out.append({"batch": b, "heads": h, "seq": s, "head_dim": d, "flops_fwd_full": full,
+                    "fwd_s": fwd, "bwd_s": max(both - fwd, 1e-9)})
+    return out
+
+
+def memory_entries(sizes: list[int], timing: TimingRecipe) -> list[dict[str, float]]:
+    """Bytes/s of copy, add, GELU and LayerNorm on fp32 tensors of ``sizes`` elements."""
+    out = []
+    for n in sizes:
+        a, b, c = (torch.randn(n, device=_dev()) for _ in range(3))
+        rows = a.view(-1, 256) if n % 256 == 0 else a.view(1, -1)
+        kinds: dict[str, tuple[Callable[[], object], float]] = {
+            "copy": (lambda: c.copy_(a), 8.0 * n),  # read a, write c
+            "add": (lambda: torch.add(a, b, out=c), 12.0 * n),  # read a, b, write c
+            "gelu": (lambda: F.gelu(a), 8.0 * n),
+            "layernorm": (lambda: F.layer_norm(rows, rows.shape[-1:]), 8.0 * n),
+        }
+        for kind, (fn, nbytes) in kinds.items():
+            t = time_call(fn, timing)
+            out.append({"kind": kind, "elements": n, "bytes": nbytes, "time_s": t, "bandwidth": nbytes / t})
+    return out
+
+
+def overhead_entry(timing: TimingRecipe, chain: int = 16) -> dict[str, float]:
+    """Eager per-op cost: a tiny op, and tiny linear chains of 1 and ``chain`` layers, fwd+bwd.
+
+    The chains' slope is the cost of one linear (1 forward + 2 backward GEMMs, all launch-bound);
+    their intercept is the fixed cost of one ``backward()`` call (autograd engine start).
+    """
+    a = torch.ones(1, device=_dev())
+    x = torch.ones(1, 1, device=_dev(), requires_grad=True)
+    ws = [torch.ones(1, 1, device=_dev(), requires_grad=True) for _ in range(chain)]
+
+    def run(n: int) -> None:
+        y = x
+        for w in ws[:n]:
+            y = F.linear(y, w)
+        y.sum().backward()
+
+    tiny = time_call(lambda: torch.add(a, a), timing)
+    one, many = time_call(lambda: run(1), timing), time_call(lambda: run(chain), timing)
+    per_linear = max(many - one, 0.0) / (chain - 1)
+    return {"tiny_op_s": tiny, "per_linear_fwd_bwd_s": per_linear,
+            "backward_call_s": max(one - per_linear, 0.0), "chain": float(chain)}
+
+
+def optimizer_entry(params: int, timing: TimingRecipe) -> dict[str, float]:
+    """One Adam step over ``params`` fp32 parameters (foreach implementation)."""
+    p = [torch.nn.Parameter(torch.randn(params // 4, device=_dev())) for _ in range(4)]
+    for t in p:
+        t.grad = torch.randn_like(t)
+    opt = torch.optim.Adam(p, lr=1e-4)
+    return {"params": float(params), "time_s": time_call(opt.step, timing)}
+
+
+def compute_suite(task: Mapping[str, object], timing: TimingRecipe) -> dict[str, object]:
+    """Every compute microbenchmark the task names (all ranks run it concurrently)."""
+    return {
+        "world_size": dist.get_world_size(),
+        "threads_per_rank": torch.get_num_threads(),
+        "device": _dev().type,
+        "gemm": gemm_entries(task.get("gemm_shapes", []), timing),  # type: ignore[arg-type]
+        "attention": attention_entries(task.get("attention_shapes", []), timing),  # type: ignore[arg-type]
+        "memory": memory_entries(task.get("memory_sizes", []), timing),  # type: ignore[arg-type]
+        "overhead": overhead_entry(timing),
+        "optimizer": optimizer_entry(int(task.get("optimizer_params", 1 << 20)), timing),  # type: ignore[call-overload]
+    }
+
+
+def collective_call(kind: str, size: int) -> Callable[[], object]:
+    """One collective on a ``size``-byte fp32 buffer (nccl-tests convention for the size)."""
+    n, rank = dist.get_world_size(), dist.get_rank()
+    elems = max(n, size // 4 // n * n)
+    full, part = torch.ones(elems, device=_dev()), torch.ones(elems // n, device=_dev())
+    match kind:
+        case "all_reduce":
+            return lambda: dist.all_reduce(full)
+        case "all_gather":  # size = gathered output
+            return lambda: dist.all_gather_into_tensor(full, part)
+        case "reduce_scatter":  # size = full input
+            return lambda: dist.reduce_scatter_tensor(part, full)
+        case "all_to_all":  # size = per-rank buffer
+            out = torch.empty_like(full)
+            return lambda: dist.all_to_all_single(out, full)
+        case "send_recv":  # ring exchange: every rank sends ``size`` to the next, receives from the previous
+            nxt, prv, recv = (rank + 1) % n, (rank - 1) % n, torch.empty_like(full)
+            return lambda: [r.wait() for r in dist.batch_isend_irecv(
+                [dist.P2POp(dist.isend, full, nxt), dist.P2POp(dist.irecv, recv, prv)])]
+    raise ValueError(f"unknown collective {kind!r}; use all_reduce, all_gather, reduce_scatter, all_to_all, send_recv")
+
+
+def collective_suite(task: Mapping[str, object], timing: TimingRecipe) -> dict[str, object]:
+    """Seconds per collective for every (kind, size) of the task, on the whole world."""
+    entries = []
+    for kind in task.get("kinds", []):  # type: ignore[union-attr]
+        for size in task.get("sizes", []):  # type: ignore[union-attr]
+            t = time_call(collective_call(str(kind), int(size)), timing)
+            entries.append({"kind": kind, "size": float(size), "world_size": dist.get_world_size(), "time_s": t})
+    return {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "entries": entries,
+            "framework": framework_entries(timing)}
+
+
+def framework_calls(variant: str, layers: int) -> int:
+    """Collective calls of one forward+backward of the GPT under ``variant`` (torch's own count).
+
+    tp: per block 2 all-reduces forward (wo, w2) + 2 backward (inputs of the column-parallel
+    layers), plus the embedding's, the head's all-gather and its input-gradient all-reduce.
+    tp-sp: per block 2 all-gathers + 2 reduce-scatters forward and the same backward, plus 5 at
+    the ends. fsdp: per block all-gather forward and backward and a reduce-scatter; the root
+    all-gathers once and reduce-scatters once.
+    """
+    match variant:
+        case "tp":
+            return 4 * layers + 3
+        case "tp-sp":
+            return 8 * layers + 5
+        case "fsdp":
+            return 3 * layers + 2
+    raise ValueError(f"framework variant {variant!r} unknown; use tp, tp-sp or fsdp")
+
+
+def _framework_model(variant: str, cfg: GPTConfig, world: int) -> torch.nn.Module:
+    model = GPT(cfg).to(_dev())
+    if variant == "plain":
+        return model
+    plan = BackendPlan(name=variant, dp=world if variant == "fsdp" else 1, tp=1 if variant == "fsdp" else world,
+                       sp=variant == "tp-sp", data_parallel="fsdp" if variant == "fsdp" else "none",
+                       global_batch=world)
+    mesh = make_mesh(plan)
+    if variant == "fsdp":
+        apply_fsdp(model, mesh["dp"])
+    else:
+        apply_tp(model, mesh["tp"], plan.sp)
+    return model
+
+
+def framework_entries(timing: TimingRecipe) -> list[dict[str, float]]:
+    """Seconds per collective call as the frameworks issue them: (parallel - plain) / calls."""
+    cfg = framework_gpt(dist.get_world_size())
+    tokens = torch.zeros(1, cfg.seq_len, dtype=torch.long, device=_dev())
+    times = {}
+    for variant in ("plain", "tp", "tp-sp", "fsdp"):
+        model = _framework_model(variant, cfg, dist.get_world_size())
+        times[variant] = time_call(lambda: lm_loss(model(tokens), tokens).backward(), timing)
+    return [{"variant": v, "calls": float(framework_calls(v, cfg.num_layers)), "time_s": times[v],
+             "plain_s": times["plain"],
+             "per_call_s": max(times[v] - times["plain"], 0.0) / framework_calls(v, cfg.num_layers)}
+            for v in ("tp", "tp-sp", "fsdp")]

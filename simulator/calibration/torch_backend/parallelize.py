@@ -1,0 +1,84 @@
+"""torch's own parallel APIs applied to the GPT: DeviceMesh, tensor/sequence parallel, FSDP2.
+
+Owns the per-rank device, the mesh of a plan's axes, torchtitan's TP plan (ColwiseParallel on
+q/k/v and w1, RowwiseParallel on wo and w2, SequenceParallel on the norms) and FSDP2
+``fully_shard`` per block. Used by the step runners and the framework-overhead microbenchmark.
+It does not time anything. Imported only inside ranks (imports torch).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
+from torch.distributed.fsdp import fully_shard
+from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    PrepareModuleInput,
+    RowwiseParallel,
+    SequenceParallel,
+    parallelize_module,
+)
+
+from clustersim.simulator.calibration.torch_backend.gpt import GPT
+from clustersim.simulator.calibration.torch_backend.specs import BackendPlan
+
+
+def device() -> torch.device:
+    """This rank's device: its CUDA GPU when there is one, else the CPU."""
+    if torch.cuda.is_available():
+        return torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    return torch.device("cpu")
+
+
+def synchronize() -> None:
+    """Wait for queued device work (a no-op on CPU)."""
+    if torch.cuda.is_available():
+        torch.cuda.synchronize()
+
+
+def tp_block_plan(sp: bool) -> dict[str, object]:
+    """torchtitan's per-block TP plan: column-shard q/k/v and w1, row-shard wo and w2."""
+    out = Shard(1) if sp else Replicate()
+    plan: dict[str, object] = {
+        "attention.wq": ColwiseParallel(),
+        "attention.wk": ColwiseParallel(),
+        "attention.wv": ColwiseParallel(),
+        "attention.wo": RowwiseParallel(output_layouts=out),
+        "feed_forward.w1": ColwiseParallel(),
+        "feed_forward.w2": RowwiseParallel(output_layouts=out),
+    }
+    if sp:
+        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
+        plan.update(attention_norm=SequenceParallel(), ffn_norm=SequenceParallel(),
+                    attention=gather, feed_forward=gather)
+    return plan
+
+
+def apply_tp(model: GPT, mesh: DeviceMesh, sp: bool) -> None:
+    """Tensor (and sequence) parallelism with torch.distributed.tensor.parallel."""
+    out = Shard(1) if sp else Replicate()
+    top: dict[str, object] = {
+        "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=out),
+        "output": ColwiseParallel(input_layouts=out, output_layouts=Replicate()),
+    }
+    if sp:
+        top["norm"] = SequenceParallel()
+    parallelize_module(model, mesh, top)  # type: ignore[arg-type]
+    for block in model.layers.values():
+        parallelize_module(block, mesh, tp_block_plan(sp))  # type: ignore[arg-type]
+
+
+def apply_fsdp(model: GPT, mesh: DeviceMesh) -> None:
+    """FSDP2: one ``fully_shard`` unit per block, then the root."""
+    for block in model.layers.values():
+        fully_shard(block, mesh=mesh)
+    fully_shard(model, mesh=mesh)
+
+
+def make_mesh(plan: BackendPlan) -> DeviceMesh:
+    """A DeviceMesh with the plan's non-trivial axes, outermost first (pp, dp, tp)."""
+    axes = [(n, d) for n, d in (("pp", plan.pp), ("dp", plan.dp), ("tp", plan.tp)) if d > 1] or [("dp", 1)]
+    return init_device_mesh(device().type, tuple(d for _, d in axes), mesh_dim_names=tuple(n for n, _ in axes))

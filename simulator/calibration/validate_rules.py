@@ -1,0 +1,305 @@
+"""Inference rules of the validation: how an incomplete published row becomes a scenario.
+
+Owns reading the cells of a published_runs.csv row (``text``, ``num``), the measured step time
+(published, or derived from throughput or TFLOP/s by the row's own FLOP convention), the model
+(preset plus the row's shape), the precision and the parallel plan. Every rule that fills a missing
+field appends a sentence to ``notes``; a row no rule can complete raises ``SkipRow``. The rules
+are listed in docs/VALIDATION.md. It builds no cluster and runs nothing (``clustersim.simulator.calibration.validate``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, Mapping
+
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.topologies import Cluster
+from clustersim.workloads import ModelSpec, TrainingSpec, get_model, megatron_flops_per_step, resolve_model_name
+from clustersim.workloads.errors import WorkloadError
+
+MEGATRON_CORE_FRAMEWORKS: tuple[str, ...] = ("megatron-core", "nemo", "megatron-bridge")
+"""Framework strings (lower case) of Megatron-Core based runs (distributed optimizer, SP, TE)."""
+
+TP_COMM_OVERLAP: float = 0.5
+"""Fraction of TP communication hidden by TE userbuffer overlap in Megatron-Core runs (H100 and
+later): TE tp-comm-overlap pipelines the all-gather/reduce-scatter with the GEMM in chunks, so part
+stays exposed (first/last chunk, contention). An assumption, not fitted; one value for all rows."""
+
+SHAPE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("num_layers", "num_layers"), ("hidden_size", "hidden_size"), ("num_heads", "num_heads"),
+    ("num_kv_heads", "num_kv_heads"), ("ffn_hidden_size", "ffn_hidden_size"), ("vocab_size", "vocab_size"),
+)
+"""(CSV column, ModelSpec field) pairs a dense row may override its preset with."""
+
+
+class SkipRow(ValueError):
+    """A row that cannot be simulated; the message is the reason written to the output."""
+
+
+def text(row: Mapping[str, Any], key: str) -> str:
+    """The cell as a stripped string ('' when empty or NaN)."""
+    v = row.get(key)
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return ""
+    return str(v).strip()
+
+
+def num(row: Mapping[str, Any], key: str) -> float | None:
+    """The cell as a float (None when empty or NaN)."""
+    v = row.get(key)
+    try:
+        f = float(v)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(f) else f
+
+
+def framework_is_mcore(row: Mapping[str, Any]) -> bool:
+    """Megatron-Core based (Megatron-Core >= r0.x, NeMo, Megatron-Bridge), not 2021 Megatron-LM."""
+    fw = text(row, "framework").lower()
+    return any(k in fw for k in MEGATRON_CORE_FRAMEWORKS)
+
+
+# ---------------------------------------------------------------- measured step time
+
+def mcore_model_flops(model: ModelSpec, seq: int, batch: int) -> float:
+    """Megatron-Core ``num_floating_point_operations`` (megatron/training/training.py, r0.8):
+    12*B*s*L*h^2*((1 + g/a + s/h)*q/h + ffn/h*gated + V/(2*L*h)), dense layers, no recompute."""
+    h, n_l = model.hidden_size, model.num_layers
+    q_ratio = model.num_heads * model.attn_head_dim / h
+    attn = (1 + model.num_kv_heads / model.num_heads + seq / h) * q_ratio
+    mlp = model.ffn_hidden_size / h * (1.5 if model.gated_mlp else 1.0)
+    return 12.0 * batch * seq * n_l * h * h * (attn + mlp + model.vocab_size / (2 * n_l * h))
+
+
+def _flops_per_step(row: Mapping[str, Any], notes: list[str]) -> float:
+    """FLOP per step under the row's own ``flops_definition`` (for TFLOP/s -> seconds)."""
+    model = model_for_row(row, [])
+    seq, gbs = int(num(row, "seq_len") or 0), int(num(row, "global_batch_seqs") or 0)
+    training = TrainingSpec(seq_len=seq, global_batch_size=gbs)
+    definition = text(row, "flops_definition")
+    if "SC'21" in definition:
+        return megatron_flops_per_step(model, training, recompute_full=True)
+    if framework_is_mcore(row) and not model.is_moe:
+        notes.append("step time from TFLOP/s with Megatron-Core num_floating_point_operations")
+        return mcore_model_flops(model, seq, gbs)
+    raise SkipRow(f"no step time and flops_definition {definition[:40]!r} cannot convert TFLOP/s")
+
+
+def measured_step_time(row: Mapping[str, Any], notes: list[str]) -> tuple[float, str]:
+    """Seconds per optimizer step and the column it comes from."""
+    it = num(row, "iteration_time_s")
+    if it:
+        return it, "iteration_time_s"
+    tokens = (num(row, "global_batch_seqs") or 0) * (num(row, "seq_len") or 0)
+    n = num(row, "num_gpus") or 0
+    total = num(row, "tokens_per_s_total") or (num(row, "tokens_per_s_per_gpu") or 0) * n
+    if total and tokens:
+        return tokens / total, "tokens_per_s"
+    tflops = num(row, "tflops_per_gpu")
+    if not tflops and num(row, "mfu_pct"):
+        basis = num(row, "peak_tflops_basis")
+        if basis is None and text(row, "gpu_type").upper() == "H100":
+            basis = 989.0  # H100 SXM dense BF16 peak, the basis of the same README's model table
+            notes.append("peak_tflops_basis = 989 (H100 BF16 dense, as the README model table)")
+        tflops = num(row, "mfu_pct") / 100.0 * basis if basis else None  # type: ignore[operator]
+    if not tflops or not n:
+        raise SkipRow("no step time: iteration_time_s, tokens/s and TFLOP/s all missing")
+    return _flops_per_step(row, notes) / (tflops * 1e12 * n), "tflops_per_gpu"
+
+
+# ---------------------------------------------------------------- model
+
+def _row_shape(row: Mapping[str, Any]) -> dict[str, int]:
+    return {field: int(v) for col, field in SHAPE_COLUMNS if (v := num(row, col)) is not None}
+
+
+def _gpt_style(row: Mapping[str, Any], shape: dict[str, int], notes: list[str]) -> ModelSpec:
+    """A dense row without a preset: the gpt3-175b preset's non-shape fields with the row's shape."""
+    need = ("num_layers", "hidden_size", "num_heads", "vocab_size")
+    if any(k not in shape for k in need):
+        raise SkipRow(f"model {text(row, 'model')!r}: no preset and the row lacks {[k for k in need if k not in shape]}")
+    base = get_model("gpt3-175b")
+    shape.setdefault("num_kv_heads", shape["num_heads"])
+    shape.setdefault("ffn_hidden_size", 4 * shape["hidden_size"])
+    notes.append("model: GPT-style (gpt3-175b preset) with the row's shape; MHA and ffn = 4h when missing")
+    return dataclasses.replace(base, name=text(row, "model"), **shape)
+
+
+def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
+    """The preset named by ``model``; dense rows override it with their printed shape columns."""
+    name = text(row, "model")
+    shape = _row_shape(row)
+    try:
+        model = get_model(resolve_model_name(name))
+    except WorkloadError:
+        if "nemotron_3" in name.lower() or "nemotron-3" in name.lower():
+            raise SkipRow("hybrid Mamba-Transformer without a preset (Nemotron 3 Super/Ultra/3.5 "
+                          "Lightning: no citable layer pattern, LatentMoE and MTP shapes)") from None
+        if text(row, "arch_type") != "dense":
+            raise SkipRow(f"model {name!r}: MoE without a preset and without its shape in the row") from None
+        return _gpt_style(row, shape, notes)
+    if model.is_moe:
+        return model
+    changed = {k: v for k, v in shape.items() if getattr(model, k) != v}
+    if "num_heads" in changed and "num_kv_heads" not in shape:
+        changed["num_kv_heads"] = changed["num_heads"]  # the row's heads without a KV count: MHA
+    if changed:
+        notes.append(f"model: preset {resolve_model_name(name)} with the row's {sorted(changed)}")
+        model = dataclasses.replace(model, **changed)
+    return model
+
+
+# ---------------------------------------------------------------- precision and plan
+
+def precision_of(row: Mapping[str, Any], notes: list[str]) -> tuple[str, str]:
+    """(TrainingSpec precision, label): fp8/MXFP8 -> fp8; NVFP4 -> fp8 at the FP4 peak; else bf16."""
+    p = text(row, "precision").lower()
+    if "nvfp4" in p:
+        return "fp8", "nvfp4"
+    if "fp8" in p:
+        return "fp8", "fp8"
+    if not p:
+        notes.append("precision: bf16 (peak basis of the source is the BF16 peak)")
+    return "bf16", "bf16"
+
+
+def _degree(row: Mapping[str, Any], key: str) -> int | None:
+    v = num(row, key)
+    return int(v) if v is not None else None
+
+
+def _model_parallel(row: Mapping[str, Any], cluster: Cluster, notes: list[str]) -> tuple[int, int]:
+    """(tp, pp): printed, or from the model-parallel size N/dp as TP = min(mp, GPUs per node)."""
+    tp, pp = _degree(row, "tp"), _degree(row, "pp")
+    if tp is not None and pp is not None:
+        return tp, pp
+    n, dp, cp = cluster.num_gpus, _degree(row, "dp"), _degree(row, "cp") or 1
+    if tp is None and pp is None:
+        if dp is None:
+            raise SkipRow("parallel degrees (tp, pp, dp) not published")
+        mp = n // (dp * cp)
+        tp = min(mp, cluster.gpus_per_node)
+        notes.append(f"tp, pp: model-parallel size {mp} split as TP = min(mp, {cluster.gpus_per_node}), PP = mp/TP")
+        return tp, max(mp // tp, 1)
+    notes.append("missing tp or pp = 1")
+    return tp or 1, pp or 1
+
+
+def _sharding(row: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
+    """zero / fsdp / gradient dtype from ``zero_fsdp`` and ``precision``."""
+    z = text(row, "zero_fsdp").lower()
+    grad = 2 if "pure" in text(row, "precision").lower() else 4  # Composer PURE reduces in bf16
+    if "full_shard" in z or "megatron-fsdp" in z:
+        return {"fsdp": "full", "zero": 0, "grad_dtype_bytes": grad}
+    if "shard_grad_op" in z:
+        return {"zero": 2, "grad_dtype_bytes": grad}
+    if "zero-3" in z:
+        return {"zero": 3}
+    if "distributed optimizer" in z:
+        return {"zero": 1}
+    if z:
+        return {"zero": 0}
+    if framework_is_mcore(row):
+        notes.append("zero_fsdp: distributed optimizer (Megatron-Core/NeMo default)")
+        return {"zero": 1}
+    return {"zero": 0}
+
+
+TUNED_MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)
+"""Micro-batch sizes tried for a row that does not publish its micro-batch."""
+
+
+def interleaving_available(row: Mapping[str, Any]) -> bool:
+    """The run's framework has the interleaved 1F1B schedule: Megatron-LM PTD-P (SC'21) and later."""
+    fw = text(row, "framework").lower()
+    return "pre-interleaving" not in fw and (framework_is_mcore(row) or "megatron" in fw)
+
+
+def tuning_candidates(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpec,
+                      plan: ParallelPlan) -> list[ParallelPlan]:
+    """Plans over the schedule knobs a row leaves unpublished (micro-batch; VPP when pp > 1).
+
+    A published benchmark ran a configuration chosen for throughput, so an unpublished knob takes
+    the value its framework's users would tune it to: ``clustersim.simulator.calibration.validate`` simulates every
+    candidate and keeps the fastest that fits in memory. A row that publishes both knobs has one
+    candidate, its own plan. Candidates the plan rules would reject are left out.
+    """
+    mbs = (plan.micro_batch,) if _degree(row, "micro_batch") is not None else TUNED_MICRO_BATCHES
+    tune_vpp = _degree(row, "vpp") is None and plan.pp > 1 and interleaving_available(row)
+    layers = model.num_layers
+    vpps = [1] + [v for v in range(2, layers // plan.pp + 1) if layers % (plan.pp * v) == 0] if tune_vpp \
+        else [plan.vpp]
+    per_replica = training.global_batch_size // plan.dp
+    out = []
+    for mb in mbs:
+        if per_replica % mb:
+            continue
+        for v in vpps:
+            if v > 1 and (per_replica // mb) % plan.pp:
+                continue
+            out.append(dataclasses.replace(plan, micro_batch=mb, vpp=v,
+                                           schedule="interleaved" if v > 1 else "1f1b"))  # type: ignore[arg-type]
+    return out or [plan]
+
+
+FLASH_ATTENTION_YEAR = 2022
+"""FlashAttention (Dao et al., May 2022) is the first fused attention kernel frameworks adopted."""
+HOPPER_ATTENTION_YEAR = 2024
+"""Fused attention tuned for Hopper (cuDNN 9 fused attention in Transformer Engine, early 2024;
+FlashAttention-3, July 2024); runs published before used FlashAttention 1/2 or Triton kernels."""
+
+
+def attention_kernel(row: Mapping[str, Any], notes: list[str]) -> str:
+    """The attention kernel of the run's era, from the year of ``source_date`` (none: current)."""
+    year = text(row, "source_date")[:4]
+    if not year.isdigit() or int(year) >= HOPPER_ATTENTION_YEAR:
+        return "flash3"
+    if int(year) < FLASH_ATTENTION_YEAR:
+        notes.append(f"attention unfused: published {year}, before fused attention kernels ({FLASH_ATTENTION_YEAR})")
+        return "unfused"
+    notes.append(f"attention kernel flash2: published {year}, before Hopper-tuned fused attention ({HOPPER_ATTENTION_YEAR})")
+    return "flash2"
+
+
+def _recompute(row: Mapping[str, Any], notes: list[str]) -> str:
+    r = text(row, "recompute").lower()
+    for kind in ("full", "selective", "none"):
+        if r.startswith(kind):
+            return kind
+    if "sc'21" in text(row, "flops_definition").lower():
+        notes.append("recompute: full (SC'21 setup, Eq. 3 counts the recompute forward)")
+        return "full"
+    notes.append("recompute: none (not printed)")
+    return "none"
+
+
+def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpec, cluster: Cluster,
+                 notes: list[str]) -> ParallelPlan:
+    """The plan from the row's degrees and settings, missing ones by the documented rules."""
+    n = cluster.num_gpus
+    tp, pp = _model_parallel(row, cluster, notes)
+    cp = _degree(row, "cp") or 1
+    if n % (tp * pp * cp):
+        raise SkipRow(f"tp*pp*cp = {tp * pp * cp} does not divide num_gpus = {n}")
+    dp = n // (tp * pp * cp)
+    printed = _degree(row, "dp")
+    if printed is not None and printed != dp:
+        raise SkipRow(f"degrees disagree: tp{tp}*pp{pp}*cp{cp}*dp{printed} != num_gpus {n} (source quirk)")
+    vpp = _degree(row, "vpp") or 1
+    while vpp > 1 and pp * vpp > model.num_layers:
+        vpp -= 1  # Megatron-Bridge counts embedding and loss as pipeline layers (126 + 2 = 16 x 8)
+        notes.append(f"vpp lowered to {vpp}: pp*vpp exceeded num_layers = {model.num_layers}")
+    mb = _degree(row, "micro_batch") or 1  # missing: tuned by clustersim.simulator.calibration.validate (tuning_candidates)
+    if training.global_batch_size % (dp * mb):
+        raise SkipRow(f"global batch {training.global_batch_size} not divisible by dp {dp} x micro_batch {mb}")
+    mcore = framework_is_mcore(row)
+    sp = tp > 1 and mcore and text(row, "sp").lower() != "off"
+    ep = _degree(row, "ep") or 1
+    return ParallelPlan(
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, sp=sp, vpp=vpp, micro_batch=mb,
+        schedule="interleaved" if vpp > 1 else "1f1b", recompute=_recompute(row, notes),  # type: ignore[arg-type]
+        tp_comm_overlap=TP_COMM_OVERLAP if (mcore and tp > 1 and text(row, "gpu_type").upper() != "A100") else 0.0,
+        **_sharding(row, notes),
+    )

@@ -1,0 +1,194 @@
+"""The ``clustersim`` command line: the one place that ties workloads, topologies, simulator and reports.
+
+Each subcommand reads YAML or preset names, prints a rich table and writes files atomically.
+Every user error (a ``ValueError`` from any package) becomes one red line and exit status 2.
+Subcommands owned by other modules are added by their ``register(app)`` functions.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress
+from rich.table import Table
+
+from clustersim import files
+from clustersim.reports.report import write_scaling_report
+from clustersim.reports.waterfall import write_waterfall
+from clustersim.simulator.cli import calibrate as calibrate_cli
+from clustersim.simulator.cli import collective as collective_cli
+from clustersim.simulator.cli import report as reports_cli
+from clustersim.simulator.cli import goodput as goodput_cli
+from clustersim.simulator.cli import search as search_cli
+from clustersim.simulator.cli import stragglers as straggler_cli
+from clustersim.simulator.cli import sweep as sweep_cli
+from clustersim.simulator.cli import validate as validate_cli
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.calibration.profile import load_profile
+from clustersim.simulator.plan.placement import Placement
+from clustersim.simulator.step.result import CATEGORIES, Result
+from clustersim.simulator.sweep.scaling import scaling_rows
+from clustersim.simulator.scenario import apply_overrides, load_scenario, read_yaml
+from clustersim.simulator.step.trace import write_trace
+from clustersim.topologies import ACCELERATORS, CLUSTER_PRESETS
+from clustersim.workloads import MODEL_PRESETS
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="clustersim: predict distributed training step time, MFU and memory.")
+console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True)
+
+
+def write_json(doc: Any, path: str | os.PathLike[str]) -> Path:
+    """Write JSON atomically (temporary name, then rename)."""
+    return files.write_json(path, doc)
+
+
+def result_table(result: Result, title: str) -> Table:
+    """The step summary and its breakdown as a rich table."""
+    table = Table(title=title, show_header=True)
+    table.add_column("metric")
+    table.add_column("value", justify="right")
+    table.add_column("share", justify="right")
+    step = result.step_time
+    table.add_row("step time", f"{step:.4f} s", "100.0%")
+    table.add_row("tokens/s/GPU", f"{result.tokens_per_s_per_gpu:,.0f}", "")
+    table.add_row("MFU (PaLM model FLOPs)", f"{result.mfu * 100:.1f}%", "")
+    table.add_row("HFU (recompute counted)", f"{result.hfu * 100:.1f}%", "")
+    table.add_row("ideal compute (100% MFU)", f"{result.ideal_compute_s:.4f} s", f"{result.ideal_compute_s / step * 100:.1f}%")
+    for cat in CATEGORIES:
+        secs = result.breakdown[cat]
+        table.add_row(f"  {cat}", f"{secs:.4f} s", f"{secs / step * 100:.1f}%")
+    for m in result.memory:
+        table.add_row(f"memory stage {m.stage}", f"{m.total / 2**30:.1f} GiB",
+                      " ".join(f"{k[0]}{v / 2**30:.0f}" for k, v in m.parts().items()))
+    return table
+
+
+@app.command("simulate")
+def simulate_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML (see README 'Scenario format')."),
+    set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set plan.tp=4."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the Result as JSON."),
+    trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
+    mode: Optional[str] = typer.Option(None, "--mode", help="symmetric (default) or full."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML."),
+    show_placement: bool = typer.Option(False, "--placement", help="Print the rank -> device mapping."),
+    plot: Optional[Path] = typer.Option(None, "--plot", help="Write the compute-loss waterfall as PNG."),
+) -> None:
+    """Simulate one training step of a scenario."""
+    sc = load_scenario(scenario, set_)
+    profile = load_profile(calibration) if calibration else sc.profile
+    result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
+                      mode=mode or sc.mode, seed=sc.seed)  # type: ignore[arg-type]
+    title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
+    console.print(result_table(result, title))
+    if result.collectives:
+        console.print(collectives_table(result))
+    if show_placement:
+        console.print(placement_table(sc))
+    if json_out:
+        write_json(result.to_dict(), json_out)
+        console.print(f"wrote {json_out}")
+    if plot:
+        write_waterfall(result.to_dict(), plot)
+        console.print(f"wrote {plot}")
+    if trace:
+        write_trace(result.intervals, sc.plan.pp, trace)
+        console.print(f"wrote {trace} (open in https://ui.perfetto.dev)")
+
+
+def collectives_table(result: Result) -> Table:
+    """Every distinct collective: size, time, algorithm, bus bandwidth, busiest link."""
+    table = Table(title="collectives (all concurrent groups on the fabric)")
+    for col in ("kind", "axis", "MiB", "ms", "algorithm", "busbw GB/s", "busiest link", "util"):
+        table.add_column(col, justify="left" if col in ("kind", "axis", "algorithm", "busiest link") else "right")
+    for c in result.collectives:
+        table.add_row(str(c["kind"]), str(c["axis"]), f"{c['size_bytes'] / 2**20:.1f}", f"{c['time_s'] * 1e3:.3f}",
+                      str(c["algorithm"]), f"{c['bus_bandwidth_gbs']:.0f}", str(c["busiest_link"]),
+                      f"{c['busiest_link_utilisation'] * 100:.0f}%")
+    return table
+
+
+def placement_table(sc: Any) -> Table:
+    """Rank -> device, server and (tp, cp, dp, pp) coordinates (first 64 ranks)."""
+    placement = Placement(sc.plan, sc.cluster.gpus_per_node)
+    table = Table(title=f"placement (order {sc.plan.order}, first 64 ranks)")
+    rows = placement.table()
+    for col in rows[0]:
+        table.add_column(col, justify="right")
+    for row in rows:
+        table.add_row(*(str(v) for v in row.values()))
+    return table
+
+
+@app.command("scale")
+def scale_cmd(
+    scenario: Path = typer.Argument(..., help="Scenario YAML: model, training, cluster preset."),
+    gpus: str = typer.Option("64,128,256,512,1024", "--gpus", help="Comma-separated GPU counts."),
+    out: Path = typer.Option(Path("report"), "--out", help="Output directory (created)."),
+    set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
+    cost_per_gpu_hour: Optional[float] = typer.Option(None, "--cost-per-gpu-hour", help="$ per GPU-hour."),
+) -> None:
+    """Scaling-efficiency report: the best plan at every scale vs naive DP replicas, with plots and HTML."""
+    counts = [int(x) for x in gpus.split(",") if x.strip()]
+    if not counts or any(c < 1 for c in counts):
+        raise ValueError(f"--gpus {gpus!r} must list positive GPU counts, e.g. 64,128,256")
+    base = apply_overrides(read_yaml(scenario), set_)
+    load_scenario(scenario, set_)  # validate the scenario once, with a clear error, before the sweep
+    with Progress(console=console, transient=True) as bar:
+        task = bar.add_task("simulating scales", total=None)
+        rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
+    page = write_scaling_report(pd.DataFrame(rows), out, title=f"Scaling report: {scenario.stem}",
+                                cost_per_gpu_hour=cost_per_gpu_hour)
+    console.print(scale_table(rows))
+    console.print(f"wrote {page}")
+
+
+def scale_table(rows: list[dict[str, Any]]) -> Table:
+    """Tokens/s/GPU, MFU and plan per (series, GPUs)."""
+    table = Table(title="scaling")
+    for col in ("series", "GPUs", "plan", "tokens/s/GPU", "MFU", "status"):
+        table.add_column(col)
+    for r in rows:
+        ok = r.get("status") == "ok"
+        table.add_row(str(r.get("series")), str(r.get("num_gpus")), str(r.get("plan_label", "")),
+                      f"{r['tokens_per_s_per_gpu']:,.0f}" if ok else "-", f"{r['mfu'] * 100:.1f}%" if ok else "-",
+                      "ok" if ok else str(r.get("error", ""))[:60])
+    return table
+
+
+@app.command("presets")
+def presets_cmd() -> None:
+    """List the model, accelerator and cluster presets."""
+    for title, names in (("models", MODEL_PRESETS), ("accelerators", ACCELERATORS), ("clusters", CLUSTER_PRESETS)):
+        table = Table(title=title)
+        table.add_column("name")
+        for name in sorted(names):
+            table.add_row(name)
+        console.print(table)
+
+
+for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, validate_cli, reports_cli):
+    _module.register(app)
+
+
+def main() -> None:
+    """Entry point: run the app; user errors are one red line and exit status 2."""
+    try:
+        app()
+    except (ValueError, FileNotFoundError, KeyError) as exc:
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        err_console.print(f"[red]error:[/red] {escape(text)}", soft_wrap=True)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    main()

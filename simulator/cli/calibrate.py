@@ -1,0 +1,172 @@
+"""The ``clustersim calibrate`` sub-app: measure, fit, check, import-runs.
+
+Owns the commands' options, the tables they print and the files they write. It does not measure
+(``clustersim.simulator.calibration.torch_backend``), fit (``clustersim.simulator.calibration.fit``, ``clustersim.simulator.calibration.fit_runs``) nor simulate
+(``clustersim.simulator.step.simulate``). ``clustersim.simulator.cli.app`` calls ``register(app)``; torch is needed only by
+``measure`` and is never imported here.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Optional
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile, save_profile
+from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
+from clustersim.simulator.calibration.fit_runs import EVALUATIONS, fit_runs
+from clustersim.simulator.calibration.torch_backend import torch_available
+from clustersim.simulator.calibration.torch_backend.check import STATISTICS, check, summary
+from clustersim.simulator.calibration.torch_backend.measure import SMALL_GPT, TINY_GPT, load_steps, measure, standard_plans
+from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, TimingRecipe
+
+MODELS = {"small": SMALL_GPT, "tiny": TINY_GPT}
+"""GPT presets of ``calibrate measure --model``."""
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``calibrate`` sub-app (measure, fit, check, import-runs) to ``app``."""
+    sub = typer.Typer(no_args_is_help=True, help="Measure this machine with PyTorch, fit a profile, check it.")
+    sub.command("measure")(measure_command)
+    sub.command("fit")(fit_command)
+    sub.command("check")(check_command)
+    sub.command("import-runs")(import_runs_command)
+    app.add_typer(sub, name="calibrate")
+
+
+def _console() -> Console:
+    return Console(width=140)
+
+
+def _model(name: str, layers: int | None, hidden: int | None, heads: int | None, seq: int | None) -> GPTConfig:
+    if name not in MODELS:
+        raise CalibrationError(f"--model {name!r} unknown; use one of {sorted(MODELS)}")
+    base = MODELS[name]
+    return GPTConfig(num_layers=layers or base.num_layers, hidden_size=hidden or base.hidden_size,
+                     num_heads=heads or base.num_heads, seq_len=seq or base.seq_len, vocab_size=base.vocab_size)
+
+
+def measure_command(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the measurements.")],
+    model: Annotated[str, typer.Option(help="GPT preset: small or tiny.")] = "small",
+    ranks: Annotated[str, typer.Option(help="Comma-separated world sizes: 1 (baseline), 2 (six plans), 4 (mix).")] = "1,2,4",
+    layers: Annotated[Optional[int], typer.Option(help="Override the GPT's layers.")] = None,
+    hidden: Annotated[Optional[int], typer.Option(help="Override the GPT's hidden size.")] = None,
+    heads: Annotated[Optional[int], typer.Option(help="Override the GPT's heads.")] = None,
+    seq: Annotated[Optional[int], typer.Option(help="Override the sequence length.")] = None,
+    global_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 8,
+    micro_batches: Annotated[int, typer.Option(help="Pipeline micro-batches.")] = 4,
+    warmup: Annotated[int, typer.Option(help="Untimed warm-up steps.")] = 2,
+    repeats: Annotated[int, typer.Option(help="Timed steps (and samples per microbenchmark).")] = 10,
+    trace: Annotated[Optional[Path], typer.Option(help="Also write a torch.profiler trace per plan here.")] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds before the ranks of one launch are killed.")] = 900.0,
+    quick: Annotated[bool, typer.Option(help="Benchmark only the shapes the plans run (no sweeps).")] = False,
+) -> None:
+    """Run real training steps and microbenchmarks with PyTorch on this machine (gloo/NCCL)."""
+    if not torch_available():
+        raise CalibrationError("calibrate measure needs torch; install the extra: pip install 'clustersim[torch]'")
+    cfg = _model(model, layers, hidden, heads, seq)
+    worlds = [int(r) for r in ranks.split(",") if r.strip()]
+    plans = [p for w in worlds for p in standard_plans(w, global_batch, micro_batches)]
+    timing = TimingRecipe(warmup=warmup, repeats=repeats, profile_dir=str(trace or ""))
+    records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick)
+    table = Table(title=f"measured step times ({out})")
+    for col in ("plan", "ranks", "median ms", "best ms", "spread %"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for r in records:
+        table.add_row(r.plan.name, str(r.world_size), f"{r.median * 1e3:.1f}", f"{r.best * 1e3:.1f}", f"{r.spread * 100:.0f}")
+    _console().print(table)
+
+
+def _fit_table(report: FitReport) -> Table:
+    p, table = report.profile, Table(title="fitted profile (quality = median |relative error| on its own microbenchmarks)")
+    table.add_column("quantity")
+    table.add_column("value", justify="right")
+    table.add_column("fit quality", justify="right")
+    m = p.machine
+    table.add_row("peak matmul (per rank)", f"{m['peak_flops'] / 1e9:.1f} GFLOP/s", "")
+    table.add_row("memory bandwidth (copy)", f"{m['memory_bandwidth'] / 1e9:.1f} GB/s", "")
+    if "link_bandwidth" in m:
+        table.add_row("loopback bus bandwidth", f"{m['link_bandwidth'] / 1e9:.2f} GB/s", "")
+    for name, curve in (("gemm_efficiency", p.gemm_efficiency), ("attention_efficiency", p.attention_efficiency)):
+        table.add_row(name, " ".join(f"{x:.0e}:{e:.2f}" for x, e in curve), f"{report.quality[name] * 100:.0f}%")
+    table.add_row("memory_efficiency", f"{p.memory_efficiency:.3f}", f"{report.quality['memory_efficiency'] * 100:.0f}%")
+    table.add_row("kernel_overhead", f"{p.kernel_overhead * 1e6:.1f} us", "")
+    table.add_row("step_overhead", f"{p.step_overhead * 1e6:.1f} us", "")
+    table.add_row("optimizer_efficiency", f"{p.optimizer_efficiency:.3f}", "")
+    table.add_row("collective_overhead (per call, TP/FSDP)", f"{p.collective_overhead * 1e6:.0f} us", "")
+    table.add_row("p2p_overhead", f"{p.p2p_overhead * 1e6:.0f} us", "")
+    for ab in report.collectives:
+        table.add_row(f"{ab.kind}", f"alpha {ab.alpha * 1e6:.0f} us, busbw {ab.bus_bandwidth / 1e9:.2f} GB/s",
+                      f"{ab.median_abs_error * 100:.0f}%")
+    return table
+
+
+def fit_command(
+    folder: Annotated[Path, typer.Argument(help="Folder written by calibrate measure.")],
+    out: Annotated[Path, typer.Option("--out", help="Profile YAML to write.")],
+    world_size: Annotated[Optional[int], typer.Option(help="Fit the microbenchmarks of this many ranks (default: largest).")] = None,
+) -> None:
+    """Fit a calibration profile (and this machine's figures) from the microbenchmarks only."""
+    report = fit_profile(folder, world_size=world_size)
+    save_profile(report.profile, out)
+    _console().print(_fit_table(report))
+    _console().print(f"wrote {out}; use it with --calibration {out}")
+
+
+def check_command(
+    folder: Annotated[Path, typer.Argument(help="Folder written by calibrate measure.")],
+    calibration: Annotated[Optional[Path], typer.Option(help="Profile from calibrate fit (default: fit it now).")] = None,
+    statistic: Annotated[str, typer.Option(help="Measured step statistic: median, best, or uncontended "
+                                           "(median with the time the OS withheld a CPU removed).")] = "uncontended",
+    json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the rows as JSON.")] = None,
+) -> None:
+    """Simulate every measured plan with the microbenchmark-only profile; print the error per plan."""
+    if statistic not in STATISTICS:
+        raise CalibrationError(f"--statistic {statistic!r}: use one of {list(STATISTICS)}")
+    profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in fit_profiles(folder).items()}
+    records = load_steps(folder)
+    rows = check(records, profiles, statistic)  # type: ignore[arg-type]
+    table = Table(title=f"predicted vs measured ({statistic}), profile fitted on microbenchmarks only")
+    for col in ("plan", "ranks", "measured ms", "predicted ms", "error %", "spread %", "CPU withheld %"):
+        table.add_column(col, justify="left" if col == "plan" else "right")
+    for r, rec in zip(rows, records):
+        table.add_row(r.plan, str(r.world_size), f"{r.measured * 1e3:.1f}", f"{r.predicted * 1e3:.1f}",
+                      f"{r.error * 100:+.1f}", f"{r.spread * 100:.0f}", f"{rec.contention * 100:.0f}")
+    s = summary(rows)
+    _console().print(table)
+    _console().print(f"median |error| {s['median_abs_error'] * 100:.1f}%, max |error| {s['max_abs_error'] * 100:.1f}%, "
+                     f"mean error {s['mean_error'] * 100:+.1f}% over {len(rows)} plans")
+    if json_out:
+        doc = {"statistic": statistic, "rows": [{**r.__dict__, "error": r.error} for r in rows], "summary": s}
+        json_out.write_text(json.dumps(doc, indent=2))
+
+
+def import_runs_command(
+    csv: Annotated[Path, typer.Argument(help="CSV with the columns of published_runs.csv.")],
+    out: Annotated[Path, typer.Option("--out", help="Profile YAML to write.")],
+    holdout: Annotated[float, typer.Option(help="Fraction of rows held out of the fit.")] = 0.3,
+    seed: Annotated[int, typer.Option(help="Seed of the train/held-out split.")] = 0,
+    base: Annotated[Optional[Path], typer.Option(help="Profile to start from (default: generic defaults).")] = None,
+) -> None:
+    """Fit a profile from measured step times; report the error on the held-out rows separately."""
+    start = load_profile(base) if base else CalibrationProfile()
+    with Progress(console=_console(), transient=True) as bar:
+        task = bar.add_task("fitting (each step simulates every row)", total=EVALUATIONS)
+        result = fit_runs(csv, start, holdout=holdout, rng=np.random.default_rng(seed),
+                          progress=lambda n: bar.advance(task, n))
+    save_profile(result.profile, out)
+    table = Table(title=f"fit on {result.train_rows} rows, {result.holdout_rows} held out")
+    for col in ("rows", "median |error| before %", "median |error| after %"):
+        table.add_column(col, justify="right")
+    for name in ("train", "holdout"):
+        table.add_row(name, f"{result.before[name] * 100:.1f}", f"{result.after[name] * 100:.1f}")
+    _console().print(table)
+    _console().print(f"compute scale {result.compute_scale:.3f}, link scale {result.link_scale:.3f}; wrote {out}")

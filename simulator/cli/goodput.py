@@ -1,0 +1,179 @@
+"""The ``clustersim goodput`` subcommand: a scenario in, the goodput of a long run out.
+
+Owns the command's options, the table it prints, the JSON it writes and the goodput-against-
+interval plot. It simulates one step of the scenario with ``clustersim.simulator.step.simulate.simulate`` (step time,
+tokens per step, checkpoint bytes) and hands the rest to ``clustersim.simulator.longrun.goodput``; it computes
+nothing else itself. ``clustersim.simulator.cli.app`` calls ``register(app)``.
+
+Defaults that are assumptions, not facts: detection 2 min, restart 10 min, a 200 Gbit/s
+front-end link per node for checkpoint writes. Facts: the per-GPU interruption rate and the
+storage bandwidth of the Llama 3 405B run (cited below).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from clustersim.files import write_atomic, write_json
+from clustersim.reports.curves import plot_goodput_curve
+from clustersim.reports.plots import png_bytes
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.longrun.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
+from clustersim.simulator.errors import ClusterSimError
+from clustersim.simulator.longrun.failures import FailureSpec, system_mtbf
+from clustersim.simulator.longrun.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,
+                               simulate_long_run, sweep_intervals)
+from clustersim.simulator.scenario import load_scenario
+
+EXIT_BAD_INPUT = 2
+HOUR = 3600.0
+GBIT = 1e9 / 8  # bytes/s per Gbit/s
+# Llama 3 paper ("The Llama 3 Herd of Models", sec. 3.3.4): 419 unexpected interruptions in 54 days
+# on 16,384 H100 -> one interruption per 16,384 * 54 * 24 / 419 = 50,677 GPU-hours.
+LLAMA3_GPU_MTBF_HOURS = 16384 * 54 * 24 / 419
+# Tectonic: 2 TB/s sustained (Llama 3 paper, sec. 3.3.1) = 16,000 Gbit/s.
+TECTONIC_GBPS = 2e12 / GBIT
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``goodput`` command to the clustersim app."""
+    app.command("goodput")(goodput_command)
+
+
+def _failure_spec(mtbf_hours: float | None, mtbf_gpu_hours: float | None, mtbf_node_hours: float | None,
+                  mtbf_link_hours: float | None, options: dict[str, Any]) -> FailureSpec:
+    """Component MTBFs in hours -> seconds; with none given, the Llama 3 per-GPU rate."""
+    given = [mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours]
+    if all(h is None for h in given):
+        mtbf_gpu_hours = LLAMA3_GPU_MTBF_HOURS
+    to_s = [math.inf if h is None else h * HOUR for h in (mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours)]
+    return FailureSpec(system_mtbf=to_s[0], mtbf_gpu=to_s[1], mtbf_node=to_s[2], mtbf_link=to_s[3], **options)
+
+
+def _parse_interval(text: str) -> float | None:
+    """'auto' -> None (the best simulated interval); else minutes -> seconds."""
+    if text.strip().lower() == "auto":
+        return None
+    try:
+        minutes = float(text)
+    except ValueError:
+        raise LongRunError(f"--checkpoint-interval must be 'auto' or minutes > 0, got {text!r}") from None
+    if not minutes > 0:
+        raise LongRunError(f"--checkpoint-interval must be 'auto' or minutes > 0, got {text!r}")
+    return minutes * 60.0
+
+
+def _save_plot(sweep: IntervalSweep, path: Path) -> None:
+    ax = plot_goodput_curve(sweep.intervals, sweep.goodput_mean, sweep.goodput_ci_half, sweep.band,
+                            young_s=sweep.young, daly_s=sweep.daly)
+    write_atomic(path, png_bytes(ax))
+
+
+def _save_json(doc: dict[str, Any], path: Path) -> None:
+    write_json(path, doc, default=float)
+
+
+def results_table(spec: LongRunSpec, chosen: LongRunResult, sweep: IntervalSweep) -> Table:
+    """The rich table the command prints."""
+    table = Table(title=f"goodput over {spec.days:g} days x {spec.repetitions} runs", show_header=False)
+    low, high = chosen.goodput_ci95
+    rows = [("step time", f"{spec.step_time:.3f} s"), ("GPUs", f"{spec.num_gpus}"),
+            ("checkpoint per device", f"{spec.state_bytes_per_device / 1e9:.3f} GB"),
+            ("checkpoint stall / persist / restore",
+             f"{chosen.cost.blocking_time:.1f} / {chosen.cost.persist_time:.1f} / {chosen.cost.restore_time:.1f} s"),
+            ("system MTBF", f"{chosen.system_mtbf / HOUR:.2f} h"),
+            ("checkpoint interval", f"{chosen.checkpoint_interval / 60:.1f} min"),
+            ("goodput mean [95% CI]", f"{chosen.goodput_mean:.4f} [{low:.4f}, {high:.4f}]"),
+            ("goodput p5 / p50 / p95", f"{chosen.goodput_p5:.4f} / {chosen.goodput_p50:.4f} / {chosen.goodput_p95:.4f}"),
+            ("failures per run", f"{chosen.failures_mean:.1f}"),
+            ("tokens trained", f"{chosen.tokens_mean:.4g}"), ("cost", f"{chosen.cost_mean:,.0f}")]
+    rows += [(f"lost hours: {cause}", f"{chosen.lost_hours[cause]:.1f} h") for cause in CAUSES]
+    rows += [("best interval (simulated)", f"{sweep.best.checkpoint_interval / 60:.1f} min"),
+             ("optimum band (95%)", f"{sweep.band[0] / 60:.1f} - {sweep.band[1] / 60:.1f} min"),
+             ("Young / Daly", f"{sweep.young / 60:.1f} / {sweep.daly / 60:.1f} min")]
+    for label, value in rows:
+        table.add_row(label, value)
+    return table
+
+
+def _long_run_spec(scenario: Any, days: float, repetitions: int) -> LongRunSpec:
+    """Simulate one step of the scenario and describe the job for the long run."""
+    step = simulate(scenario.model, scenario.training, scenario.cluster, scenario.plan,
+                    profile=scenario.profile, seed=scenario.seed)
+    return LongRunSpec(days=days, step_time=step.step_time, tokens_per_step=step.tokens_per_step,
+                       num_gpus=step.num_gpus, gpus_per_node=scenario.cluster.gpus_per_node,
+                       state_bytes_per_device=step.checkpoint_bytes_per_device,
+                       checkpoint_interval=step.step_time, cost_per_gpu_hour=scenario.cluster.cost_per_gpu_hour,
+                       repetitions=repetitions)
+
+
+def run_goodput(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: FailureSpec, seed: int,
+                interval: float | None) -> tuple[LongRunResult, IntervalSweep]:
+    """The sweep (best interval) and the result at the chosen interval, on the same histories."""
+    cost = checkpoint_cost(checkpoint, state_bytes_per_device=spec.state_bytes_per_device,
+                           num_gpus=spec.num_gpus, gpus_per_node=spec.gpus_per_node)
+    grid = interval_grid(spec, cost.blocking_time, system_mtbf(failures, spec.num_gpus, spec.gpus_per_node))
+    sweep = sweep_intervals(spec, checkpoint, failures, np.random.default_rng(seed),
+                            intervals=grid + ([interval] if interval is not None else []))
+    if interval is None:
+        return sweep.best, sweep
+    # same seed, same spawned streams: the same failure histories as the sweep
+    return simulate_long_run(replace(spec, checkpoint_interval=interval), checkpoint, failures,
+                             np.random.default_rng(seed)), sweep
+
+
+def goodput_command(
+    scenario_file: Annotated[Path, typer.Argument(help="Scenario YAML (model, training, cluster, plan).")],
+    days: Annotated[float, typer.Option(help="Wall-clock days per simulated run.")] = 30.0,
+    mtbf_hours: Annotated[float | None, typer.Option(help="Cluster-level MTBF (h) of job interruptions.")] = None,
+    mtbf_gpu_hours: Annotated[float | None, typer.Option(help="MTBF per GPU (h); default: Llama 3 rate.")] = None,
+    mtbf_node_hours: Annotated[float | None, typer.Option(help="MTBF per node's host parts (h).")] = None,
+    mtbf_link_hours: Annotated[float | None, typer.Option(help="MTBF per scale-out link (h).")] = None,
+    distribution: Annotated[str, typer.Option(help="exponential or weibull.")] = "exponential",
+    weibull_shape: Annotated[float, typer.Option(help="Weibull shape (<1 infant mortality).")] = 1.0,
+    checkpoint_interval: Annotated[str, typer.Option(help="'auto' or minutes between checkpoints.")] = "auto",
+    storage_gbps: Annotated[float, typer.Option(help="Storage aggregate write Gbit/s.")] = TECTONIC_GBPS,
+    node_write_gbps: Annotated[float, typer.Option(help="Per-node write Gbit/s.")] = 200.0,
+    asynchronous: Annotated[bool, typer.Option("--async/--sync", help="Asynchronous checkpoints.")] = False,
+    sharded: Annotated[bool, typer.Option("--sharded/--gathered", help="Sharded checkpoint files.")] = True,
+    detection_min: Annotated[float, typer.Option(help="Minutes to detect a failure.")] = 2.0,
+    restart_min: Annotated[float, typer.Option(help="Minutes to relaunch the job.")] = 10.0,
+    reschedule_min: Annotated[float, typer.Option(help="Minutes to swap in a spare node.")] = 5.0,
+    spare_nodes: Annotated[int, typer.Option(help="Idle spare nodes.")] = 0,
+    repair_hours: Annotated[float, typer.Option(help="Hours until a failed node is back.")] = 0.0,
+    repetitions: Annotated[int, typer.Option(help="Monte Carlo runs per interval.")] = 100,
+    seed: Annotated[int | None, typer.Option(help="Seed; default: the scenario's.")] = None,
+    plot: Annotated[Path | None, typer.Option(help="PNG of goodput against interval.")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="JSON summary file.")] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Scenario override, e.g. plan.tp=4.")] = None,
+) -> None:
+    """Goodput distribution, best checkpoint interval and lost hours over a long run."""
+    console, errors = Console(), Console(stderr=True)
+    try:
+        interval = _parse_interval(checkpoint_interval)
+        scenario = load_scenario(scenario_file, set_ or [])
+        spec = _long_run_spec(scenario, days, repetitions)
+        checkpoint = CheckpointSpec(write_bandwidth_per_node=node_write_gbps * GBIT,
+                                    storage_bandwidth=storage_gbps * GBIT, asynchronous=asynchronous, sharded=sharded)
+        options = dict(distribution=distribution, weibull_shape=weibull_shape, detection_time=detection_min * 60,
+                       restart_time=restart_min * 60, reschedule_time=reschedule_min * 60,
+                       spare_nodes=spare_nodes, repair_time=repair_hours * HOUR)
+        failures = _failure_spec(mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours, options)
+        chosen, sweep = run_goodput(spec, checkpoint, failures, scenario.seed if seed is None else seed, interval)
+    except ClusterSimError as exc:
+        errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    console.print(results_table(spec, chosen, sweep))
+    if plot is not None:
+        _save_plot(sweep, plot)
+    if json_out is not None:
+        _save_json({"step_time_s": spec.step_time, "state_bytes_per_device": spec.state_bytes_per_device,
+                    "days": days, "result": chosen.to_dict(), "sweep": sweep.to_dict()}, json_out)

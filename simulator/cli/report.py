@@ -1,0 +1,31 @@
+"""`clustersim report RESULTS --out DIR`: the typer command over ``reports.report_command``.
+
+``register(app)`` adds the ``report`` subcommand. Errors stay ``ReportError`` (a ``ValueError``);
+turning them into one red line and exit code 2 is ``app.main``'s.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from clustersim.reports.report import report_command
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``report`` subcommand to ``app``."""
+
+    @app.command("report")
+    def report(
+        results: Annotated[Path, typer.Argument(help="results.parquet/.csv or a sweep directory")],
+        out: Annotated[Path, typer.Option("--out", help="output directory (created)")] = Path(
+            "report"),
+        title: Annotated[Optional[str], typer.Option(help="page title")] = None,
+        cost_per_gpu_hour: Annotated[Optional[float], typer.Option(
+            "--cost-per-gpu-hour", help="$ per GPU-hour for cost per million tokens")] = None,
+    ) -> None:
+        """Scaling-efficiency report: PNG plots, CSV tables and one self-contained HTML page."""
+        page = report_command(results, out, title=title, cost_per_gpu_hour=cost_per_gpu_hour)
+        typer.echo(f"wrote {page}")

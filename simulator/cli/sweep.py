@@ -1,0 +1,99 @@
+"""The ``clustersim sweep`` subcommand: a sweep file in, a resumable results folder out.
+
+Owns: the command's options, the summary it prints and its exit codes (0 done, 2 bad input,
+1 points lost to dead workers, 130 Ctrl-C). Does not own: grids, files or resume
+(``clustersim.simulator.sweep.sweep``), nor executors (``clustersim.simulator.sweep.executors``). ``clustersim.simulator.cli.app`` calls
+``register(app)``; ``python -m clustersim.simulator.cli.sweep`` runs the command on its own.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+
+from clustersim.simulator.errors import ClusterSimError
+from clustersim.simulator.sweep.executors import default_workers, make_executor
+from clustersim.simulator.sweep.sweep import DEFAULT_EVALUATOR, SweepInterrupted, SweepReport, expand_points
+from clustersim.simulator.sweep.sweep import load_sweep, run_sweep
+
+EXIT_BAD_INPUT = 2
+EXIT_LOST_POINTS = 1
+EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``sweep`` command to the clustersim app."""
+    app.command("sweep")(sweep_command)
+
+
+def sweep_command(
+    sweep_file: Annotated[Path, typer.Argument(help="Sweep YAML: base, grid, plan, seed.")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Results folder (resumes if it exists).")],
+    scheduler: Annotated[str | None, typer.Option(
+        help="Dask scheduler address, e.g. tcp://HOST:8786; default: a local process pool.")] = None,
+    workers: Annotated[int, typer.Option(
+        "--workers", "-j", help="Local worker processes; 0 = min(2, CPUs), 1 = serial here.")] = 0,
+    evaluator: Annotated[str, typer.Option(
+        help="Point evaluator as package.module:function.")] = DEFAULT_EVALUATOR,
+    retry_errors: Annotated[bool, typer.Option(
+        help="Recompute points whose stored row has status error.")] = False,
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    dry_run: Annotated[bool, typer.Option(help="Only count the points and exit.")] = False,
+) -> None:
+    """Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."""
+    console, errors = Console(), Console(stderr=True)
+    try:
+        spec = load_sweep(sweep_file)
+        if dry_run:
+            console.print(f"{len(expand_points(spec))} points in {sweep_file}")
+            return
+        executor = make_executor(scheduler=scheduler, workers=workers or default_workers())
+        report = run_sweep(spec, out, evaluator=evaluator, executor=executor,
+                           progress=progress, retry_errors=retry_errors)
+    except ClusterSimError as exc:
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    except SweepInterrupted as stop:
+        errors.print(f"[yellow]interrupted:[/yellow] {len(stop.report.frame)} of "
+                     f"{stop.report.total} points saved in {escape(str(out))}; rerun the same command to "
+                     f"finish the rest", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    except KeyboardInterrupt:  # before any point ran: nothing to save
+        errors.print("[yellow]interrupted[/yellow] before any point finished")
+        raise typer.Exit(EXIT_INTERRUPTED) from None
+    console.print(summary_table(report))
+    if report.lost:
+        raise typer.Exit(EXIT_LOST_POINTS)
+
+
+def summary_table(report: SweepReport) -> Table:
+    """A small table: how many points, done before, computed now, errors, lost, files."""
+    table = Table(title=escape(f"sweep -> {report.out_dir}"), show_header=False)
+    for label, value in (("points", report.total), ("already done", report.skipped),
+                         ("computed now", report.computed), ("error rows", report.errors),
+                         ("lost (rerun)", len(report.lost)),
+                         ("wall time", f"{report.elapsed_s:.1f} s"),
+                         ("tables", "results.parquet, results.csv")):
+        table.add_row(label, str(value))
+    return table
+
+
+def _group() -> None:
+    """clustersim sweep, standalone."""
+
+
+def main() -> None:
+    """Run the sweep command alone (``python -m clustersim.simulator.cli.sweep``)."""
+    app = typer.Typer(add_completion=False)
+    app.callback()(_group)  # keep the `sweep` subcommand name, as under `clustersim`
+    register(app)
+    app()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,146 @@
+"""The ``clustersim validate`` subcommand: re-predict published runs and print the error.
+
+Owns the command's options, the tables it prints (counts, MAPE, median and worst absolute error,
+by source and by GPU type, skip reasons) and its exit codes (0 done, 2 bad input), and the
+``--fit-profiles OUT_DIR`` pipeline's output files and report. Does not own the row mapping, the
+inference rules or the statistics (``clustersim.simulator.calibration.validate``) nor the fit (``clustersim.simulator.calibration.fit_defaults``).
+``clustersim.simulator.cli.app`` calls ``register(app)``.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import pandas as pd
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import Progress
+from rich.table import Table
+
+from clustersim.simulator.calibration.profile import PROFILE_DIR, load_profile
+from clustersim.simulator.errors import ClusterSimError
+from clustersim.simulator.calibration.fit_defaults import PROFILE_HEADER, FitOutcome, fit_default_profiles, write_profiles
+from clustersim.simulator.calibration.validate import error_stats, load_runs, megatron_lm_rows, summarise, validate_runs
+
+EXIT_BAD_INPUT = 2
+
+
+def register(app: typer.Typer) -> None:
+    """Add the ``validate`` command to the clustersim app."""
+    app.command("validate")(validate_command)
+
+
+def stats_table(title: str, key: str, frame: pd.DataFrame) -> Table:
+    """One row per group: rows, MAPE, median, worst absolute and mean signed error (percent)."""
+    table = Table(title=title)
+    for col in (key, "rows", "MAPE %", "median |err| %", "worst |err| %", "bias %"):
+        table.add_column(col, justify="left" if col == key else "right")
+    for rec in frame.to_dict("records"):
+        table.add_row(str(rec[key]), str(rec["rows"]), *(f"{rec[k]:.1f}" for k in ("mape", "median_abs", "worst_abs", "bias")))
+    return table
+
+
+def _overall_line(name: str, stats: dict[str, Any]) -> str:
+    return (f"{name}: {stats['rows']} rows, MAPE {stats['mape']:.2f} %, median |err| {stats['median_abs']:.1f} %, "
+            f"worst |err| {stats['worst_abs']:.1f} %, bias {stats['bias']:+.1f} %")
+
+
+def print_summary(console: Console, results: pd.DataFrame) -> None:
+    """The summary the issue asks for: counts, overall error, by source, by GPU type, skips."""
+    s = summarise(results)
+    console.print(f"simulated {s['simulated']} rows, skipped {s['skipped']}")
+    if s["simulated"]:
+        console.print(_overall_line("all simulated rows", s["overall"]))
+        meg = megatron_lm_rows(results[results.status == "ok"])
+        if len(meg):
+            console.print(_overall_line("Megatron-LM rows", error_stats(meg.error_pct)))
+        console.print(stats_table("error by source", "source_id", s["by_source"]))
+        console.print(stats_table("error by GPU type", "gpu_type", s["by_gpu"]))
+    if s["skipped"]:
+        table = Table(title="skipped rows by reason")
+        table.add_column("reason")
+        table.add_column("rows", justify="right")
+        for reason, count in s["skip_reasons"].items():
+            table.add_row(escape(str(reason)), str(count))
+        console.print(table)
+
+
+def validate_command(
+    runs: Annotated[Path | None, typer.Argument(
+        help="CSV with the columns of published_runs.csv; default: the bundled data set.")] = None,
+    out: Annotated[Path | None, typer.Option("--out", "-o", help="Write one row per input row here (CSV).")] = None,
+    calibration: Annotated[Path | None, typer.Option(
+        help="Calibration profile YAML for every row; default: the bundled profile of each GPU type.")] = None,
+    fidelity: Annotated[str, typer.Option(help="Collective model: analytic (fast) or flow.")] = "analytic",
+    progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
+    fit_profiles: Annotated[Path | None, typer.Option(
+        "--fit-profiles", help="Refit the default profiles on the runs from the bundled ones and write them, "
+        "with fit_report.csv, fit_folds.csv, fit_rows.csv and fit_sensitivities.csv, into this directory.")] = None,
+    fit_rounds: Annotated[int, typer.Option(help="With --fit-profiles: rounds of simulate-and-fit.", min=1)] = 1,
+    workers: Annotated[int, typer.Option(help="With --fit-profiles: simulation processes.", min=1)] = 2,
+) -> None:
+    """Re-predict published training runs and report the step-time error."""
+    console, errors = Console(width=None if sys.stdout.isatty() else 140), Console(stderr=True)
+    try:
+        if fidelity not in ("analytic", "flow"):
+            raise ClusterSimError(f"--fidelity {fidelity!r}: use analytic or flow")
+        table = load_runs(runs)
+        if fit_profiles is not None:
+            if calibration is not None:
+                raise ClusterSimError("--fit-profiles starts from the bundled profiles; drop --calibration")
+            outcome = _run_fit(table, fidelity, fit_rounds, workers, progress, errors)
+            _write_fit(console, outcome, fit_profiles)
+            return
+        profile = load_profile(calibration) if calibration is not None else None
+        with Progress(console=errors, disable=not progress, transient=True) as bar:
+            task = bar.add_task("validating", total=len(table))
+            results = validate_runs(table, profile=profile, fidelity=fidelity,  # type: ignore[arg-type]
+                                    progress=lambda done, _total: bar.update(task, completed=done))
+    except ClusterSimError as exc:
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    if out is not None:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        results.to_csv(out, index=False)
+    print_summary(console, results)
+
+
+def _run_fit(table: pd.DataFrame, fidelity: str, rounds: int, workers: int, progress: bool,
+             errors: Console) -> FitOutcome:
+    """The fit pipeline of ``clustersim.simulator.calibration.fit_defaults`` with one progress bar per simulation pass."""
+    start = {p.stem: load_profile(p) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
+    with Progress(console=errors, disable=not progress, transient=True) as bar:
+        tasks: dict[str, Any] = {}
+
+        def tick(label: str, done: int, total: int) -> None:
+            if label not in tasks:
+                tasks[label] = bar.add_task(f"fit: {label}", total=total)
+            bar.update(tasks[label], completed=done)
+        return fit_default_profiles(table, start, rounds=rounds, fidelity=fidelity,  # type: ignore[arg-type]
+                                    workers=workers, progress=tick)
+
+
+def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path) -> None:
+    """Write the profiles and the report files; print the report."""
+    write_profiles_with_headers(outcome, out_dir)
+    outcome.report.to_csv(out_dir / "fit_report.csv", index=False)
+    outcome.folds.to_csv(out_dir / "fit_folds.csv", index=False)
+    outcome.after.to_csv(out_dir / "fit_rows.csv", index=False)
+    outcome.sensitivities.to_csv(out_dir / "fit_sensitivities.csv", index=False)
+    table = Table(title="profile fit (MAPE %, unweighted; held-out: 2-fold refit of the first-order model)")
+    for col in ("gpu type", "rows", "before", "first-order", "after (simulated)", "held-out"):
+        table.add_column(col, justify="left" if col == "gpu type" else "right")
+    for rec in outcome.report.to_dict("records"):
+        table.add_row(str(rec["group"]), str(rec["rows"]), *(f"{rec[k]:.2f}" if pd.notna(rec[k]) else "-" for k in
+                      ("mape_before", "mape_first_order", "mape_after", "mape_held_out")))
+    console.print(table)
+    console.print(f"wrote {len(outcome.profiles)} profiles and fit_report.csv, fit_folds.csv, fit_rows.csv, fit_sensitivities.csv to {out_dir}")
+
+
+def write_profiles_with_headers(outcome: FitOutcome, out_dir: Path) -> None:
+    """One ``<stem>.yaml`` per profile, each with the header naming its GPU type, the data and the method."""
+    for stem, prof in outcome.profiles.items():
+        write_profiles({stem: prof}, out_dir, header=PROFILE_HEADER.format(gpu=stem.upper()))

@@ -1,0 +1,234 @@
+"""Collective algorithms as steps of flows, priced on the fabric with every concurrent group.
+
+Owns ``price_collective`` (the engine's entry point), ``CollectiveCost``, the algorithms (ring
+with one channel per GPU of a node, double binary tree, recursive halving-doubling, hierarchical,
+in-switch reduction (NVLS/SHARP), pairwise all-to-all, direct send/recv) and the NCCL-like
+selector (of NCCL's algorithms, the one with the least modelled time wins, as NCCL's tuner
+picks by its own cost model). It does not route (``clustersim.simulator.network.routing``), simulate flows over
+time (``clustersim.simulator.network.flows``) nor decide which groups exist (``clustersim.simulator.plan.placement``).
+
+Cost model: an algorithm is a list of steps; in a step every flow of every group runs at once.
+With equal start times, the fluid (max-min) makespan of a step is exactly
+``S * max_l(load_l / capacity_l)`` where ``load_l`` is bytes per byte of collective size; a
+pipelined composite step (hierarchical, in-switch across nodes) uses the same link bound.
+time = overhead + sum_steps repeat * (alpha_step + (S + min(S, F)) * beta_step), where alpha is
+the path latency paid once per sequential hop and F = PIPELINE_FILL_BYTES (the first F bytes move
+at half rate while the pipeline fills). beta uses the links of the representative (first) group;
+for groups that are translates of each other this equals the global makespan (tested).
+The per-step (alpha, beta) pattern does not depend on the size and is memoised per fabric, so a
+sweep over sizes, or the engine's repeated calls, cost one arithmetic line each.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Mapping, Sequence
+
+import numpy as np
+
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABLE, Step, applicable, build_steps
+from clustersim.simulator.errors import ClusterSimError
+from clustersim.simulator.network.routing import Fabric, fabric_for
+
+PIPELINE_FILL_BYTES: float = 32 * 2**20
+"""Bytes of a collective that move at half rate while NCCL's pipeline fills (8 channels x 4 MiB
+NCCL_BUFFSIZE default, NCCL environment-variable docs). One constant for every fabric; it reproduces the
+mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_bandwidth.csv).
+Overridden by a profile attribute ``pipeline_fill_bytes`` when the profile has one."""
+
+
+MEMO_LIMIT: int = 256
+"""Patterns kept per fabric before the memo is emptied."""
+
+
+class CollectiveError(ClusterSimError):
+    """A collective request that cannot be priced (bad kind, groups or algorithm)."""
+
+    stage = "collective"
+
+
+@dataclass(frozen=True, kw_only=True)
+class CollectiveCost:
+    """Time and bandwidth of one collective call of the representative group."""
+
+    time: float
+    """Seconds from call to completion, software overhead included."""
+    algorithm: str
+    """Algorithm that was priced (chosen by the selector unless forced)."""
+    bus_bandwidth: float
+    """nccl-tests bus bandwidth (bytes/s): alg_bandwidth times the kind's bus factor."""
+    alg_bandwidth: float
+    """size / time (bytes/s)."""
+    bytes_per_rank_sent: float
+    """Mean bytes one rank of the representative group sends over links."""
+    link_utilisation: Mapping[str, float] | None = None
+    """Per directed link ``"u->v"``: busy fraction over ``time`` with all groups' flows."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Pattern:
+    """Size-independent cost of one algorithm on one set of groups."""
+
+    alpha: float
+    """Sum over steps of repeat * latency (s)."""
+    beta: float
+    """Sum over steps of repeat * max link load / capacity (s per byte of size), representative."""
+    beta_full: float
+    """As ``beta`` but over every link (the global makespan)."""
+    sent: float
+    """Mean bytes sent per rank per byte of size."""
+    loads: np.ndarray
+    """Bytes per link per byte of size, summed over steps and repeats (all groups)."""
+
+
+class _LinkUtilisation(Mapping[str, float]):
+    """Lazy mapping from link name to utilisation (built only when read)."""
+
+    def __init__(self, fabric: Fabric, loads: np.ndarray, size: float, time: float) -> None:
+        self._fabric, self._used = fabric, np.flatnonzero(loads > 0)
+        self._util = loads * size / (fabric.capacity * max(time, 1e-30))
+
+    def __getitem__(self, name: str) -> float:
+        u, _, v = name.partition("->")
+        e = self._fabric.edge_id.get((u, v))
+        if e is None:
+            raise KeyError(name)
+        return float(self._util[e])
+
+    def __iter__(self) -> Iterator[str]:
+        return (self._fabric.edge_name(int(e)) for e in self._used)
+
+    def __len__(self) -> int:
+        return len(self._used)
+
+    def peak(self) -> tuple[str, float]:
+        """The busiest link and its utilisation (numpy argmax, no per-link Python loop)."""
+        if len(self._used) == 0:
+            return "", 0.0
+        e = int(self._used[np.argmax(self._util[self._used])])
+        return self._fabric.edge_name(e), float(self._util[e])
+
+
+def bus_factor(kind: str, n: int) -> float:
+    """busbw / algbw for ``kind`` on ``n`` ranks (nccl-tests doc/PERFORMANCE.md)."""
+    if kind == "all_reduce":
+        return 2 * (n - 1) / n
+    if kind in ("reduce_scatter", "all_gather", "all_to_all"):
+        return (n - 1) / n
+    return 1.0
+
+
+def _check(kind: str, size: float, groups: Sequence[Sequence[int]], num_gpus: int) -> np.ndarray:
+    if kind not in KINDS:
+        raise CollectiveError(f"kind = '{kind}' is unknown; use one of {sorted(KINDS)}")
+    if not size >= 0:
+        raise CollectiveError(f"size = {size} bytes must be >= 0")
+    if not groups or len({len(g) for g in groups}) != 1:
+        raise CollectiveError(f"groups must be a non-empty list of equal-size groups, got sizes {sorted({len(g) for g in groups})}")
+    arr = np.asarray(groups, dtype=np.int64)
+    if arr.min() < 0 or arr.max() >= num_gpus:
+        raise CollectiveError(f"groups name devices {arr.min()}..{arr.max()}; the cluster has 0..{num_gpus - 1}")
+    if (np.diff(np.sort(arr, axis=1), axis=1) == 0).any():
+        raise CollectiveError("a group lists the same device twice; list each device once per group")
+    if kind == "send_recv" and arr.shape[1] != 2:
+        raise CollectiveError(f"send_recv groups must be [src, dst] pairs, got groups of {arr.shape[1]}")
+    return arr
+
+
+def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndarray]:
+    """(alpha, beta_rep, beta_full, loads) of one run of ``step``."""
+    loads, lat = fabric.loads(step.src, step.dst, step.weight)
+    rep_loads, _ = fabric.loads(step.src[step.rep], step.dst[step.rep], step.weight[step.rep])
+    for gpus, w, up in ((step.up_gpu, step.up_weight, True), (step.down_gpu, step.down_weight, False)):
+        edges = (fabric.local_up if up else fabric.local_down)[gpus]
+        loads += np.bincount(edges, weights=w, minlength=len(loads))
+        rep = step.switch_rep if up else step.switch_rep_down
+        rep_loads += np.bincount(edges[rep], weights=w[rep], minlength=len(loads))
+    ratio = loads / fabric.capacity
+    beta_rep = float(ratio[rep_loads > 0].max(initial=0.0))
+    alpha = 0.0
+    for mask, hops in step.latency_phases:
+        sel = mask & step.rep
+        alpha += hops * float(lat[sel].max(initial=0.0))
+    if step.switch_hops:
+        g = step.up_gpu[step.switch_rep]
+        alpha += step.switch_hops * float((fabric.latency[fabric.local_up[g]] + fabric.latency[fabric.local_down[g]]).max(initial=0.0))
+    return alpha, beta_rep, float(ratio.max(initial=0.0)), loads
+
+
+def _pattern(fabric: Fabric, kind: str, algorithm: str, groups: np.ndarray, eff_switch: float) -> _Pattern:
+    key = ("collective", kind, algorithm, groups.shape, groups.tobytes(), eff_switch)
+    memo = fabric.memo
+    if len(memo) > MEMO_LIMIT:
+        memo.clear()  # a cache: bound its memory (each pattern holds one float per link)
+    if key not in memo:
+        alpha = beta = beta_full = sent = 0.0
+        total = np.zeros(len(fabric.edges))
+        for step in build_steps(kind, algorithm, groups, fabric, eff_switch):
+            a, b, bf, loads = _step_cost(fabric, step)
+            alpha, beta, beta_full = alpha + step.repeat * a, beta + step.repeat * b, beta_full + step.repeat * bf
+            total += step.repeat * loads
+            sent += step.repeat * step.sent_per_rank
+        memo[key] = _Pattern(alpha=alpha, beta=beta, beta_full=beta_full, sent=sent, loads=total)
+    return memo[key]
+
+
+def _cost(pattern: _Pattern, kind: str, algorithm: str, size: float, n: int, overhead: float,
+          fabric: Fabric, fill: float) -> CollectiveCost:
+    time = overhead + pattern.alpha + (size + min(size, fill)) * pattern.beta
+    alg_bw = size / time if time > 0 else float("inf")
+    return CollectiveCost(
+        time=time, algorithm=algorithm, alg_bandwidth=alg_bw, bus_bandwidth=alg_bw * bus_factor(kind, n),
+        bytes_per_rank_sent=pattern.sent * size,
+        link_utilisation=_LinkUtilisation(fabric, pattern.loads, size, time),
+    )
+
+
+def price_collective(
+    kind: str,
+    size: float,
+    groups: Sequence[Sequence[int]],
+    cluster: object,
+    profile: CalibrationProfile,
+    algorithm: str | None = None,
+) -> CollectiveCost:
+    """Time of one collective of ``size`` bytes (nccl-tests convention) for the first group of
+    ``groups`` while every group in ``groups`` runs the same collective on the same fabric."""
+    graph = cluster.graph  # type: ignore[attr-defined]
+    fabric = fabric_for(graph, profile)
+    arr = _check(kind, size, groups, fabric.num_gpus)
+    n = arr.shape[1]
+    overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
+    if n == 1:
+        return CollectiveCost(time=0.0, algorithm="none", bus_bandwidth=0.0, alg_bandwidth=float("inf"),
+                              bytes_per_rank_sent=0.0, link_utilisation=None)
+    eff_switch = profile.link_eff("in_network_reduction")
+    options_key = ("applicable", kind, arr.shape, arr.tobytes())
+    if options_key not in fabric.memo:
+        fabric.memo[options_key] = applicable(kind, arr, fabric)
+    options: tuple[str, ...] = fabric.memo[options_key]  # type: ignore[assignment]
+    if algorithm is not None:
+        if algorithm not in ALGORITHMS.get(kind, ()):
+            raise CollectiveError(f"algorithm = '{algorithm}' does not implement {kind}; use one of {ALGORITHMS[kind]}")
+        if algorithm not in options:
+            raise CollectiveError(f"algorithm = '{algorithm}' cannot run {kind} on these groups; use one of {options}")
+        options = (algorithm,)
+    else:
+        options = tuple(a for a in options if a in SELECTABLE)
+    fill = 0.0 if kind == "send_recv" else float(getattr(profile, "pipeline_fill_bytes", PIPELINE_FILL_BYTES))
+    costs = [_cost(_pattern(fabric, kind, a, arr, eff_switch), kind, a, size, n, overhead, fabric, fill)
+             for a in options]
+    return min(costs, key=lambda c: c.time)
+
+
+def full_mode_time(kind: str, size: float, groups: Sequence[Sequence[int]], cluster: object,
+                   profile: CalibrationProfile, algorithm: str) -> float:
+    """Time of the slowest group (global makespan over every link) with ``algorithm``: what a
+    full simulation of every group gets; equals ``price_collective`` for translate groups."""
+    fabric = fabric_for(cluster.graph, profile)  # type: ignore[attr-defined]
+    arr = _check(kind, size, groups, fabric.num_gpus)
+    p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
+    overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
+    fill = 0.0 if kind == "send_recv" else float(getattr(profile, "pipeline_fill_bytes", PIPELINE_FILL_BYTES))
+    return overhead + p.alpha + (size + min(size, fill)) * p.beta_full

@@ -1,0 +1,338 @@
+"""Routing tables of one cluster graph: which links a GPU -> GPU flow crosses, and how much.
+
+Owns ``Fabric`` (capacities, latencies, per-GPU NIC chains, all-pairs hop counts between fabric
+switches, and the vectorised link loads of many flows at once: the traffic of every (source
+switch, destination switch) pair is pushed one hop per round along its equal-cost next hops) and ``fabric_for`` (its memo per graph and
+profile). It does not share bandwidth over time (``clustersim.simulator.network.flows``) nor know collectives
+(``clustersim.simulator.network.collectives``).
+
+Routing model:
+- Inside an NVLink domain (or a PCIe server) a flow goes GPU -> local switch -> GPU.
+- Between domains a flow leaves through the source GPU's own NIC chain (NCCL's default: each GPU
+  uses its nearest NIC, no PXN detour over NVLink), crosses the switch fabric (kinds leaf, spine,
+  core, router) on hop-count shortest paths, and enters through the destination GPU's NIC.
+- Equal-cost paths are split per hop: every switch divides a flow evenly over its next hops on
+  shortest paths (ECMP with ideal spraying / adaptive routing, no hash collisions). A flow keeps
+  one rate; link ``l`` carries the fraction ``a[f, l]`` of it.
+- Graphs outside these shapes (GPUs wired straight to each other) fall back to the same per-hop
+  ECMP on the whole graph, computed per pair (slow, for small graphs only).
+Capacities are ``bandwidth * profile.link_eff(link_class)``; per-hop latency is the edge
+``latency`` unless ``profile.link_latency`` names the link class.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Mapping
+
+import networkx as nx
+import numpy as np
+
+from clustersim.simulator.calibration.profile import CalibrationProfile
+
+FABRIC_KINDS: frozenset[str] = frozenset({"leaf", "spine", "core", "router"})
+"""Node kinds of the scale-out switch fabric (routed on shortest paths with ECMP)."""
+LOCAL_SWITCH_KINDS: frozenset[str] = frozenset({"nvswitch", "pcie"})
+"""Node kinds that join the GPUs of one domain or server."""
+_GPU, _LOCAL, _NIC, _FABRIC = 1, 2, 3, 4
+_CODES: Mapping[str, int] = {"gpu": _GPU, "nvswitch": _LOCAL, "pcie": _LOCAL, "nic": _NIC,
+                             **{k: _FABRIC for k in FABRIC_KINDS}}
+"""Integer codes of node kinds for vectorised table building."""
+_TINY: float = 1e-12
+"""Loads below this are treated as zero when reading one route back."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Egress:
+    """Padded per-GPU tables of the path GPU -> NIC(s) -> fabric switch(es) (or the reverse)."""
+
+    edges: np.ndarray
+    """(num_gpus, J) edge indices, -1 = padding."""
+    edge_frac: np.ndarray
+    """(num_gpus, J) fraction of the GPU's traffic on that edge."""
+    switch: np.ndarray
+    """(num_gpus, K) fabric switch node ids where the path meets the fabric, -1 = none."""
+    switch_frac: np.ndarray
+    """(num_gpus, K) fraction of the GPU's traffic through that switch."""
+
+
+class Fabric:
+    """Routing tables, capacities and latencies of one graph under one profile.
+
+    Immutable from the outside; it memoises shortest-path DAGs per destination switch and
+    fallback routes per pair in private dictionaries (a cache, not state: results never change).
+    """
+
+    def __init__(self, graph: nx.DiGraph, profile: CalibrationProfile) -> None:
+        self.graph = graph
+        self.nodes: list[str] = list(graph.nodes)
+        self.node_id: dict[str, int] = {n: i for i, n in enumerate(self.nodes)}
+        attrs = [d for _, d in graph.nodes(data=True)]
+        self.kind: list[str] = [d.get("kind", "") for d in attrs]
+        self.reduces: np.ndarray = np.array([bool(d.get("in_network_reduction")) for d in attrs])
+        """Per node: the switch reduces in-network (NVLS / SHARP)."""
+        self.edges: list[tuple[str, str]] = list(graph.edges)
+        self.edge_id: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
+        data = [d for _, _, d in graph.edges(data=True)]
+        self.link_class: list[str] = [d["link_class"] for d in data]
+        self.bandwidth = np.array([d["bandwidth"] for d in data], dtype=float)
+        eff = np.array([profile.link_eff(c) for c in self.link_class])
+        self.capacity: np.ndarray = self.bandwidth * eff
+        self.latency: np.ndarray = np.array(
+            [profile.link_latency.get(c, d["latency"]) for c, d in zip(self.link_class, data)], dtype=float
+        )
+        self.num_gpus: int = sum(1 for k in self.kind if k == "gpu")
+        self.gpu_node = np.array([self.node_id[f"gpu{i}"] for i in range(self.num_gpus)], dtype=np.int64)
+        self.src_of = np.array([self.node_id[u] for u, _ in self.edges], dtype=np.int64)
+        self.dst_of = np.array([self.node_id[v] for _, v in self.edges], dtype=np.int64)
+        self._code = np.array([_CODES.get(k, 0) for k in self.kind], dtype=np.int8)
+        self._gpu_of = np.full(len(self.nodes), -1, dtype=np.int64)
+        self._gpu_of[self.gpu_node] = np.arange(self.num_gpus)
+        self._local_tables()
+        self.egress = self._walk_tables(out=True)
+        self.ingress = self._walk_tables(out=False)
+        self._dist: np.ndarray | None = None
+        self._fabric_dist()
+        self._fallback: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self.memo: dict[tuple[object, ...], object] = {}
+        """Size-independent results of callers (collective cost patterns), keyed by their inputs."""
+
+    def _local_tables(self) -> None:
+        """Per GPU: its single local switch and the up/down edges (-1 when none or ambiguous)."""
+        n = self.num_gpus
+        self.local_switch = np.full(n, -1, dtype=np.int64)
+        self.local_up = np.full(n, -1, dtype=np.int64)
+        self.local_down = np.full(n, -1, dtype=np.int64)
+        up = np.flatnonzero((self._code[self.src_of] == _GPU) & (self._code[self.dst_of] == _LOCAL))
+        g = self._gpu_of[self.src_of[up]]
+        single = np.bincount(g, minlength=n)[g] == 1
+        up, g = up[single], g[single]
+        self.local_up[g] = up
+        self.local_switch[g] = self.dst_of[up]
+        down = {(u, v): e for e, u, v in zip(range(len(self.edges)), self.src_of.tolist(), self.dst_of.tolist())
+                if self._code[v] == _GPU and self._code[u] == _LOCAL}
+        self.local_down[g] = [down[(int(sw), int(self.gpu_node[i]))] for i, sw in zip(g, self.dst_of[up])]
+
+    def _walk_tables(self, out: bool) -> _Egress:
+        """GPU -> NIC -> fabric switch chains (``out``) or their reverse, vectorised over GPUs."""
+        near, far = (self.src_of, self.dst_of) if out else (self.dst_of, self.src_of)
+        c_near, c_far = self._code[near], self._code[far]
+        e1 = np.flatnonzero((c_near == _GPU) & ((c_far == _NIC) | (c_far == _FABRIC)))
+        e2 = np.flatnonzero((c_near == _NIC) & (c_far == _FABRIC))
+        g1 = self._gpu_of[near[e1]]
+        f1 = 1.0 / np.bincount(g1, minlength=self.num_gpus)[g1]
+        e2 = e2[np.argsort(near[e2], kind="stable")]
+        ptr = np.searchsorted(near[e2], np.arange(len(self.nodes) + 1))
+        count = np.where(c_far[e1] == _NIC, ptr[far[e1] + 1] - ptr[far[e1]], 0)
+        rep = np.repeat(np.arange(len(e1)), count)
+        offs = np.arange(len(rep)) - np.repeat(np.cumsum(count) - count, count)
+        e2x = e2[ptr[far[e1]][rep] + offs]
+        f2 = f1[rep] / count[rep]
+        edges = np.concatenate([e1, e2x])
+        gpus = np.concatenate([g1, g1[rep]])
+        fracs = np.concatenate([f1, f2])
+        to_fabric = self._code[far[edges]] == _FABRIC
+        return _Egress(
+            edges=self._pad(gpus, edges, -1), edge_frac=self._pad(gpus, fracs, 0.0),
+            switch=self._pad(gpus[to_fabric], far[edges][to_fabric], -1),
+            switch_frac=self._pad(gpus[to_fabric], fracs[to_fabric], 0.0),
+        )
+
+    def _pad(self, rows: np.ndarray, values: np.ndarray, fill: float) -> np.ndarray:
+        """A (num_gpus, width) table holding ``values`` row by row (``fill`` elsewhere)."""
+        order = np.argsort(rows, kind="stable")
+        rows, values = rows[order], values[order]
+        start = np.searchsorted(rows, np.arange(self.num_gpus))
+        col = np.arange(len(rows)) - start[rows]
+        width = int(col.max(initial=0)) + 1
+        table = np.full((self.num_gpus, width), fill, dtype=values.dtype if len(values) else float)
+        table[rows, col] = values
+        return table
+
+    def edge_name(self, e: int) -> str:
+        """``"u->v"`` name of directed edge ``e``."""
+        u, v = self.edges[e]
+        return f"{u}->{v}"
+
+    def _fabric_dist(self) -> np.ndarray:
+        """Hop distances between fabric switches (breadth-first from every switch at once, one
+        frontier matrix per hop); rows/columns follow ``self.fabric_index``; unreachable = 10**6.
+        Also builds the fabric edge lists sorted by tail (CSR) and the (tail, head) -> edge matrix."""
+        if self._dist is None:
+            ids = np.array([i for i, k in enumerate(self.kind) if k in FABRIC_KINDS], dtype=np.int64)
+            self.fabric_index = np.full(len(self.nodes), -1, dtype=np.int64)
+            self.fabric_index[ids] = np.arange(len(ids))
+            fe = np.flatnonzero((self.fabric_index[self.src_of] >= 0) & (self.fabric_index[self.dst_of] >= 0))
+            self._fe = fe[np.argsort(self.fabric_index[self.src_of[fe]], kind="stable")]  # sorted by tail
+            self._fe_src = self.fabric_index[self.src_of[self._fe]]
+            self._fe_dst = self.fabric_index[self.dst_of[self._fe]]
+            self._fe_ptr = np.searchsorted(self._fe_src, np.arange(len(ids) + 1))
+            self._edge_mat = np.full((len(ids), len(ids)), -1, dtype=np.int64)
+            self._edge_mat[self._fe_src, self._fe_dst] = self._fe
+            self._dist = self._bfs_all(len(ids))
+        return self._dist
+
+    def _bfs_all(self, n: int) -> np.ndarray:
+        """All-pairs hop counts over the fabric edges: row = source switch, column = target."""
+        by_head = np.argsort(self._fe_dst, kind="stable")
+        tails, heads = self._fe_src[by_head], self._fe_dst[by_head]
+        has_in, starts = np.unique(heads, return_index=True)
+        dist = np.where(np.eye(n, dtype=bool), 0, 10**6).astype(np.int64)
+        seen = np.eye(n, dtype=bool)
+        frontier = seen.copy()
+        for hop in range(1, n):
+            if not len(tails):
+                break
+            new = np.zeros((n, n), dtype=bool)
+            new[:, has_in] = np.logical_or.reduceat(frontier[:, tails], starts, axis=1)
+            new &= ~seen
+            if not new.any():
+                break
+            dist[new] = hop
+            seen |= new
+            frontier = new
+        return dist
+
+    def _next_hops(self, u: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For states (switch u[i] holding traffic for switch b[i]): (state index, edge id) of every
+        out-edge of u[i] on a shortest path to b[i]. One hop away: the direct edge (matrix lookup);
+        farther: the out-edges whose head is one hop closer (CSR expansion)."""
+        dist = self._dist
+        assert dist is not None
+        h = dist[u, b]
+        near = np.flatnonzero(h == 1)
+        far = np.flatnonzero(h > 1)
+        count = self._fe_ptr[u[far] + 1] - self._fe_ptr[u[far]]
+        state = np.repeat(far, count)
+        idx = np.repeat(self._fe_ptr[u[far]] - np.cumsum(count) + count, count) + np.arange(int(count.sum()))
+        keep = dist[self._fe_dst[idx], b[state]] == h[state] - 1
+        return (np.concatenate([near, state[keep]]),
+                np.concatenate([self._edge_mat[u[near], b[near]], self._fe[idx[keep]]]))
+
+    def _propagate(self, u: np.ndarray, b: np.ndarray, mass: np.ndarray, loads: np.ndarray) -> np.ndarray:
+        """Push ``mass`` from fabric switch u[i] to b[i] (all pairs at once, one hop per round,
+        merging equal (switch, destination) states); add edge loads; return each pair's expected
+        path latency (ECMP-averaged)."""
+        f = len(self._dist)  # type: ignore[arg-type]
+        rounds = []
+        keys, m = u * f + b, mass
+        while len(keys):
+            cu, cb = keys // f, keys % f
+            st, e = self._next_hops(cu, cb)
+            frac = 1.0 / np.bincount(st, minlength=len(keys))[st]
+            flow = m[st] * frac
+            loads += np.bincount(e, weights=flow, minlength=len(loads))
+            heads = self.fabric_index[self.dst_of[e]] * f + cb[st]
+            rounds.append((keys, st, e, frac, heads))
+            live = heads // f != heads % f
+            keys, inv = np.unique(heads[live], return_inverse=True)
+            m = np.bincount(inv, weights=flow[live], minlength=len(keys))
+        known_k, known_l = np.full(1, -1, dtype=np.int64), np.zeros(1)  # sorted keys -> latency to b
+        for keys, st, e, frac, heads in reversed(rounds):  # nearest round first: heads are known
+            child = np.where(heads // f != heads % f, known_l[np.searchsorted(known_k, heads).clip(max=len(known_k) - 1)], 0.0)
+            lat = np.bincount(st, weights=frac * (self.latency[e] + child), minlength=len(keys))
+            order = np.argsort(np.concatenate([known_k, keys]), kind="stable")
+            known_k, known_l = np.concatenate([known_k, keys])[order], np.concatenate([known_l, lat])[order]
+        start = np.searchsorted(known_k, u * f + b).clip(max=len(known_k) - 1)
+        return np.where(u != b, known_l[start], 0.0)
+
+    def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
+        flows at once; and each flow's expected path latency (s)."""
+        loads = np.zeros(len(self.edges))
+        lat = np.zeros(len(src))
+        same_dom = (self.local_switch[src] == self.local_switch[dst]) & (self.local_switch[src] >= 0) & (src != dst)
+        self._local_loads(src[same_dom], dst[same_dom], weight[same_dom], loads, lat, same_dom)
+        rest = ~same_dom & (src != dst)
+        routed = rest & (self.egress.switch[src, 0] >= 0) & (self.ingress.switch[dst, 0] >= 0)
+        self._fabric_loads(src[routed], dst[routed], weight[routed], loads, lat, routed)
+        for i in np.flatnonzero(rest & ~routed):
+            edges, frac = self._fallback_route(int(src[i]), int(dst[i]))
+            loads[edges] += frac * weight[i]
+            lat[i] = float(np.sum(frac * self.latency[edges]))
+        return loads, lat
+
+    def _local_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
+                     lat: np.ndarray, mask: np.ndarray) -> None:
+        loads += np.bincount(self.local_up[s], weights=w, minlength=len(loads))
+        loads += np.bincount(self.local_down[d], weights=w, minlength=len(loads))
+        lat[mask] = self.latency[self.local_up[s]] + self.latency[self.local_down[d]]
+
+    def _edge_table_loads(self, tab: _Egress, g: np.ndarray, w: np.ndarray, loads: np.ndarray) -> np.ndarray:
+        """Add the NIC-chain loads of GPUs ``g``; returns their expected chain latency."""
+        e, f = tab.edges[g], tab.edge_frac[g]
+        ok = e >= 0
+        loads += np.bincount(e[ok], weights=(f * w[:, None])[ok], minlength=len(loads))
+        return np.where(ok, f * self.latency[np.where(ok, e, 0)], 0.0).sum(axis=1)
+
+    def _fabric_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
+                      lat: np.ndarray, mask: np.ndarray) -> None:
+        if len(s) == 0:
+            return
+        lat_flow = self._edge_table_loads(self.egress, s, w, loads) + self._edge_table_loads(self.ingress, d, w, loads)
+        ks, kd = self.egress.switch.shape[1], self.ingress.switch.shape[1]
+        a = np.repeat(self.egress.switch[s], kd, axis=1).ravel()
+        b = np.tile(self.ingress.switch[d], (1, ks)).ravel()
+        fa = np.repeat(self.egress.switch_frac[s], kd, axis=1)
+        fb = np.tile(self.ingress.switch_frac[d], (1, ks))
+        pw = (fa * fb * w[:, None]).ravel()
+        flow_of = np.repeat(np.arange(len(s)), ks * kd)
+        ok = (a >= 0) & (b >= 0) & (pw > 0)
+        a, b, pw, flow_of = a[ok], b[ok], pw[ok], flow_of[ok]
+        self._fabric_dist()
+        f = len(self._dist)  # type: ignore[arg-type]
+        pairs, inv = np.unique(self.fabric_index[a] * f + self.fabric_index[b], return_inverse=True)
+        pair_lat = self._propagate(pairs // f, pairs % f, np.bincount(inv, weights=pw), loads)
+        lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * pair_lat[inv], minlength=len(s))
+        lat[mask] = lat_flow
+
+    def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:
+        """Per-hop ECMP over the whole graph between GPUs ``s`` and ``d`` (small graphs only)."""
+        if (s, d) not in self._fallback:
+            src, dst = f"gpu{s}", f"gpu{d}"
+            dist = nx.single_target_shortest_path_length(self.graph, dst)
+            dist = dict(dist)
+            mass: dict[str, float] = {src: 1.0}
+            edges: dict[int, float] = {}
+            for level in range(dist[src], 0, -1):
+                nxt: dict[str, float] = {}
+                for u, m in mass.items():
+                    hops = [v for v in self.graph.successors(u) if dist.get(v, -1) == level - 1]
+                    for v in hops:
+                        e = self.edge_id[(u, v)]
+                        edges[e] = edges.get(e, 0.0) + m / len(hops)
+                        nxt[v] = nxt.get(v, 0.0) + m / len(hops)
+                mass = nxt
+            self._fallback[(s, d)] = (np.array(list(edges), dtype=np.int64), np.array(list(edges.values())))
+        return self._fallback[(s, d)]
+
+    def route(self, src: int, dst: int) -> tuple[np.ndarray, np.ndarray, float]:
+        """Edge ids, fractions and expected latency (s) of one GPU -> GPU flow."""
+        loads, lat = self.loads(np.array([src]), np.array([dst]), np.array([1.0]))
+        edges = np.flatnonzero(loads > _TINY)
+        return edges, loads[edges], float(lat[0])
+
+
+@dataclass(frozen=True, eq=False)
+class _ByIdentity:
+    """Hash a graph by identity so a memo can key on it (graphs are never mutated once built)."""
+
+    obj: object
+    """The wrapped object."""
+
+    def __hash__(self) -> int:
+        return id(self.obj)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _ByIdentity) and other.obj is self.obj
+
+
+@lru_cache(maxsize=4)
+def _fabric_memo(graph: _ByIdentity, profile_json: str) -> Fabric:
+    return Fabric(graph.obj, CalibrationProfile.model_validate_json(profile_json))  # type: ignore[arg-type]
+
+
+def fabric_for(graph: nx.DiGraph, profile: CalibrationProfile) -> Fabric:
+    """The (memoised) ``Fabric`` of ``graph`` under ``profile``; the graph must not change later."""
+    return _fabric_memo(_ByIdentity(graph), profile.model_dump_json())

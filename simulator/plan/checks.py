@@ -1,0 +1,140 @@
+"""Phase 0: does the plan divide this model, this batch and this cluster?
+
+Owns ``check_plan``, which raises ``PlanError`` with the numbers for the first violated rule and
+otherwise returns nothing. Each rule is one small function so a test can target it. It does not
+check memory (``partition`` does, after the layers are placed).
+"""
+
+from __future__ import annotations
+
+from clustersim.simulator.errors import PlanError
+from clustersim.simulator.plan.plan import RECOMPUTES, SCHEDULES, ParallelPlan
+from clustersim.simulator.plan.schedules import num_model_chunks
+from clustersim.topologies import Cluster
+from clustersim.workloads import ModelSpec, TrainingSpec
+
+
+def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan) -> None:
+    """Raise ``PlanError`` naming the field, the numbers and the fix for the first bad rule."""
+    _check_values(plan)
+    _check_world(plan, cluster)
+    _check_tp(model, plan)
+    _check_pp(model, plan)
+    _check_batch(training, plan)
+    _check_cp(training, plan)
+    _check_ep(model, plan)
+    _check_sharding(plan)
+
+
+def _check_values(plan: ParallelPlan) -> None:
+    for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch"):
+        if int(getattr(plan, name)) < 1:
+            raise PlanError(f"plan.{name} = {getattr(plan, name)} must be a positive integer")
+    if plan.schedule not in SCHEDULES:
+        raise PlanError(f"plan.schedule = {plan.schedule!r} is unknown; choose one of {list(SCHEDULES)}")
+    if plan.recompute not in RECOMPUTES:
+        raise PlanError(f"plan.recompute = {plan.recompute!r} is unknown; choose one of {list(RECOMPUTES)}")
+    if plan.zero not in (0, 1, 2, 3):
+        raise PlanError(f"plan.zero = {plan.zero} must be 0, 1, 2 or 3")
+    if plan.fsdp not in ("none", "full", "hybrid"):
+        raise PlanError(f"plan.fsdp = {plan.fsdp!r} must be none, full or hybrid")
+    if not 0.0 <= plan.tp_comm_overlap <= 1.0 or not 0.0 <= plan.ep_comm_overlap <= 1.0:
+        raise PlanError("plan.tp_comm_overlap and plan.ep_comm_overlap must lie in [0, 1]")
+    if plan.expert_imbalance < 1.0:
+        raise PlanError(f"plan.expert_imbalance = {plan.expert_imbalance} must be >= 1 (busiest/mean)")
+    if plan.bucket_size <= 0:
+        raise PlanError(f"plan.bucket_size = {plan.bucket_size} must be positive bytes")
+
+
+def _check_world(plan: ParallelPlan, cluster: Cluster) -> None:
+    if plan.world_size != cluster.num_gpus:
+        raise PlanError(
+            f"dp({plan.dp}) * tp({plan.tp}) * pp({plan.pp}) * cp({plan.cp}) = {plan.world_size} "
+            f"!= cluster GPUs {cluster.num_gpus}; set plan.dp = {_suggest_dp(plan, cluster)}"
+        )
+
+
+def _suggest_dp(plan: ParallelPlan, cluster: Cluster) -> str:
+    rest = plan.tp * plan.pp * plan.cp
+    if cluster.num_gpus % rest:
+        return f"(none fits: tp*pp*cp = {rest} does not divide {cluster.num_gpus})"
+    return str(cluster.num_gpus // rest)
+
+
+def _check_tp(model: ModelSpec, plan: ParallelPlan) -> None:
+    if model.num_heads % plan.tp:
+        raise PlanError(f"plan.tp = {plan.tp} does not divide num_heads = {model.num_heads}; pick a divisor")
+    kv = model.num_kv_heads
+    if kv % plan.tp and plan.tp % kv:
+        raise PlanError(f"plan.tp = {plan.tp} and num_kv_heads = {kv}: one must divide the other")
+    if model.ffn_hidden_size % plan.tp:
+        raise PlanError(f"plan.tp = {plan.tp} does not divide ffn_hidden_size = {model.ffn_hidden_size}")
+
+
+def _check_pp(model: ModelSpec, plan: ParallelPlan) -> None:
+    chunks = num_model_chunks(plan.schedule, plan.pp, plan.vpp)
+    if chunks > model.num_layers:
+        raise PlanError(f"pp({plan.pp}) * vpp({plan.vpp}) = {chunks} > num_layers = {model.num_layers}")
+    if plan.vpp > 1 and plan.schedule not in ("interleaved",):
+        raise PlanError(f"plan.vpp = {plan.vpp} needs plan.schedule = interleaved (got {plan.schedule})")
+    if plan.schedule == "interleaved" and plan.vpp < 2:
+        raise PlanError("plan.schedule = interleaved needs plan.vpp >= 2 model chunks per stage")
+    if plan.layer_split is not None:
+        split = list(plan.layer_split)
+        if len(split) != chunks or sum(split) != model.num_layers or min(split) < 1:
+            raise PlanError(
+                f"plan.layer_split = {split}: needs pp*vpp = {chunks} positive numbers summing to "
+                f"num_layers = {model.num_layers} (got {len(split)} numbers summing to {sum(split)})"
+            )
+    if plan.schedule == "dualpipe" and plan.pp % 2:
+        raise PlanError(f"plan.schedule = dualpipe needs an even pp, got pp = {plan.pp}")
+
+
+def _check_batch(training: TrainingSpec, plan: ParallelPlan) -> None:
+    per_step = plan.dp * plan.micro_batch
+    if training.global_batch_size % per_step:
+        raise PlanError(
+            f"global_batch_size {training.global_batch_size} is not a multiple of dp({plan.dp}) * "
+            f"micro_batch({plan.micro_batch}) = {per_step}; change the batch or plan.micro_batch"
+        )
+    m = training.global_batch_size // per_step
+    if plan.schedule == "interleaved" and m % plan.pp:
+        raise PlanError(f"interleaved schedule needs micro-batches ({m}) to be a multiple of pp ({plan.pp})")
+    if plan.schedule == "dualpipe" and (m < 2 * plan.pp or m % 2):
+        raise PlanError(f"dualpipe needs an even number of micro-batches >= 2*pp = {2 * plan.pp}, got {m}")
+
+
+def _check_cp(training: TrainingSpec, plan: ParallelPlan) -> None:
+    if plan.cp > 1 and training.seq_len % (2 * plan.cp):
+        raise PlanError(
+            f"seq_len {training.seq_len} is not divisible by 2*cp = {2 * plan.cp} "
+            "(load-balanced causal chunks); change plan.cp"
+        )
+
+
+def _check_ep(model: ModelSpec, plan: ParallelPlan) -> None:
+    if plan.ep == 1 and plan.etp == 1:
+        return
+    if not model.is_moe:
+        raise PlanError(f"plan.ep = {plan.ep} / etp = {plan.etp} but {model.name} has no experts; set ep = 1")
+    if model.num_experts % plan.ep:
+        raise PlanError(f"plan.ep = {plan.ep} does not divide num_experts = {model.num_experts}")
+    dense = plan.tp * plan.cp * plan.dp
+    if dense % (plan.ep * plan.etp):
+        raise PlanError(
+            f"ep({plan.ep}) * etp({plan.etp}) = {plan.ep * plan.etp} must divide "
+            f"tp({plan.tp}) * cp({plan.cp}) * dp({plan.dp}) = {dense} (EP is carved out of them)"
+        )
+    if model.moe_ffn_hidden_size and model.moe_ffn_hidden_size % plan.etp:
+        raise PlanError(f"plan.etp = {plan.etp} does not divide moe_ffn_hidden_size = {model.moe_ffn_hidden_size}")
+
+
+def _check_sharding(plan: ParallelPlan) -> None:
+    if plan.fsdp == "hybrid":
+        shard = plan.dp_shard or plan.dp
+        if plan.dp % shard:
+            raise PlanError(f"plan.dp_shard = {shard} must divide dp = {plan.dp} for hybrid sharding")
+    elif plan.dp_shard is not None:
+        raise PlanError("plan.dp_shard is only used with plan.fsdp = hybrid; remove it or set fsdp")
+    if plan.fsdp != "none" and plan.zero not in (0, 3):
+        raise PlanError(f"plan.fsdp = {plan.fsdp} already shards like ZeRO-3; drop plan.zero = {plan.zero}")

@@ -1,0 +1,100 @@
+"""Rank placement: which device runs which rank, and the process groups of every axis.
+
+Owns the mapping of the plan's degrees onto device indices in the plan's ``order`` (tp fastest by
+default, as in Megatron) and the groups of each axis as numpy arrays, so a 16,384-GPU cluster costs
+a reshape, not a loop. The dense part uses axes tp, cp, dp, pp; the expert part uses etp, ep, edp,
+pp over the same ranks (EP carved out of tp*cp*dp as in Megatron-Core). Device ``i`` is ``gpu{i}``
+of the cluster; servers are blocks of ``gpus_per_node`` consecutive devices.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from clustersim.simulator.errors import PlanError
+from clustersim.simulator.plan.plan import ParallelPlan
+
+DENSE_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")
+EXPERT_AXES: tuple[str, ...] = ("etp", "ep", "edp", "pp")
+
+
+@dataclass(frozen=True)
+class Placement:
+    """The rank -> device map of one plan, with groups by axis."""
+
+    plan: ParallelPlan
+    """The plan whose degrees are placed."""
+    gpus_per_node: int
+    """Devices per server, to say which groups stay inside a node."""
+
+    @cached_property
+    def dense_order(self) -> tuple[str, ...]:
+        """Dense axes, fastest first, from ``plan.order`` (ep dropped)."""
+        names = [a for a in self.plan.order.split("-") if a != "ep"]
+        if sorted(names) != sorted(DENSE_AXES):
+            raise PlanError(
+                f"plan.order = {self.plan.order!r} must list each of tp, cp, dp, pp once (ep optional)"
+            )
+        return tuple(names)
+
+    def sizes(self) -> dict[str, int]:
+        """Degree of every axis, dense and expert."""
+        p = self.plan
+        edp = p.tp * p.cp * p.dp // (p.ep * p.etp)
+        return {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp, "etp": p.etp, "ep": p.ep, "edp": edp}
+
+    def _mesh(self, order: tuple[str, ...]) -> np.ndarray:
+        sizes = self.sizes()
+        shape = tuple(sizes[a] for a in reversed(order))
+        return np.arange(self.plan.world_size).reshape(shape)
+
+    def groups(self, axis: str) -> np.ndarray:
+        """All groups of ``axis`` (or a joint axis like ``"cp+dp"``): shape (num_groups, size).
+
+        ``dp_shard`` and ``dp_rep`` split dp*cp for ZeRO-3/FSDP: consecutive ranks form a shard group
+        of ``plan.shard_degree``; ranks at the same shard index form a replica group (HSDP).
+        """
+        if axis in ("dp_shard", "dp_rep"):
+            shard = self.plan.shard_degree
+            joint = self.groups("dp+cp" if self.plan.cp > 1 else "dp")
+            dp = joint.reshape(-1, joint.shape[1] // shard, shard)
+            return dp.reshape(-1, shard) if axis == "dp_shard" else dp.transpose(0, 2, 1).reshape(-1, dp.shape[1])
+        names = axis.split("+")
+        order = EXPERT_AXES if any(a in ("etp", "ep", "edp") for a in names) else self.dense_order
+        if any(a not in order for a in names):
+            raise PlanError(f"unknown axis {axis!r}; use one of {sorted(set(DENSE_AXES + EXPERT_AXES))}")
+        mesh = self._mesh(order)
+        rev = list(reversed(order))
+        dims = [rev.index(a) for a in reversed(names)]
+        moved = np.moveaxis(mesh, dims, list(range(mesh.ndim - len(dims), mesh.ndim)))
+        size = int(np.prod([self.sizes()[a] for a in names]))
+        return moved.reshape(-1, size)
+
+    def coords(self, rank: int) -> dict[str, int]:
+        """Dense coordinates (tp, cp, dp, pp) of ``rank``."""
+        sizes = self.sizes()
+        out: dict[str, int] = {}
+        rest = rank
+        for a in self.dense_order:
+            out[a] = rest % sizes[a]
+            rest //= sizes[a]
+        return out
+
+    def stage_ranks(self, stage: int) -> np.ndarray:
+        """Every rank of pipeline stage ``stage``."""
+        return self.groups("pp")[:, stage]
+
+    def nodes_spanned(self, axis: str) -> int:
+        """Servers touched by one group of ``axis`` (1 = stays on NVLink)."""
+        g = self.groups(axis)[0]
+        return len(np.unique(g // self.gpus_per_node))
+
+    def table(self, limit: int = 64) -> list[dict[str, int]]:
+        """Rank -> device, server and coordinates, for printing the mapping."""
+        rows = []
+        for r in range(min(limit, self.plan.world_size)):
+            rows.append({"rank": r, "device": r, "server": r // self.gpus_per_node, **self.coords(r)})
+        return rows

@@ -1,0 +1,137 @@
+"""The parallel plan: how one training step is split over the devices, and its validation.
+
+Owns ``ParallelPlan`` (the user's choice of degrees, schedule, recompute and sharding) and
+``check_plan`` (does the plan divide this model and fill this cluster?). It does not place ranks
+on devices (``placement``) nor size memory (``partition``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Literal
+
+from clustersim.simulator.errors import PlanError
+from clustersim.workloads import TrainingSpec
+
+Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]
+Recompute = Literal["none", "selective", "full"]
+Fsdp = Literal["none", "full", "hybrid"]
+SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
+RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
+AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ParallelPlan:
+    """One parallel plan; degrees spelt ``dp, tp, pp, cp, ep`` everywhere."""
+
+    tp: int = 1
+    """Tensor-parallel degree (Megatron column/row split of heads and FFN)."""
+    pp: int = 1
+    """Pipeline-parallel degree (number of stages)."""
+    dp: int = 1
+    """Data-parallel degree of the dense part: GPUs / (tp * pp * cp)."""
+    cp: int = 1
+    """Context-parallel degree (sequence split, ring attention)."""
+    ep: int = 1
+    """Expert-parallel degree, carved out of dp * cp * tp as Megatron does."""
+    etp: int = 1
+    """Expert tensor-parallel degree."""
+    sp: bool = False
+    """Sequence parallelism: TP all-reduces become reduce-scatter + all-gather."""
+    vpp: int = 1
+    """Virtual pipeline stages (model chunks) per device for the interleaved schedule."""
+    micro_batch: int = 1
+    """Sequences per micro-batch."""
+    schedule: Schedule = "1f1b"
+    """Pipeline schedule: gpipe, 1f1b, interleaved (vpp > 1), zb-h1 (split backward) or
+    dualpipe (bidirectional, each device holds two stages; even pp)."""
+    recompute: Recompute = "none"
+    """Activation recomputation."""
+    recompute_layers: int | None = None
+    """With full recompute, how many layers per stage recompute (None: all)."""
+    zero: int = 0
+    """ZeRO stage: 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params."""
+    fsdp: Fsdp = "none"
+    """FSDP sharding: full (ZeRO-3 over dp), hybrid (HSDP: shard within dp_shard, replicate)."""
+    dp_shard: int | None = None
+    """HSDP shard-group size (divides dp); None shards over all of dp."""
+    overlap_grad_reduce: bool = True
+    """Overlap the DP gradient reduction with the backward pass, bucket by bucket."""
+    overlap_param_gather: bool = True
+    """Overlap ZeRO/FSDP parameter all-gathers with compute (prefetch)."""
+    bucket_size: float = 40e6 * 4
+    """DP gradient bucket in bytes (Megatron default 40M fp32 grads)."""
+    grad_dtype_bytes: int = 4
+    """Bytes per gradient element in the DP reduction (4: Megatron fp32 main grads)."""
+    tp_comm_overlap: float = 0.0
+    """Fraction of TP communication hidden behind GEMMs (TE userbuffers); 0 = none."""
+    ep_comm_overlap: float = 0.0
+    """Fraction of EP all-to-all hidden behind compute (e.g. DualPipe, 1F1B A2A overlap)."""
+    expert_imbalance: float = 1.0
+    """Tokens of the busiest expert rank / mean (>= 1): slows every MoE layer."""
+    order: str = "tp-cp-ep-dp-pp"
+    """Rank order, fastest-varying first (Megatron default)."""
+    layer_split: tuple[int, ...] | None = None
+    """Layers of each model chunk (pp * vpp numbers summing to the layers), e.g. fewer layers on
+    the first and last stage to balance embedding and loss; None splits evenly."""
+
+    @property
+    def world_size(self) -> int:
+        """GPUs the plan uses: dp * tp * pp * cp."""
+        return self.dp * self.tp * self.pp * self.cp
+
+    @property
+    def shard_degree(self) -> int:
+        """Ranks over which ZeRO/FSDP state is sharded: dp * cp (Megatron's data-parallel group
+        with context parallelism), or dp_shard * cp under hybrid sharding."""
+        if self.fsdp == "hybrid":
+            return (self.dp_shard or self.dp) * self.cp
+        return self.dp * self.cp
+
+    @property
+    def param_shard(self) -> int:
+        """Sharding of the bf16 weights: shard degree with ZeRO-3/FSDP, else 1."""
+        return self.shard_degree if (self.zero >= 3 or self.fsdp != "none") else 1
+
+    @property
+    def grad_shard(self) -> int:
+        """Sharding of the gradients: shard degree with ZeRO-2+ or FSDP, else 1."""
+        return self.shard_degree if (self.zero >= 2 or self.fsdp != "none") else 1
+
+    @property
+    def optimizer_shard(self) -> int:
+        """Sharding of the optimizer state: shard degree with ZeRO-1+ or FSDP, else 1."""
+        return self.shard_degree if (self.zero >= 1 or self.fsdp != "none") else 1
+
+    def describe(self) -> str:
+        """A short label: ``tp8 pp16 dp128 mb1 1f1b``."""
+        parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
+        parts += [f"{k}{getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
+        parts += [f"mb{self.micro_batch}", self.schedule]
+        if self.recompute != "none":
+            parts.append(f"rc-{self.recompute}")
+        if self.fsdp != "none":
+            parts.append(f"fsdp-{self.fsdp}")
+        elif self.zero:
+            parts.append(f"zero{self.zero}")
+        return " ".join(parts)
+
+
+def plan_from_mapping(data: dict[str, object]) -> ParallelPlan:
+    """Build a plan from a mapping; an unknown key is an error naming it and the valid keys."""
+    valid = {f.name for f in fields(ParallelPlan)}
+    unknown = sorted(set(data) - valid)
+    if unknown:
+        raise PlanError(f"plan: unknown field(s) {unknown}; valid fields: {sorted(valid)}")
+    if isinstance(data.get("layer_split"), list):
+        data = {**data, "layer_split": tuple(data["layer_split"])}
+    try:
+        return ParallelPlan(**data)  # type: ignore[arg-type]
+    except TypeError as exc:
+        raise PlanError(f"plan: {exc}") from None
+
+
+def num_microbatches(plan: ParallelPlan, training: TrainingSpec) -> int:
+    """Micro-batches per pipeline per step: global batch / (dp * micro_batch)."""
+    return training.global_batch_size // (plan.dp * plan.micro_batch)

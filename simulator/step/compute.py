@@ -1,0 +1,102 @@
+"""Phase 2: the time of each op on one accelerator.
+
+Roofline per op: max(FLOP / (peak * efficiency(op)), bytes / (HBM bandwidth * memory efficiency))
+plus a launch overhead. The efficiency curve comes from the calibration profile (data, not code).
+Owns nothing about communication or scheduling.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Literal
+
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.topologies import AcceleratorSpec
+from clustersim.workloads import Op
+
+Pass = Literal["fwd", "bwd", "bwd_input", "bwd_weight"]
+
+
+def peak_for(accelerator: AcceleratorSpec, precision: str, fp8_op: bool) -> float:
+    """Dense peak FLOP/s of the op's math precision (fp8 only for fp8-eligible GEMMs)."""
+    peaks = accelerator.peak_flops
+    key = {"fp8": "fp8" if fp8_op else "bf16", "fp32": "fp32"}.get(precision, precision)
+    if key not in peaks:
+        key = "bf16" if "bf16" in peaks else next(iter(peaks))
+    return float(peaks[key])
+
+
+def _flops_bytes(op: Op, which: Pass) -> tuple[float, float]:
+    match which:
+        case "fwd":
+            return op.flops, op.bytes
+        case "bwd":
+            return op.bwd_flops, op.bwd_bytes
+        case "bwd_input":
+            # Input gradient: for a GEMM half the backward FLOP (dX = dY W^T); attention and
+            # elementwise backward belong here entirely (they have no weight gradient).
+            share = 0.5 if op.kind == "gemm" else 1.0
+            return op.bwd_flops * share, op.bwd_bytes * share
+        case "bwd_weight":
+            share = 0.5 if op.kind == "gemm" else 0.0
+            return op.bwd_flops * share, op.bwd_bytes * share
+    raise ValueError(f"unknown pass {which!r}")
+
+
+def op_time(
+    op: Op,
+    accelerator: AcceleratorSpec,
+    profile: CalibrationProfile,
+    precision: str,
+    which: Pass = "fwd",
+    flops_scale: float = 1.0,
+) -> float:
+    """Seconds for one pass of ``op``; ``flops_scale`` stretches its math (expert imbalance)."""
+    if op.kind == "alltoall_marker":
+        return 0.0  # its bytes are network payload (priced by the EP all-to-all), not HBM traffic
+    flops, nbytes = _flops_bytes(op, which)
+    flops *= op.causal_flops_fraction  # a causal kernel skips the masked half of s x s
+    if flops <= 0 and nbytes <= 0:
+        return 0.0
+    peak = peak_for(accelerator, precision, op.fp8)
+    if op.kind == "attention":
+        eff = profile.attention_eff(flops) * profile.attention_kernel_efficiency.get(op.kernel, 1.0)
+    elif op.kind in ("gemm", "bmm"):
+        eff = profile.gemm_eff(flops) * (profile.precision_efficiency.get("fp8", 1.0) if precision == "fp8" and op.fp8 else 1.0)
+    else:
+        eff = 1.0
+    math = flops * flops_scale / (peak * eff) if flops > 0 else 0.0
+    memory = nbytes * flops_scale / (accelerator.hbm_bandwidth * profile.memory_efficiency)
+    return max(math, memory) + profile.kernel_overhead
+
+
+def ops_time(
+    ops: Iterable[Op],
+    accelerator: AcceleratorSpec,
+    profile: CalibrationProfile,
+    precision: str,
+    which: Pass = "fwd",
+    expert_scale: float = 1.0,
+) -> float:
+    """Summed seconds of ``ops`` for one pass; routed-expert ops stretched by ``expert_scale``."""
+    return sum(
+        op_time(op, accelerator, profile, precision, which,
+                expert_scale / profile.expert_efficiency if is_routed_expert(op) else 1.0)
+        for op in ops
+    )
+
+
+def is_routed_expert(op: Op) -> bool:
+    """True for the routed-expert GEMMs of a MoE layer (not shared experts, not the router)."""
+    name = op.name.lower()
+    return "expert" in name and "shared" not in name and op.kind == "gemm"
+
+
+def optimizer_time(
+    params_local: float, accelerator: AcceleratorSpec, profile: CalibrationProfile
+) -> float:
+    """Adam step on the local shard: memory bound, ~16 bytes read + 16 written per param.
+
+    Reads fp32 grad, master weight, m and v (16 B); writes master, m, v (12 B) and the bf16
+    weight (2 B), plus grad zeroing; ~34 B/param, the fused Apex/TE Adam traffic.
+    """
+    return params_local * 34.0 / (accelerator.hbm_bandwidth * profile.optimizer_efficiency)

@@ -1,0 +1,81 @@
+"""The lowered costs: what the engine schedules, as plain frozen data.
+
+Owns ``Bucket``, ``ChunkCost`` and ``StageCost`` (one model chunk / one stage, one micro-batch,
+one device: seconds by pass and by cause). Produced by ``clustersim.simulator.step.lower``, consumed by
+``clustersim.simulator.step.engine``; it computes nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Bucket:
+    """One DP gradient bucket released during a chunk's last backward."""
+
+    at: float
+    """Fraction of the chunk's backward elapsed when the bucket is ready (0..1)."""
+    time: float
+    """Seconds of its reduction on the DP communication stream."""
+
+
+@dataclass(frozen=True)
+class ChunkCost:
+    """One model chunk, one micro-batch, one device: seconds by pass and by cause."""
+
+    chunk: int
+    fwd: float
+    bwd_input: float
+    bwd_weight: float
+    recompute: float
+    tp_fwd: float
+    tp_bwd: float
+    cp_fwd: float
+    cp_bwd: float
+    ep_fwd: float
+    ep_bwd: float
+    dp_fwd: float
+    dp_bwd: float
+    flops: float
+    """Forward + backward FLOP of this device (no recompute)."""
+    recompute_flops: float
+    """FLOP recomputed in the backward pass."""
+    buckets: tuple[Bucket, ...]
+    param_gather: float
+    """Seconds to all-gather this chunk's parameters after a sharded optimizer step (ZeRO-1/2)."""
+    param_gather_lead: float = -1.0
+    """Seconds the chunk's first forward waits when its gathers start with it and run layer by
+    layer ahead of it (Megatron-Core ``--overlap-param-gather``); -1: the whole ``param_gather``."""
+
+    def duration(self, kind: str, split_w: bool) -> float:
+        """Seconds of pass ``kind`` (F, B or W); without ``split_w`` B includes W."""
+        if kind == "F":
+            return self.fwd + self.tp_fwd + self.cp_fwd + self.ep_fwd + self.dp_fwd
+        if kind == "W":
+            return self.bwd_weight
+        b = self.bwd_input + self.recompute + self.tp_bwd + self.cp_bwd + self.ep_bwd + self.dp_bwd
+        return b if split_w else b + self.bwd_weight
+
+    def parts(self, kind: str, split_w: bool) -> dict[str, float]:
+        """The duration of ``kind`` split by cause (sums to ``duration``)."""
+        if kind == "F":
+            return {"compute": self.fwd, "exposed_tp": self.tp_fwd, "exposed_cp": self.cp_fwd,
+                    "exposed_ep": self.ep_fwd, "exposed_dp": self.dp_fwd}
+        if kind == "W":
+            return {"compute": self.bwd_weight}
+        comp = self.bwd_input + self.recompute + (0.0 if split_w else self.bwd_weight)
+        return {"compute": comp, "exposed_tp": self.tp_bwd, "exposed_cp": self.cp_bwd,
+                "exposed_ep": self.ep_bwd, "exposed_dp": self.dp_bwd}
+
+
+@dataclass(frozen=True)
+class StageCost:
+    """Everything the engine needs about one pipeline stage."""
+
+    stage: int
+    chunks: tuple[ChunkCost, ...]
+    p2p: float
+    """Seconds to send one micro-batch's activations to the next stage."""
+    optimizer: float
+    """Seconds of the optimizer step on this device."""

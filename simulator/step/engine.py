@@ -1,0 +1,307 @@
+"""Phases 3-4: the SimPy engine that runs one training step over the lowered stage costs.
+
+Owns the timeline: one process per (replica, stage) walking its schedule, point-to-point
+activation transfers on per-link streams, DP gradient buckets reduced on a separate stream as the
+last backward releases them (a barrier across replicas in full mode), ZeRO parameter gathers
+prefetched before the first forward, the cross-stage sync before the optimizer, and the optimizer.
+Symmetric mode runs one replica (one representative pipeline); full mode runs every DP replica with
+per-rank compute scales (stragglers), each unit gated by the slowest rank of its TP/CP group.
+It records immutable intervals while running; the ``Result`` is summarised from them at the end.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Generator, NamedTuple
+
+import numpy as np
+import simpy
+
+from clustersim.simulator.step.costs import ChunkCost, StageCost
+from clustersim.simulator.plan.schedules import Action, dependency, destination, lanes
+
+
+class Interval(NamedTuple):
+    """One busy or waiting span of a unit (replica, stage) on one stream."""
+
+    replica: int
+    stage: int
+    stream: str
+    category: str
+    start: float
+    end: float
+    label: str
+
+
+@dataclass(frozen=True)
+class EngineInput:
+    """What the engine runs: stage costs, schedule and per-unit compute scales."""
+
+    stages: tuple[StageCost, ...]
+    schedule: str
+    microbatches: int
+    vpp: int
+    overlap_grad_reduce: bool
+    overlap_param_gather: bool
+    scale: np.ndarray
+    """Compute multiplier per (replica, stage); shape (replicas, pp); ones when symmetric."""
+    step_overhead: float = 0.0
+
+
+@dataclass
+class _Run:
+    """Mutable state of one engine run (lives only inside ``run``)."""
+
+    inp: EngineInput
+    env: simpy.Environment = field(default_factory=simpy.Environment)
+    log: list[Interval] = field(default_factory=list)
+    arrive: dict[tuple[int, Action, int], simpy.Event] = field(default_factory=dict)
+    produced: dict[tuple[int, Action, int], float] = field(default_factory=dict)
+    link_free: dict[tuple[int, int, str], float] = field(default_factory=dict)
+    barriers: dict[tuple[int, int], list[simpy.Event]] = field(default_factory=dict)
+    gathered: dict[tuple[int, int, int], simpy.Event] = field(default_factory=dict)
+
+    @property
+    def pp(self) -> int:
+        return len(self.inp.stages)
+
+    @property
+    def replicas(self) -> int:
+        return self.inp.scale.shape[0]
+
+    def event(self, key: tuple[int, Action, int]) -> simpy.Event:
+        if key not in self.arrive:
+            self.arrive[key] = self.env.event()
+        return self.arrive[key]
+
+
+def run(inp: EngineInput) -> tuple[list[Interval], float]:
+    """Run one step; returns the intervals and the step time in seconds."""
+    st = _Run(inp=inp)
+    ends: dict[tuple[int, int], float] = {}
+    ready = [[st.env.event() for _ in range(st.pp)] for _ in range(st.replicas)]
+    for r in range(st.replicas):
+        for s in range(st.pp):
+            st.env.process(_unit(st, r, s, ready[r][s]))
+    st.env.process(_finish(st, ready, ends))
+    st.env.run()
+    step = max(ends.values()) + inp.step_overhead
+    return st.log, step
+
+
+def _split_w(inp: EngineInput) -> bool:
+    return inp.schedule in ("zb-h1", "dualpipe")
+
+
+def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Generator:
+    """One stage of one replica: gathers, the schedule's passes, then its DP reduction.
+
+    The stage runs its lanes (one, or two for DualPipe) in order, taking whichever lane's next
+    pass has its input first (alternating when both do); with a split backward, deferred W passes
+    fill the waits, at most ``limit`` deferred at a time (ZB-H1's memory bound).
+    """
+    inp, env = st.inp, st.env
+    stage = inp.stages[s]
+    queues = [list(q) for q in lanes(inp.schedule, s, st.pp, inp.microbatches, inp.vpp)]
+    dp_queue = simpy.Store(env)
+    dp_done = env.process(_dp_stream(st, r, s, dp_queue, _bucket_count(stage)))
+    if inp.overlap_param_gather and any(c.param_gather for c in stage.chunks):
+        env.process(_prefetch(st, r, s))
+    left = Counter(v for q in queues for kind, _, v in q if kind == "B")  # passes left per chunk
+    first_f: set[int] = set()
+    pending: list[Action] = []
+    limit = st.pp // 2 if inp.schedule == "dualpipe" else st.pp - s - 1
+    last_lane = -1
+    while any(queues):
+        heads = [i for i, q in enumerate(queues) if q]
+        ready_now = [i for i in heads if _input_ready(st, r, s, queues[i][0])]
+        if not ready_now and pending:
+            yield from _pass(st, r, s, pending.pop(0), dp_queue, left)
+            continue
+        if not ready_now:
+            t0 = env.now
+            yield simpy.AnyOf(env, [_input_event(st, r, s, queues[i][0]) for i in heads])
+            ready_now = [i for i in heads if _input_ready(st, r, s, queues[i][0])]
+            _log_wait(st, r, s, queues[ready_now[0]][0], t0)
+        lane = next((i for i in ready_now if i != last_lane), ready_now[0])
+        action, last_lane = queues[lane].pop(0), lane
+        kind, mb, v = action
+        if kind == "F" and v not in first_f:
+            first_f.add(v)
+            yield from _wait_gather(st, r, s, v)
+        yield from _pass(st, r, s, action, dp_queue, left)
+        if kind == "B" and _split_w(inp):
+            pending.append(("W", mb, v))
+            if len(pending) > limit:
+                yield from _pass(st, r, s, pending.pop(0), dp_queue, left)
+    for w in pending:
+        yield from _pass(st, r, s, w, dp_queue, left)
+    t0 = env.now
+    yield dp_done
+    if env.now > t0:
+        st.log.append(Interval(r, s, "compute", "exposed_dp", t0, env.now, "wait DP reduction"))
+    ready.succeed()
+
+
+def _input_event(st: _Run, r: int, s: int, action: Action) -> simpy.Event:
+    dep = dependency(action, s, st.pp, st.inp.vpp, st.inp.schedule)
+    assert dep is not None, "a pass without an input is always ready"
+    return st.event((r, dep[0], dep[1]))
+
+
+def _input_ready(st: _Run, r: int, s: int, action: Action) -> bool:
+    dep = dependency(action, s, st.pp, st.inp.vpp, st.inp.schedule)
+    return dep is None or st.event((r, dep[0], dep[1])).triggered
+
+
+def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, left: Counter[int]) -> Generator:
+    """Run one pass; the chunk's last backward (its last W with a split backward) releases its DP buckets."""
+    kind, mb, v = action
+    chunk = st.inp.stages[s].chunks[v]
+    start = st.env.now
+    dur = _record_pass(st, r, s, chunk, action, start)
+    if kind == ("W" if _split_w(st.inp) else "B"):
+        left[v] -= 1
+        if left[v] == 0:
+            st.env.process(_release(st, dp_queue, chunk, start, dur))
+    yield st.env.timeout(dur)
+    _send(st, r, s, action)
+
+
+def _bucket_count(stage: StageCost) -> int:
+    return sum(len(c.buckets) for c in stage.chunks)
+
+
+def _record_pass(st: _Run, r: int, s: int, chunk: ChunkCost, action: Action, start: float) -> float:
+    """Log the pass split by cause; returns its scaled duration."""
+    kind, mb, v = action
+    split = _split_w(st.inp)
+    scale = float(st.inp.scale[r, s])
+    t = start
+    for cat, secs in chunk.parts(kind, split).items():
+        if secs > 0:
+            d = secs * scale if cat == "compute" else secs
+            st.log.append(Interval(r, s, "compute", cat, t, t + d, f"{kind}{mb}.{v}"))
+            t += d
+    return t - start
+
+
+def _log_wait(st: _Run, r: int, s: int, action: Action, t0: float) -> None:
+    """Split a wait that ended now into bubble (producer still busy) and exposed p2p."""
+    dep = dependency(action, s, st.pp, st.inp.vpp, st.inp.schedule)
+    t1 = st.env.now
+    if dep is None or t1 <= t0:
+        return
+    produced = min(max(st.produced.get((r, dep[0], dep[1]), t0), t0), t1)
+    if produced > t0:
+        st.log.append(Interval(r, s, "compute", "bubble", t0, produced, "wait"))
+    if t1 > produced:
+        st.log.append(Interval(r, s, "compute", "exposed_pp", produced, t1, "wait p2p"))
+
+
+def _send(st: _Run, r: int, s: int, action: Action) -> None:
+    """After a pass, ship its output over the p2p link to the stage that needs it (if any)."""
+    route = destination(action, s, st.pp, st.inp.vpp, st.inp.schedule)
+    if route is None:
+        return
+    link_stage, direction = route
+    kind, mb, v = action
+    key = (r, action, s)
+    now = st.env.now
+    st.produced[key] = now
+    # the link carries one message at a time (FIFO): start when both the data and the link are free
+    link = (r, link_stage, direction)
+    start = max(now, st.link_free.get(link, 0.0))
+    end = start + st.inp.stages[link_stage].p2p
+    st.link_free[link] = end
+    if end > start:
+        st.log.append(Interval(r, link_stage, f"p2p-{direction}", "p2p", start, end, f"{kind}{mb}.{v}"))
+    arrival = st.env.timeout(end - now)
+    waiting = st.arrive.get(key)
+    if waiting is None:
+        st.arrive[key] = arrival
+    else:
+        arrival.callbacks.append(lambda _e: waiting.succeed())
+
+
+def _release(st: _Run, queue: simpy.Store, chunk: ChunkCost, start: float, dur: float) -> Generator:
+    """Hand the chunk's gradient buckets to the DP stream as the last backward produces them."""
+    for i, b in enumerate(chunk.buckets):
+        at = start + b.at * dur if st.inp.overlap_grad_reduce else start + dur
+        if at > st.env.now:
+            yield st.env.timeout(at - st.env.now)
+        yield queue.put((chunk.chunk, i, b.time))
+
+
+def _dp_stream(st: _Run, r: int, s: int, queue: simpy.Store, count: int) -> Generator:
+    """Reduce buckets one after another; in full mode each waits for every replica's copy."""
+    for n in range(count):
+        chunk, i, secs = yield queue.get()
+        yield _barrier(st, s, n)
+        t0 = st.env.now
+        yield st.env.timeout(secs)
+        st.log.append(Interval(r, s, "dp", "dp_comm", t0, st.env.now, f"bucket {chunk}.{i}"))
+
+
+def _barrier(st: _Run, s: int, n: int) -> simpy.Event:
+    """An event that fires when every replica has reached bucket ``n`` of stage ``s``."""
+    waiting = st.barriers.setdefault((s, n), [])
+    ev = st.env.event()
+    waiting.append(ev)
+    if len(waiting) == st.replicas:
+        for e in waiting:
+            e.succeed()
+    return ev
+
+
+def _prefetch(st: _Run, r: int, s: int) -> Generator:
+    """ZeRO-1/2 parameter all-gathers of the previous step's update, chunk by chunk.
+
+    The event of a chunk fires with the time its gathers start (layer-pipelined chunks) or when
+    they end (``param_gather_lead`` < 0: the forward needs the whole chunk).
+    """
+    for chunk in st.inp.stages[s].chunks:
+        ev = st.gathered.setdefault((r, s, chunk.chunk), st.env.event())
+        t0 = st.env.now
+        if chunk.param_gather_lead >= 0:
+            ev.succeed(t0)
+        yield st.env.timeout(chunk.param_gather)
+        st.log.append(Interval(r, s, "dp", "dp_comm", t0, st.env.now, f"param gather {chunk.chunk}"))
+        if not ev.triggered:
+            ev.succeed(st.env.now)
+
+
+def _wait_gather(st: _Run, r: int, s: int, v: int) -> Generator:
+    """Before a chunk's first forward: wait for its gathers (or, pipelined, for their lead)."""
+    chunk = st.inp.stages[s].chunks[v]
+    if not (st.inp.overlap_param_gather and chunk.param_gather > 0):
+        return
+    t0 = st.env.now
+    started = yield st.gathered.setdefault((r, s, chunk.chunk), st.env.event())
+    if chunk.param_gather_lead >= 0:
+        lead = chunk.param_gather_lead - (st.env.now - started)
+        if lead > 0:
+            yield st.env.timeout(lead)
+    if st.env.now > t0:
+        st.log.append(Interval(r, s, "compute", "exposed_dp", t0, st.env.now, "wait param gather"))
+
+
+def _finish(st: _Run, ready: list[list[simpy.Event]], ends: dict[tuple[int, int], float]) -> Generator:
+    """Cross-stage sync (grad-norm), then every unit's optimizer and unoverlapped gathers."""
+    done_at: dict[tuple[int, int], float] = {}
+    for r, row in enumerate(ready):
+        for s, ev in enumerate(row):
+            ev.callbacks.append(lambda _e, key=(r, s): done_at.__setitem__(key, st.env.now))
+    yield simpy.AllOf(st.env, [e for row in ready for e in row])
+    sync = st.env.now
+    for (r, s), t in done_at.items():
+        if sync > t:
+            st.log.append(Interval(r, s, "compute", "bubble", t, sync, "wait stage sync"))
+        stage = st.inp.stages[s]
+        t_opt = sync + stage.optimizer
+        st.log.append(Interval(r, s, "compute", "optimizer", sync, t_opt, "optimizer"))
+        tail = 0.0 if st.inp.overlap_param_gather else sum(c.param_gather for c in stage.chunks)
+        if tail:
+            st.log.append(Interval(r, s, "compute", "exposed_dp", t_opt, t_opt + tail, "param gather"))
+        ends[(r, s)] = t_opt + tail

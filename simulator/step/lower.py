@@ -1,0 +1,249 @@
+"""Lowering: turn (workload, plan, cluster) into per-stage costs the engine schedules.
+
+Owns the cost of one model chunk for one micro-batch on one device: compute by pass (forward,
+input-gradient, weight-gradient, recompute), and the exposed communication inside it (TP
+collectives on the critical path, CP ring exchange hidden behind attention, EP all-to-all, FSDP
+gathers prefetched one layer ahead); plus the DP gradient buckets, the ZeRO-1/2 parameter gathers
+(their total, and the lead the chunk's first forward waits for when they run layer by layer ahead
+of it) and the optimizer of each stage. Every collective is priced by ``CommPricer``. Scheduling is the engine's.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.network.pricing import CommPricer
+from clustersim.simulator.step.compute import is_routed_expert, ops_time, optimizer_time
+from clustersim.simulator.step.costs import Bucket, ChunkCost, StageCost
+from clustersim.simulator.step.partition import chunk_ops, stage_chunks
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.topologies import AcceleratorSpec
+from clustersim.workloads import ModelSpec, Op, TrainingSpec
+from clustersim.workloads.mamba import mamba_cp_alltoall_bytes
+
+
+@dataclass(frozen=True)
+class Costing:
+    """The inputs shared by every chunk's costing."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    plan: ParallelPlan
+    accelerator: AcceleratorSpec
+    profile: CalibrationProfile
+    pricer: CommPricer
+
+    def time(self, ops: list[Op], which: str) -> float:
+        return ops_time(ops, self.accelerator, self.profile, self.training.precision, which,  # type: ignore[arg-type]
+                        self.plan.expert_imbalance)
+
+
+def lower(c: Costing) -> tuple[StageCost, ...]:
+    """Per-stage costs of the whole plan."""
+    plan, training, model = c.plan, c.training, c.model
+    act = plan.micro_batch * training.seq_len / plan.cp * model.hidden_size * training.activation_bytes
+    p2p_size = act / (plan.tp if plan.sp else 1)
+    out = []
+    for s, chunks in enumerate(stage_chunks(plan, model.num_layers)):
+        costs = tuple(_chunk_cost(c, k, layers) for k, layers in chunks)
+        out.append(StageCost(stage=s, chunks=costs, p2p=c.pricer.p2p_time(p2p_size, s),
+                             optimizer=_optimizer(c, chunks)))
+    return tuple(out)
+
+
+def _optimizer(c: Costing, chunks: list[tuple[int, range]]) -> float:
+    plan = c.plan
+    edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
+    local = 0.0
+    for k, layers in chunks:
+        ops = chunk_ops(c.model, c.training, plan, k, layers)
+        expert = sum(o.params for o in ops if is_routed_expert(o))
+        dense = sum(o.params for o in ops) - expert
+        if plan.optimizer_shard > 1:
+            local += dense / plan.optimizer_shard + expert / edp
+        else:
+            local += dense + expert
+    return optimizer_time(local, c.accelerator, c.profile)
+
+
+def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_blocks: int = 2) -> dict[str, float]:
+    """Exposed TP, CP and EP seconds of one layer, forward and backward.
+
+    ``tp_blocks``: tensor-parallel blocks in the layer, each one gather in and one scatter out
+    (2 for a transformer layer, attention and MLP; 1 for a layer of a hybrid ``layer_pattern``).
+    The CP ring runs only in layers with an attention core; a Mamba-2 layer with cp > 1 pays the
+    sequence-to-head all-to-alls of its scan instead (``mamba_cp_alltoall_bytes``), unhidden."""
+    plan, t, m = c.plan, c.training, c.model
+    tokens = plan.micro_batch * t.seq_len / plan.cp
+    size = tokens * m.hidden_size * t.activation_bytes
+    if plan.sp:
+        one = c.pricer.time("reduce_scatter", size, "tp") + c.pricer.time("all_gather", size, "tp")
+    else:
+        one = c.pricer.time("all_reduce", size, "tp")
+    tp = tp_blocks * one * (1.0 - plan.tp_comm_overlap)
+    out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
+    attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
+    kv_local = max(m.num_kv_heads // plan.tp, 1) * m.attn_head_dim
+    kv = 2 * tokens * kv_local * t.activation_bytes * plan.cp  # gathered K and V of the CP ring
+    ring = c.pricer.time("all_gather", kv, "cp") if any(o.name == "attn_core" for o in ops) else 0.0
+    out["cp_fwd"] = max(0.0, ring - c.time(attn, "fwd"))
+    out["cp_bwd"] = max(0.0, 2 * ring - c.time(attn, "bwd"))
+    if plan.cp > 1 and any(o.name == "ssd_scan" for o in ops):
+        payload = mamba_cp_alltoall_bytes(m, micro_batch=plan.micro_batch, seq_len=t.seq_len, tp=plan.tp,
+                                          cp=plan.cp, dtype_bytes=t.activation_bytes)
+        scan_a2a = c.pricer.time("all_to_all", payload, "cp")
+        out["cp_fwd"] += scan_a2a
+        out["cp_bwd"] += scan_a2a * (2 if full_recompute else 1)
+    a2a = 0.0
+    if moe and plan.ep > 1:
+        per_rank = tokens / plan.tp * m.top_k * m.hidden_size * t.activation_bytes
+        a2a = 2 * c.pricer.time("all_to_all", per_rank, "ep") * (1.0 - plan.ep_comm_overlap)
+    out["ep_fwd"], out["ep_bwd"] = a2a, a2a * (2 if full_recompute else 1)
+    return out
+
+
+def flow_shop(compute: list[float], comm: list[float]) -> float:
+    """Two streams, comm prefetching one item ahead: item i computes after comm i finishes.
+
+    Returns the extra seconds over sum(compute) that waiting for comm costs.
+    """
+    comm_end = c_start = c_end = 0.0
+    for i, (cp, cm) in enumerate(zip(compute, comm)):
+        comm_end = max(comm_end, c_start if i > 0 else 0.0) + cm
+        c_start = max(c_end, comm_end)
+        c_end = c_start + cp
+    return c_end - sum(compute)
+
+
+def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
+    plan, model = c.plan, c.model
+    ops_all = chunk_ops(model, c.training, plan, chunk, layers)
+    per_layer = _per_layer(c, chunk, layers)
+    n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
+    acc = {k: 0.0 for k in ("tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "ep_fwd", "ep_bwd")}
+    recompute = rec_flops = 0.0
+    for j, (ops, moe) in enumerate(per_layer):
+        full = plan.recompute == "full" and j < n_full
+        blocks = 2 if model.layer_kind(layers[j]) == "transformer" else 1
+        for k, v in _layer_comm(c, ops, moe, full, blocks).items():
+            acc[k] += v
+        if full:
+            recompute += c.time(ops, "fwd")
+            rec_flops += sum(o.flops for o in ops)
+        elif plan.recompute == "selective":
+            sel = [o for o in ops if o.recompute_selective]
+            recompute += c.time(sel, "fwd")
+            rec_flops += sum(o.flops for o in sel)
+    dp_fwd, dp_bwd = _fsdp_exposed(c, per_layer)
+    gather, lead = _param_gathers(c, ops_all, per_layer)
+    return ChunkCost(
+        chunk=chunk, fwd=c.time(ops_all, "fwd"), bwd_input=c.time(ops_all, "bwd_input"),
+        bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
+        flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
+        buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, **acc,
+    )
+
+
+def _per_layer(c: Costing, chunk: int, layers: range) -> list[tuple[list[Op], bool]]:
+    """Each layer's ops (shared between layers of the same kind and MoE-ness) and whether it is MoE."""
+    cache: dict[tuple[str, bool], list[Op]] = {}
+    out = []
+    for i in layers:
+        moe = c.model.is_moe_layer(i)
+        key = (c.model.layer_kind(i), moe)
+        if key not in cache:
+            cache[key] = chunk_ops(c.model, c.training, c.plan, -1, range(i, i + 1))
+        out.append((cache[key], moe))
+    return out
+
+
+def _fsdp_exposed(c: Costing, per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
+    """FSDP/ZeRO-3: gather each layer's weights before forward and backward, reduce-scatter grads."""
+    plan = c.plan
+    if plan.param_shard <= 1 or not per_layer:
+        return 0.0, 0.0
+    wbytes = c.training.param_bytes
+    # nccl-tests convention: all-gather / reduce-scatter size is the full (gathered) layer buffer
+    gathers = [c.pricer.time("all_gather", sum(o.params for o in ops) * wbytes, "dp_shard")
+               for ops, _ in per_layer]
+    scatters = [c.pricer.time("reduce_scatter", sum(o.params for o in ops) * plan.grad_dtype_bytes, "dp_shard")
+                for ops, _ in per_layer]
+    fwd = [c.time(ops, "fwd") for ops, _ in per_layer]
+    bwd = [c.time(ops, "bwd") for ops, _ in per_layer]
+    if not plan.overlap_param_gather:
+        return sum(gathers), sum(gathers) + sum(scatters)
+    # backward: the comm stream carries the next layer's gather and the previous layer's scatter
+    comm_b = [g + (scatters[i - 1] if i > 0 else 0.0) for i, g in enumerate(gathers)]
+    return flow_shop(fwd, gathers), flow_shop(bwd[::-1], comm_b) + scatters[-1]
+
+
+def _grad_axis(plan: ParallelPlan) -> tuple[str, str]:
+    """(DP reduction kind, dense axis): all-reduce without ZeRO, reduce-scatter with ZeRO-1/2."""
+    kind = "reduce_scatter" if plan.zero in (1, 2) else "all_reduce"
+    return kind, ("dp+cp" if plan.cp > 1 else "dp")
+
+
+def _buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
+    """DP gradient buckets of one chunk.
+
+    Without ZeRO-3/FSDP: all-reduce (or reduce-scatter with ZeRO-1/2) of dense grads over dp(+cp)
+    and of expert grads over the expert-dp group. FSDP reduce-scatters per layer inside the chunk;
+    only hybrid sharding (HSDP) adds an all-reduce of each shard's grads across replicas.
+    """
+    plan = c.plan
+    if plan.param_shard > 1:
+        return _hsdp_buckets(c, ops)
+    if plan.dp * plan.cp == 1:
+        return ()
+    kind, axis = _grad_axis(plan)
+    expert = sum(o.params for o in ops if is_routed_expert(o))
+    dense = sum(o.params for o in ops) - expert
+    out: list[Bucket] = []
+    for nbytes, ax in ((dense * plan.grad_dtype_bytes, axis), (expert * plan.grad_dtype_bytes, "edp")):
+        out += _split(c, kind, nbytes, ax)
+    return tuple(sorted(out, key=lambda b: b.at))
+
+
+def _split(c: Costing, kind: str, nbytes: float, axis: str) -> list[Bucket]:
+    """``nbytes`` of gradients in buckets of at most ``plan.bucket_size``, ready evenly through backward."""
+    if nbytes <= 0:
+        return []
+    n = max(1, math.ceil(nbytes / c.plan.bucket_size))
+    return [Bucket(at=(i + 1) / n, time=c.pricer.time(kind, nbytes / n, axis)) for i in range(n)]
+
+
+def _hsdp_buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
+    plan = c.plan
+    if plan.fsdp != "hybrid" or plan.shard_degree == plan.dp:
+        return ()
+    nbytes = sum(o.params for o in ops) * plan.grad_dtype_bytes / plan.shard_degree  # this device's grad shard
+    return tuple(_split(c, "all_reduce", nbytes, "dp_rep"))
+
+
+def _param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
+    """ZeRO-1/2: (seconds to all-gather the chunk's updated bf16 weights after the sharded optimizer
+    step, in buckets; how long the chunk's first forward waits for them when overlapped).
+
+    Overlapped, the gathers run in forward order, the parameters outside the layers (embedding)
+    first, then layer by layer; each layer's forward waits only for its own gather (a flow shop), so
+    the wait is the first gather plus whatever the gathers fall behind the forward pass (-1 without
+    layers: the forward waits for the whole gather).
+    """
+    plan = c.plan
+    if plan.zero not in (1, 2) or plan.fsdp != "none":
+        return 0.0, -1.0
+    _, axis = _grad_axis(plan)
+    wbytes = c.training.param_bytes
+    nbytes = sum(o.params for o in ops) * wbytes
+    n = max(1, math.ceil(nbytes / plan.bucket_size))
+    total = n * c.pricer.time("all_gather", nbytes / n, axis)
+    if not per_layer:
+        return total, -1.0
+    layers = [sum(o.params for o in layer) for layer, _ in per_layer]
+    rest = nbytes / wbytes - sum(layers)
+    items = ([rest] if rest > 0 else []) + layers
+    gathers = [c.pricer.time("all_gather", p * wbytes, axis) for p in items]
+    fwd = ([0.0] if rest > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
+    return total, flow_shop(fwd, gathers)

@@ -1,0 +1,194 @@
+"""Phase 1: which layers live on which pipeline stage, and what each device holds.
+
+Owns the layer split (even, with embedding on the first and loss on the last stage), the
+per-device memory (weights, gradients, optimizer state, activations at the schedule's peak of
+in-flight micro-batches, buffers) and the out-of-memory check. Activation sizes come from
+``workloads.activations`` (Korthikanti et al. 2022). It times nothing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from clustersim.simulator.step.compute import is_routed_expert
+from clustersim.simulator.errors import OutOfMemoryError
+from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
+from clustersim.simulator.plan.schedules import chunks_per_stage, in_flight_peak, model_chunk, num_model_chunks, stage_program
+from clustersim.topologies import Cluster
+from clustersim.workloads import (
+    ModelSpec,
+    Op,
+    TrainingSpec,
+    embedding_activation_bytes,
+    embedding_ops,
+    head_activation_bytes,
+    head_ops,
+    layer_activation_bytes,
+    layer_ops,
+)
+
+RESERVED_BYTES = 2.0 * 2**30  # CUDA context, cuBLAS/NCCL workspaces, allocator slack (~2 GiB, as seen in Megatron runs)
+GIB = 2**30
+
+
+def layer_split(num_layers: int, chunks: int) -> list[range]:
+    """Layers of each model chunk: even, the remainder on the middle chunks (ends carry embedding/loss)."""
+    base, extra = divmod(num_layers, chunks)
+    middle = list(range(1, chunks - 1)) or list(range(chunks))
+    bonus = {middle[i % len(middle)] for i in range(extra)} if extra <= len(middle) else set(range(extra))
+    out, start = [], 0
+    for c in range(chunks):
+        n = base + (1 if c in bonus else 0)
+        out.append(range(start, start + n))
+        start += n
+    return out
+
+
+def _explicit(sizes: tuple[int, ...]) -> list[range]:
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    return [range(a, a + n) for a, n in zip(starts, sizes)]
+
+
+def stage_chunks(plan: ParallelPlan, num_layers: int) -> list[list[tuple[int, range]]]:
+    """For each stage, its (model chunk index, layers) pairs; chunk v of stage s is v*pp + s
+    (DualPipe: stage s holds model chunks s and pp-1-s)."""
+    total = num_model_chunks(plan.schedule, plan.pp, plan.vpp)
+    split = _explicit(plan.layer_split) if plan.layer_split else layer_split(num_layers, total)
+    per = chunks_per_stage(plan.schedule, plan.vpp)
+    return [[(k, split[k]) for k in (model_chunk(plan.schedule, s, v, plan.pp) for v in range(per))]
+            for s in range(plan.pp)]
+
+
+def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> dict[str, int | bool]:
+    """The sharding keywords of ``workloads.layer_ops`` for this plan."""
+    return {
+        "micro_batch": plan.micro_batch,
+        "seq_len": training.seq_len,
+        "tp": plan.tp,
+        "cp": plan.cp,
+        "ep": plan.ep,
+        "etp": plan.etp,
+        "dtype_bytes": training.activation_bytes,
+        "sp": plan.sp,
+    }
+
+
+def chunk_ops(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range) -> list[Op]:
+    """Every op of one model chunk on one device, for one micro-batch."""
+    kw = op_kwargs(plan, training)
+    ops: list[Op] = []
+    if chunk == 0:
+        ops += embedding_ops(model, **kw)
+    for i in layers:
+        ops += layer_ops(model, i, attention_kernel=training.attention_kernel, **kw)
+    if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
+        ops += head_ops(model, **kw)
+    return ops
+
+
+@dataclass(frozen=True)
+class StageMemory:
+    """Bytes held by one device of a pipeline stage at its peak."""
+
+    stage: int
+    weights: float
+    grads: float
+    optimizer: float
+    activations: float
+    buffers: float
+
+    @property
+    def total(self) -> float:
+        """Sum of every part, bytes."""
+        return self.weights + self.grads + self.optimizer + self.activations + self.buffers
+
+    def parts(self) -> dict[str, float]:
+        """Name -> bytes of every part."""
+        return {"weights": self.weights, "grads": self.grads, "optimizer": self.optimizer,
+                "activations": self.activations, "buffers": self.buffers}
+
+
+def _params(ops: list[Op]) -> tuple[float, float]:
+    """(dense params, routed-expert params) on one device."""
+    expert = sum(op.params for op in ops if is_routed_expert(op))
+    return float(sum(op.params for op in ops) - expert), float(expert)
+
+
+def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range) -> float:
+    """Activations one micro-batch leaves on a device of this chunk (Korthikanti et al. 2022)."""
+    shard = dict(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
+    total = sum(layer_activation_bytes(model, i, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
+                                       ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention, **shard)
+                for i in layers)
+    if chunk == 0:
+        total += embedding_activation_bytes(model, **shard)
+    if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
+        total += head_activation_bytes(model, dtype_bytes=training.activation_bytes, **shard)
+    return total
+
+
+def _peak_activations(plan: ParallelPlan, m: int, stage: int, chunk_bytes: list[float]) -> float:
+    """Largest sum of activations held at once under the schedule (F holds, B frees)."""
+    return in_flight_peak(stage_program(plan.schedule, stage, plan.pp, m, plan.vpp), chunk_bytes)
+
+
+def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layers: range) -> float:
+    """Parameters on one device of the largest layer among ``layers`` (FSDP gathers one at a time)."""
+    kinds = {(model.layer_kind(i), model.is_moe_layer(i)): i for i in layers}
+    return max((sum(o.params for o in chunk_ops(model, training, plan, -1, range(i, i + 1))) for i in kinds.values()),
+               default=0.0)
+
+
+def stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int) -> StageMemory:
+    """Memory of one device of ``stage``."""
+    chunks = stage_chunks(plan, model.num_layers)[stage]
+    dense = expert = 0.0
+    act: list[float] = []
+    largest_layer = 0.0
+    for chunk, layers in chunks:
+        d, e = _params(chunk_ops(model, training, plan, chunk, layers))
+        dense, expert = dense + d, expert + e
+        act.append(_activation_bytes(model, training, plan, chunk, layers))
+        largest_layer = max(largest_layer, _largest_layer(model, training, plan, layers))
+    params = dense + expert
+    edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
+    opt_bytes = training.master_param_bytes + training.optimizer_state_bytes
+    # distributed optimizer shards dense state over dp*cp and expert state over the expert-dp group
+    opt_dense = dense * opt_bytes / plan.optimizer_shard
+    opt_expert = expert * opt_bytes / (edp if plan.optimizer_shard > 1 else 1)
+    weights = params * training.param_bytes / plan.param_shard
+    gathered = 2 * largest_layer * training.param_bytes if plan.param_shard > 1 else 0.0
+    return StageMemory(
+        stage=stage,
+        weights=weights + gathered,
+        grads=params * training.grad_bytes / plan.grad_shard,
+        optimizer=opt_dense + opt_expert,
+        activations=_peak_activations(plan, num_microbatches(plan, training), stage, act),
+        buffers=RESERVED_BYTES,
+    )
+
+
+def partition_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, cluster: Cluster) -> tuple[StageMemory, ...]:
+    """Memory of every stage; raises ``OutOfMemoryError`` naming the largest part if one does not fit."""
+    mems = tuple(stage_memory(model, training, plan, s) for s in range(plan.pp))
+    cap = cluster.accelerator.hbm_capacity
+    worst = max(mems, key=lambda m: m.total)
+    if worst.total > cap:
+        parts = ", ".join(f"{k} {v / GIB:.1f}" for k, v in worst.parts().items())
+        big = max(worst.parts(), key=lambda k: worst.parts()[k])
+        raise OutOfMemoryError(
+            f"stage {worst.stage} needs {worst.total / GIB:.1f} GiB > {cap / GIB:.1f} GiB on "
+            f"{cluster.accelerator.name} ({parts} GiB); largest part: {big}; "
+            f"{_oom_hint(big)}"
+        )
+    return mems
+
+
+def _oom_hint(part: str) -> str:
+    return {
+        "activations": "try recompute=selective/full, a smaller micro_batch, or more tp/cp/pp",
+        "optimizer": "try zero=1 (distributed optimizer) or more dp/tp/pp",
+        "grads": "try zero=2 or fsdp=full, or more tp/pp",
+        "weights": "try more tp/pp or fsdp=full",
+        "buffers": "the device is too small for this framework's reserved memory",
+    }[part]

@@ -1,0 +1,164 @@
+"""``simulate(workload, cluster, plan) -> Result``: the five phases in order, each a new value.
+
+check the plan -> place ranks -> partition memory -> lower to per-stage costs -> run the engine ->
+summarise. Each stage is a function of its own module; this one only strings them together and
+adds provenance. ``evaluate_point`` is the picklable entry point sweeps run on workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from dataclasses import asdict
+from typing import Any, Literal, Mapping, Sequence
+
+import numpy as np
+
+from clustersim.simulator import __version__
+from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
+from clustersim.simulator.plan.checks import check_plan
+from clustersim.simulator.network.pricing import CommPricer, Fidelity
+from clustersim.simulator.step.compute import peak_for
+from clustersim.simulator.step.engine import EngineInput, Interval, run
+from clustersim.simulator.step.costs import StageCost
+from clustersim.simulator.step.lower import Costing, lower
+from clustersim.simulator.step.partition import partition_memory
+from clustersim.simulator.plan.placement import Placement
+from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
+from clustersim.simulator.step.result import Result, breakdowns, critical_unit
+from clustersim.simulator.plan.schedules import chunks_per_stage
+from clustersim.topologies import Cluster
+from clustersim.workloads import ModelSpec, TrainingSpec, model_flops_per_step
+
+Mode = Literal["symmetric", "full"]
+
+
+def simulate(
+    model: ModelSpec,
+    training: TrainingSpec,
+    cluster: Cluster,
+    plan: ParallelPlan,
+    *,
+    profile: CalibrationProfile | None = None,
+    mode: Mode = "symmetric",
+    seed: int = 0,
+    compute_scale: Sequence[float] | np.ndarray | None = None,
+    fidelity: Fidelity = "flow",
+) -> Result:
+    """Predict one training step of ``model`` on ``cluster`` under ``plan``.
+
+    ``compute_scale`` (full mode only) multiplies each rank's compute time (stragglers).
+    """
+    check_plan(model, training, cluster, plan)
+    memory = partition_memory(model, training, plan, cluster)
+    prof = profile or default_profile(cluster.accelerator.name)
+    placement = Placement(plan, cluster.gpus_per_node)
+    pricer = CommPricer(cluster, placement, prof, fidelity)
+    stages = lower(Costing(model, training, plan, cluster.accelerator, prof, pricer))
+    rank_scale = _rank_scale(plan, mode, compute_scale)
+    unit_scale = _unit_scale(placement, rank_scale) if mode == "full" else np.ones((1, plan.pp))
+    m = num_microbatches(plan, training)
+    inp = EngineInput(
+        stages=stages, schedule=plan.schedule, microbatches=m, vpp=chunks_per_stage(plan.schedule, plan.vpp),
+        overlap_grad_reduce=plan.overlap_grad_reduce, overlap_param_gather=plan.overlap_param_gather,
+        scale=unit_scale, step_overhead=prof.step_overhead,
+    )
+    intervals, step = run(inp)
+    inputs = _inputs_doc(model, training, cluster, plan, prof, mode, seed, fidelity, rank_scale)
+    result = _summarise(model, training, cluster, plan, stages, memory, intervals, step, m, inputs,
+                        _rank_waits(placement, intervals, rank_scale, unit_scale) if mode == "full" else None)
+    return dataclasses.replace(result, collectives=tuple(pricer.summary()))
+
+
+def _rank_scale(plan: ParallelPlan, mode: Mode, compute_scale: Sequence[float] | np.ndarray | None) -> np.ndarray:
+    if compute_scale is None:
+        return np.ones(plan.world_size)
+    if mode != "full":
+        raise ValueError("compute_scale needs mode='full' (symmetric mode has one representative rank)")
+    arr = np.asarray(compute_scale, dtype=float)
+    if arr.shape != (plan.world_size,) or np.any(arr <= 0):
+        raise ValueError(f"compute_scale must be {plan.world_size} positive numbers, one per rank; got shape {arr.shape}")
+    return arr
+
+
+def unit_ranks(placement: Placement) -> np.ndarray:
+    """Ranks of each engine unit: shape (dp, pp, tp*cp)."""
+    plan = placement.plan
+    groups = placement.groups("tp+cp")  # one per (dp, pp), ordered by those coordinates
+    out = np.empty((plan.dp, plan.pp, plan.tp * plan.cp), dtype=int)
+    for g in groups:
+        c = placement.coords(int(g[0]))
+        out[c["dp"], c["pp"]] = g
+    return out
+
+
+def _unit_scale(placement: Placement, rank_scale: np.ndarray) -> np.ndarray:
+    """A unit (a TP/CP group at one stage of one replica) runs at its slowest rank's pace."""
+    return rank_scale[unit_ranks(placement)].max(axis=2)
+
+
+def _rank_waits(placement: Placement, intervals: list[Interval], rank_scale: np.ndarray, unit_scale: np.ndarray) -> tuple[float, ...]:
+    """Seconds each rank spends waiting: its unit's waits plus waiting for slower TP/CP peers."""
+    waits = np.zeros(placement.plan.world_size)
+    compute = np.zeros(unit_scale.shape)
+    idle = np.zeros(unit_scale.shape)
+    for iv in intervals:
+        if iv.stream != "compute":
+            continue
+        if iv.category == "compute":
+            compute[iv.replica, iv.stage] += iv.end - iv.start
+        elif iv.category in ("bubble", "exposed_pp", "exposed_dp"):
+            idle[iv.replica, iv.stage] += iv.end - iv.start
+    ranks = unit_ranks(placement)
+    base = compute / unit_scale
+    for r in range(ranks.shape[0]):
+        for s in range(ranks.shape[1]):
+            members = ranks[r, s]
+            waits[members] = idle[r, s] + base[r, s] * (unit_scale[r, s] - rank_scale[members])
+    return tuple(float(w) for w in waits)
+
+
+def _inputs_doc(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan,
+                prof: CalibrationProfile, mode: str, seed: int, fidelity: str, scale: np.ndarray) -> dict[str, Any]:
+    return {
+        "model": asdict(model), "training": asdict(training), "plan": asdict(plan),
+        "cluster": {"name": cluster.name, "num_gpus": cluster.num_gpus, "gpus_per_node": cluster.gpus_per_node,
+                    "fabric": cluster.fabric, "params": {k: str(v) for k, v in cluster.params.items()},
+                    "accelerator": asdict(cluster.accelerator), "nic_bandwidth": cluster.nic_bandwidth,
+                    "nvlink_domain_size": cluster.nvlink_domain_size},
+        "profile": prof.model_dump(mode="json"), "mode": mode, "seed": seed, "fidelity": fidelity,
+        "compute_scale_sha": hashlib.sha256(scale.tobytes()).hexdigest()[:16],
+    }
+
+
+def input_hash(doc: Mapping[str, Any]) -> str:
+    """sha256 of the canonical JSON of the inputs."""
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def _summarise(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan,
+               stages: tuple[StageCost, ...], memory: tuple, intervals: list[Interval], step: float,
+               m: int, inputs: dict[str, Any], waits: tuple[float, ...] | None) -> Result:
+    per_stage_devices = plan.dp * plan.tp * plan.cp
+    device = sum(c.flops for st in stages for c in st.chunks) * m * per_stage_devices
+    recomputed = sum(c.recompute_flops for st in stages for c in st.chunks) * m * per_stage_devices
+    model_flops = model_flops_per_step(model, training)
+    crit = critical_unit(intervals)
+    units = breakdowns(intervals, step)
+    return Result(
+        step_time=step, tokens_per_step=training.tokens_per_step, num_gpus=cluster.num_gpus,
+        model_flops=model_flops, hardware_flops=model_flops + recomputed, device_flops=device,
+        peak_flops=peak_for(cluster.accelerator, training.precision, True),
+        breakdown=units[crit],
+        stage_breakdowns=tuple(units[(crit[0], s)] for s in range(plan.pp)),
+        memory=memory, plan=asdict(plan),
+        checkpoint_bytes=float(model.num_params()) * (training.param_bytes + training.master_param_bytes
+                                                     + training.optimizer_state_bytes),
+        labels={"model": model.name, "cluster": cluster.name, "accelerator": cluster.accelerator.name,
+                "cost_per_gpu_hour": cluster.cost_per_gpu_hour,
+                "global_batch_size": training.global_batch_size, "seq_len": training.seq_len},
+        provenance={"input_hash": input_hash(inputs), "version": __version__, "seed": inputs["seed"],
+                    "mode": inputs["mode"], "fidelity": inputs["fidelity"]},
+        rank_wait_time=waits, intervals=tuple(intervals),
+    )

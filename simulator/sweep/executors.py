@@ -1,0 +1,231 @@
+"""Where sweep points are evaluated: in this process, on a local process pool, or on a Dask cluster.
+
+Owns: running one evaluator over many points and handing each point's row back to the driver as
+soon as it is done, in completion order; stopping the workers when the driver stops listening
+(Ctrl-C, an error); turning an evaluator that raises into an error row rather than a crash.
+
+Does not own: the grid, point ids, files, resume or progress (``clustersim.simulator.sweep.sweep``), nor what a
+point means (the evaluator, by default ``clustersim.simulator.sweep.points.evaluate_point``). Executors never write
+files: the driver does, so Dask workers need no shared disk.
+
+The evaluator travels as a dotted spec ``"package.module:function"`` and each worker imports it
+itself; only strings and plain dicts cross process boundaries. On a Dask cluster the workers must
+be able to import ``simulator`` and the evaluator's module (install the package on them, or start
+them with PYTHONPATH set). ``distributed`` is imported only when a Dask executor runs, so local
+pool workers start without paying for it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import multiprocessing
+import os
+import signal
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor, as_completed
+from dataclasses import dataclass
+from types import ModuleType
+from typing import TYPE_CHECKING, Protocol
+
+from clustersim.simulator.errors import ClusterSimError
+
+if TYPE_CHECKING:
+    from distributed import Client
+
+Task = tuple[str, Mapping[str, object]]
+"""One unit of work: (point_id, point mapping)."""
+
+Outcome = tuple[str, dict[str, object] | None, str]
+"""What an executor yields: (point_id, row, note); row is None when the point was lost (a worker
+crash the executor could not recover from); note then says why."""
+
+
+class SweepError(ClusterSimError):
+    """A sweep file, an output folder, an evaluator spec or a scheduler address is unusable."""
+
+    stage = "sweep"
+
+
+def resolve_evaluator(spec: str) -> Callable[[dict[str, object]], Mapping[str, object]]:
+    """Import ``"package.module:function"`` and return the function."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SweepError(f"evaluator {spec!r}: expected 'package.module:function', e.g. "
+                         f"'clustersim.simulator.sweep.points:evaluate_point'")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SweepError(f"evaluator {spec!r}: cannot import {module_name!r} ({exc}); install it "
+                         f"or put it on PYTHONPATH") from exc
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise SweepError(f"evaluator {spec!r}: {module_name} has no function {attr!r}")
+    return function
+
+
+def evaluate_task(evaluator: str, point_id: str, point: Mapping[str, object]) -> dict[str, object]:
+    """Evaluate one point in whatever process runs this; never raises for a bad point.
+
+    A point the evaluator rejects (it raised) becomes a row with ``status="error"`` and the
+    message, so one bad point never stops a sweep.
+    """
+    function = resolve_evaluator(evaluator)
+    try:
+        row = dict(function(dict(point)))
+    except Exception as exc:  # a failing point is a row, not a crash (see module docstring)
+        row = {"status": "error", "error": f"{type(exc).__name__}: {exc}"}
+    row.setdefault("status", "ok")
+    row.setdefault("error", "")
+    row["point_id"] = point_id
+    return row
+
+
+class Executor(Protocol):
+    """Anything that turns tasks into outcomes, yielded as they complete."""
+
+    def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
+        """Yield one outcome per task, in completion order; stop workers when closed early."""
+        ...
+
+
+@dataclass(frozen=True, kw_only=True)
+class SerialExecutor:
+    """Evaluates points one after another in this process (workers=1; easiest to debug)."""
+
+    def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
+        """Yield each task's row in task order."""
+        resolve_evaluator(evaluator)  # fail fast on a bad spec, before any point runs
+        for point_id, point in tasks:
+            yield point_id, evaluate_task(evaluator, point_id, point), ""
+
+
+def default_workers() -> int:
+    """Local pool size when none is given: min(2, CPUs available to this process)."""
+    if hasattr(os, "sched_getaffinity"):
+        return max(1, min(2, len(os.sched_getaffinity(0))))
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def _ignore_sigint() -> None:
+    """Pool worker initializer: Ctrl-C is the driver's to handle; it then stops the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _kill_pool(pool: ProcessPoolExecutor) -> None:
+    """Cancel queued points and terminate the workers now (running points are abandoned).
+
+    Python 3.11 has no public way to terminate a pool's workers (3.14 adds terminate_workers),
+    so this reads the executor's process table; without it, exit would wait for running points.
+    """
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+
+
+def _pool_outcome(point_id: str, future: Future[dict[str, object]]) -> Outcome:
+    """The outcome of a finished pool future; a dead worker loses the point, not the sweep."""
+    try:
+        return point_id, future.result(), ""
+    except Exception as exc:  # BrokenProcessPool: a worker died (OOM-killed, segfault)
+        return point_id, None, f"worker failed: {type(exc).__name__}: {exc}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class LocalExecutor:
+    """A pool of ``workers`` spawned processes on this machine (concurrent.futures).
+
+    Spawned workers re-import the caller's main module, so drive it from a script, ``-m``
+    module, notebook or test, not from code piped into ``python -``.
+    """
+
+    workers: int
+    """Number of worker processes (>= 1)."""
+
+    def __post_init__(self) -> None:
+        if self.workers < 1:
+            raise SweepError(f"workers={self.workers}: must be >= 1 (use 1 for serial runs)")
+
+    def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
+        """Submit every task, then yield rows as workers finish them."""
+        resolve_evaluator(evaluator)
+        # spawn, not fork: the driver runs a progress-bar thread, and fork copies locks held by it
+        pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_ignore_sigint,
+                                   mp_context=multiprocessing.get_context("spawn"))
+        try:
+            futures = {pool.submit(evaluate_task, evaluator, pid, dict(point)): pid
+                       for pid, point in tasks}
+            for future in as_completed(futures):
+                yield _pool_outcome(futures[future], future)
+        except BaseException:  # Ctrl-C or the consumer closed us: do not wait for running points
+            _kill_pool(pool)
+            raise
+        pool.shutdown(wait=True)
+
+
+def task_key(evaluator: str, point_id: str) -> str:
+    """Dask key of a point: stable, so resubmitting a point reuses the scheduler's task."""
+    tag = hashlib.sha256(evaluator.encode()).hexdigest()[:8]
+    return f"clustersim-point-{point_id}-{tag}"
+
+
+@dataclass(frozen=True, kw_only=True)
+class DaskExecutor:
+    """Tasks on a running dask.distributed scheduler; a killed worker's tasks are rerun."""
+
+    address: str
+    """Scheduler address, e.g. ``tcp://10.0.0.5:8786``."""
+    connect_timeout_s: float = 10.0
+    """Seconds to wait for the scheduler before giving up."""
+
+    def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
+        """Submit every task keyed by its point id; yield rows as they complete."""
+        # deferred import: distributed costs ~1 s to import, and local pool workers import us
+        import distributed
+
+        client = self._connect(distributed)
+        futures = []
+        try:
+            ids = [pid for pid, _ in tasks]
+            futures = client.map(evaluate_task, [evaluator] * len(tasks), ids,
+                                 [dict(point) for _, point in tasks], pure=True,
+                                 key=[task_key(evaluator, pid) for pid in ids])
+            point_of = {future.key: pid for future, (pid, _) in zip(futures, tasks)}
+            done = distributed.as_completed(futures, loop=client.loop, with_results=True,
+                                            raise_errors=False)
+            for future, result in done:
+                yield _dask_outcome(point_of[future.key], result)
+        except BaseException:
+            client.cancel(futures)
+            raise
+        finally:
+            client.close()
+
+    def _connect(self, distributed: ModuleType) -> Client:
+        """A client of the scheduler, or a SweepError naming the address."""
+        try:
+            return distributed.Client(self.address, timeout=self.connect_timeout_s,
+                                      set_as_default=False)
+        except (OSError, TimeoutError, ValueError) as exc:
+            raise SweepError(f"--scheduler {self.address}: cannot connect within "
+                             f"{self.connect_timeout_s:g} s ({exc}); start `dask scheduler` there "
+                             f"or fix the address") from exc
+
+
+def _dask_outcome(point_id: str, result: object) -> Outcome:
+    """The outcome of a finished Dask task; an exception (KilledWorker after repeated worker
+    deaths, a cancelled task) loses the point."""
+    if isinstance(result, BaseException):
+        return point_id, None, f"task failed: {type(result).__name__}: {result}"
+    return point_id, result, ""
+
+
+def make_executor(*, scheduler: str | None, workers: int) -> Executor:
+    """Dask when a scheduler address is given, else a local pool (serial when workers == 1)."""
+    if scheduler:
+        return DaskExecutor(address=scheduler)
+    if workers == 1:
+        return SerialExecutor()
+    return LocalExecutor(workers=workers)
