@@ -16,11 +16,10 @@ import pandas as pd
 from matplotlib.axes import Axes
 from matplotlib.patches import Patch
 
+from clustersim.units import MICROSECOND as MICROSECONDS
 from clustersim.reports.errors import ReportError
 from clustersim.reports.plots import new_axes
 
-MICROSECONDS = 1e-6
-"""Seconds per microsecond: trace ``ts``/``dur`` unit (Trace Event Format spec)."""
 
 
 def trace_spans(events: Iterable[Mapping[str, object]]) -> pd.DataFrame:

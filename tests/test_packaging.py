@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -25,8 +26,13 @@ def test_every_package_folder_is_listed_under_its_namespace_name() -> None:
 
 
 def test_wheel_installs_only_clustersim_with_its_data(tmp_path: Path) -> None:
+    source = tmp_path / "src"  # build from a copy: setuptools leaves build/ in the source folder
+    for name in ("clustersim", *FOLDERS):
+        shutil.copytree(ROOT / name, source / name, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     subprocess.run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation",
-                    str(ROOT), "-w", str(tmp_path)], check=True, capture_output=True, timeout=300)
+                    str(source), "-w", str(tmp_path)], check=True, capture_output=True, timeout=300)
     (wheel,) = tmp_path.glob("clustersim-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     tops = {name.split("/")[0] for name in names}

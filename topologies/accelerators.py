@@ -18,13 +18,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
 
+from clustersim.units import GIB
 from clustersim.topologies.errors import TopologyError
 
 PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 """The precision keys of ``AcceleratorSpec.peak_flops``."""
 
-GIB: float = float(2**30)
-"""Bytes in one binary gigabyte (the unit of datasheet HBM capacities, see module docstring)."""
 
 TERA: float = 1e12
 PETA: float = 1e15

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from clustersim.units import GBIT
 from clustersim.topologies.accelerators import (
     A100_40GB, A100_80GB, B200, B300, GB200, GB300, H100_SXM, H200, AcceleratorSpec, cpu_accelerator, get_accelerator,
 )
@@ -23,8 +24,6 @@ from clustersim.topologies.errors import TopologyError
 from clustersim.topologies.fabrics import NodeSpec, dragonfly, fat_tree, multi_plane, rail_optimized, single_domain, torus
 from clustersim.topologies.graph import LOOPBACK_LATENCY, GraphParts, gpu_name
 
-GBIT: float = 1e9 / 8
-"""Bytes/s in one Gb/s."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -19,13 +19,12 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.step.compute import ADAM_BYTES_PER_PARAM
 from clustersim.simulator.errors import CalibrationError
 
 BIN_DECADES = 0.5
 """Width of a FLOP bin of the efficiency curves, in decades."""
 
-ADAM_BYTES_PER_PARAM = 34.0
-"""The Adam traffic ``clustersim.simulator.step.compute.optimizer_time`` assumes per parameter (bytes)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -39,6 +39,13 @@ FACTOR_KEYS: dict[str, tuple[str, ...]] = {"precision_efficiency": ("fp8", "fp4"
 """The keys each multiplier table of a profile accepts."""
 
 
+PIPELINE_FILL_BYTES = 32 * 2**20
+"""Bytes of a collective that move at half rate while NCCL's pipeline fills (8 channels x 4 MiB
+NCCL_BUFFSIZE default, NCCL environment-variable docs). One default for every fabric; it reproduces
+the mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_bandwidth.csv); a
+profile's ``pipeline_fill_bytes`` sets it."""
+
+
 class CalibrationProfile(BaseModel):
     """Efficiencies and overheads of one kind of system, measured or defaulted."""
 
@@ -70,7 +77,7 @@ class CalibrationProfile(BaseModel):
     """Seconds of software overhead per collective call (launch, proxy, handshake)."""
     p2p_overhead: float = Field(default=10e-6, ge=0)
     """Seconds of software overhead per point-to-point message."""
-    pipeline_fill_bytes: float = Field(default=32 * 2**20, ge=0)
+    pipeline_fill_bytes: float = Field(default=PIPELINE_FILL_BYTES, ge=0)
     """Bytes of a collective that move at half rate while NCCL's pipeline fills (fitted to the
     mid-size part of the nccl-tests sweeps in workloads/data/collective_bandwidth.csv)."""
     optimizer_efficiency: float = Field(default=0.60, gt=0, le=1)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping
 import numpy as np
 import pandas as pd
 
+from clustersim.units import GBIT
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
 from clustersim.simulator.network.pricing import Fidelity
@@ -43,8 +44,6 @@ OUTPUT_COLUMNS: tuple[str, ...] = (
 )
 """Columns of the validation output (one row per input row)."""
 
-GBIT = 1e9 / 8
-"""Bytes/s in one Gb/s."""
 
 
 @dataclass(frozen=True, kw_only=True)

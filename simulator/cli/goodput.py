@@ -22,6 +22,7 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
+from clustersim.units import GBIT
 from clustersim.files import write_atomic, write_json
 from clustersim.reports.curves import plot_goodput_curve
 from clustersim.reports.plots import png_bytes
@@ -35,7 +36,6 @@ from clustersim.simulator.scenario import load_scenario
 
 EXIT_BAD_INPUT = 2
 HOUR = 3600.0
-GBIT = 1e9 / 8  # bytes/s per Gbit/s
 # Llama 3 paper ("The Llama 3 Herd of Models", sec. 3.3.4): 419 unexpected interruptions in 54 days
 # on 16,384 H100 -> one interruption per 16,384 * 54 * 24 / 419 = 50,677 GPU-hours.
 LLAMA3_GPU_MTBF_HOURS = 16384 * 54 * 24 / 419

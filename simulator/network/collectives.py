@@ -12,7 +12,7 @@ With equal start times, the fluid (max-min) makespan of a step is exactly
 ``S * max_l(load_l / capacity_l)`` where ``load_l`` is bytes per byte of collective size; a
 pipelined composite step (hierarchical, in-switch across nodes) uses the same link bound.
 time = overhead + sum_steps repeat * (alpha_step + (S + min(S, F)) * beta_step), where alpha is
-the path latency paid once per sequential hop and F = PIPELINE_FILL_BYTES (the first F bytes move
+the path latency paid once per sequential hop and F = the profile's pipeline_fill_bytes (the first F bytes move
 at half rate while the pipeline fills). beta uses the links of the representative (first) group;
 for groups that are translates of each other this equals the global makespan (tested).
 The per-step (alpha, beta) pattern does not depend on the size and is memoised per fabric, so a
@@ -30,13 +30,6 @@ from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABLE, Step, applicable, build_steps
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.network.routing import Fabric, fabric_for
-
-PIPELINE_FILL_BYTES: float = 32 * 2**20
-"""Bytes of a collective that move at half rate while NCCL's pipeline fills (8 channels x 4 MiB
-NCCL_BUFFSIZE default, NCCL environment-variable docs). One constant for every fabric; it reproduces the
-mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_bandwidth.csv).
-Overridden by a profile attribute ``pipeline_fill_bytes`` when the profile has one."""
-
 
 MEMO_LIMIT: int = 256
 """Patterns kept per fabric before the memo is emptied."""
@@ -216,7 +209,7 @@ def price_collective(
         options = (algorithm,)
     else:
         options = tuple(a for a in options if a in SELECTABLE)
-    fill = 0.0 if kind == "send_recv" else float(getattr(profile, "pipeline_fill_bytes", PIPELINE_FILL_BYTES))
+    fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
     costs = [_cost(_pattern(fabric, kind, a, arr, eff_switch), kind, a, size, n, overhead, fabric, fill)
              for a in options]
     return min(costs, key=lambda c: c.time)
@@ -230,5 +223,5 @@ def full_mode_time(kind: str, size: float, groups: Sequence[Sequence[int]], clus
     arr = _check(kind, size, groups, fabric.num_gpus)
     p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
-    fill = 0.0 if kind == "send_recv" else float(getattr(profile, "pipeline_fill_bytes", PIPELINE_FILL_BYTES))
+    fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
     return overhead + p.alpha + (size + min(size, fill)) * p.beta_full

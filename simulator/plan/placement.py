@@ -43,8 +43,7 @@ class Placement:
     def sizes(self) -> dict[str, int]:
         """Degree of every axis, dense and expert."""
         p = self.plan
-        edp = p.tp * p.cp * p.dp // (p.ep * p.etp)
-        return {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp, "etp": p.etp, "ep": p.ep, "edp": edp}
+        return {"tp": p.tp, "cp": p.cp, "dp": p.dp, "pp": p.pp, "etp": p.etp, "ep": p.ep, "edp": p.expert_dp}
 
     def _mesh(self, order: tuple[str, ...]) -> np.ndarray:
         sizes = self.sizes()

@@ -104,6 +104,20 @@ class ParallelPlan:
         """Sharding of the optimizer state: shard degree with ZeRO-1+ or FSDP, else 1."""
         return self.shard_degree if (self.zero >= 1 or self.fsdp != "none") else 1
 
+    @property
+    def expert_dp(self) -> int:
+        """Expert data-parallel degree: the ranks of one dense tp*cp*dp slice that hold the same
+        experts, tp * cp * dp / (ep * etp) (Megatron-Core's expert mesh)."""
+        return self.tp * self.cp * self.dp // (self.ep * self.etp)
+
+    def sharded_state(self, dense: float, expert: float, per_param: float = 1.0) -> float:
+        """Optimizer state one device holds for ``dense`` and ``expert`` parameters, at
+        ``per_param`` bytes each: the distributed optimizer shards dense state over the shard
+        degree and expert state over the expert-dp group; unsharded, it holds all of it."""
+        if self.optimizer_shard > 1:
+            return dense * per_param / self.optimizer_shard + expert * per_param / self.expert_dp
+        return dense * per_param + expert * per_param
+
     def describe(self) -> str:
         """A short label: ``tp8 pp16 dp128 mb1 1f1b``."""
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]

@@ -229,10 +229,8 @@ class Estimator:
 
     def _dp_and_optimizer(self, plan: ParallelPlan, groups: tuple[tuple[int, int], ...], f: float, b: float) -> tuple[float, float, tuple[float, float]]:
         dense, expert = self._stage_params(plan, groups)
-        edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
-        shard = plan.optimizer_shard > 1
-        local = dense / plan.optimizer_shard + expert / edp if shard else dense + expert
-        opt = optimizer_time(local, self.cluster.accelerator, self.profile)
+        edp = plan.expert_dp
+        opt = optimizer_time(plan.sharded_state(dense, expert), self.cluster.accelerator, self.profile)
         if plan.param_shard > 1:
             return 0.0, opt, (dense, expert)
         kind = "reduce_scatter" if plan.zero in (1, 2) else "all_reduce"
@@ -248,9 +246,7 @@ class Estimator:
     def _memory(self, plan: ParallelPlan, m: int, groups: tuple[tuple[int, int], ...], params: tuple[float, float]) -> float:
         t = self.training
         dense, expert = params
-        edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
-        opt_b = t.master_param_bytes + t.optimizer_state_bytes
-        opt = dense * opt_b / plan.optimizer_shard + expert * opt_b / edp if plan.optimizer_shard > 1 else (dense + expert) * opt_b
+        opt = plan.sharded_state(dense, expert, t.master_param_bytes + t.optimizer_state_bytes)
         states = (dense + expert) * (t.param_bytes / plan.param_shard + t.grad_bytes / plan.grad_shard) + opt
         acts = 0.0
         for i, n in groups:

@@ -16,6 +16,11 @@ from clustersim.workloads import Op
 Pass = Literal["fwd", "bwd", "bwd_input", "bwd_weight"]
 
 
+ADAM_BYTES_PER_PARAM = 34.0
+"""HBM traffic of one fused Adam step per parameter (bytes): reads fp32 grad, master weight, m
+and v (16 B); writes master, m, v (12 B), the bf16 weight (2 B) and zeroes the grad (4 B)."""
+
+
 def peak_for(accelerator: AcceleratorSpec, precision: str, fp8_op: bool) -> float:
     """Dense peak FLOP/s of the op's math precision (fp8 only for fp8-eligible GEMMs)."""
     peaks = accelerator.peak_flops
@@ -99,4 +104,4 @@ def optimizer_time(
     Reads fp32 grad, master weight, m and v (16 B); writes master, m, v (12 B) and the bf16
     weight (2 B), plus grad zeroing; ~34 B/param, the fused Apex/TE Adam traffic.
     """
-    return params_local * 34.0 / (accelerator.hbm_bandwidth * profile.optimizer_efficiency)
+    return params_local * ADAM_BYTES_PER_PARAM / (accelerator.hbm_bandwidth * profile.optimizer_efficiency)

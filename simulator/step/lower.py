@@ -55,16 +55,11 @@ def lower(c: Costing) -> tuple[StageCost, ...]:
 
 def _optimizer(c: Costing, chunks: list[tuple[int, range]]) -> float:
     plan = c.plan
-    edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
     local = 0.0
     for k, layers in chunks:
         ops = chunk_ops(c.model, c.training, plan, k, layers)
         expert = sum(o.params for o in ops if is_routed_expert(o))
-        dense = sum(o.params for o in ops) - expert
-        if plan.optimizer_shard > 1:
-            local += dense / plan.optimizer_shard + expert / edp
-        else:
-            local += dense + expert
+        local += plan.sharded_state(sum(o.params for o in ops) - expert, expert)
     return optimizer_time(local, c.accelerator, c.profile)
 
 

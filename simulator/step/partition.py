@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clustersim.units import GIB
 from clustersim.simulator.step.compute import is_routed_expert
 from clustersim.simulator.errors import OutOfMemoryError
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
@@ -28,7 +29,6 @@ from clustersim.workloads import (
 )
 
 RESERVED_BYTES = 2.0 * 2**30  # CUDA context, cuBLAS/NCCL workspaces, allocator slack (~2 GiB, as seen in Megatron runs)
-GIB = 2**30
 
 
 def layer_split(num_layers: int, chunks: int) -> list[range]:
@@ -151,18 +151,14 @@ def stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, s
         act.append(_activation_bytes(model, training, plan, chunk, layers))
         largest_layer = max(largest_layer, _largest_layer(model, training, plan, layers))
     params = dense + expert
-    edp = plan.tp * plan.cp * plan.dp // (plan.ep * plan.etp)
-    opt_bytes = training.master_param_bytes + training.optimizer_state_bytes
-    # distributed optimizer shards dense state over dp*cp and expert state over the expert-dp group
-    opt_dense = dense * opt_bytes / plan.optimizer_shard
-    opt_expert = expert * opt_bytes / (edp if plan.optimizer_shard > 1 else 1)
+    optimizer = plan.sharded_state(dense, expert, training.master_param_bytes + training.optimizer_state_bytes)
     weights = params * training.param_bytes / plan.param_shard
     gathered = 2 * largest_layer * training.param_bytes if plan.param_shard > 1 else 0.0
     return StageMemory(
         stage=stage,
         weights=weights + gathered,
         grads=params * training.grad_bytes / plan.grad_shard,
-        optimizer=opt_dense + opt_expert,
+        optimizer=optimizer,
         activations=_peak_activations(plan, num_microbatches(plan, training), stage, act),
         buffers=RESERVED_BYTES,
     )

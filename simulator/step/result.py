@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from clustersim.units import GIB
 from clustersim.simulator.step.engine import Interval
 from clustersim.simulator.step.partition import StageMemory
 
@@ -21,7 +22,6 @@ CATEGORIES: tuple[str, ...] = (
     "compute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
     "exposed_dp", "optimizer", "other",
 )
-GIB = 2**30
 
 
 def breakdown_of(intervals: list[Interval], replica: int, stage: int, step_time: float) -> dict[str, float]:

@@ -9,9 +9,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.calibration.profile import PIPELINE_FILL_BYTES, CalibrationProfile
 from clustersim.simulator.network.collectives import (
-    PIPELINE_FILL_BYTES,
     CollectiveError,
     full_mode_time,
     price_collective,

@@ -12,8 +12,8 @@ import pytest
 
 from clustersim.simulator.calibration.profile import load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.step.compute import ADAM_BYTES_PER_PARAM
 from clustersim.simulator.calibration.fit import (
-    ADAM_BYTES_PER_PARAM,
     alpha_beta,
     binned_curve,
     bus_factor,
