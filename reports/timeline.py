@@ -10,7 +10,7 @@ It does not write traces, nor open Perfetto.
 
 from __future__ import annotations
 
-from typing import Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import pandas as pd
 from matplotlib.axes import Axes
@@ -22,7 +22,7 @@ from clustersim.reports.plots import new_axes
 
 
 
-def trace_spans(events: Iterable[Mapping[str, object]]) -> pd.DataFrame:
+def trace_spans(events: Iterable[Mapping[str, Any]]) -> pd.DataFrame:
     """Complete events as rows: lane, name, category, start_s, duration_s (sorted by lane)."""
     events = list(events)
     names = _lane_names(events)
@@ -45,14 +45,14 @@ def trace_spans(events: Iterable[Mapping[str, object]]) -> pd.DataFrame:
                                                            kind="stable")
 
 
-def _lane_names(events: list[Mapping[str, object]]) -> dict[tuple[object, object], str]:
+def _lane_names(events: list[Mapping[str, Any]]) -> dict[tuple[object, object], str]:
     """(pid, tid) -> "process / thread" from the metadata events, where they exist."""
     processes: dict[object, str] = {}
     threads: dict[tuple[object, object], str] = {}
     for event in events:
         if event.get("ph") != "M":
             continue
-        label = str(dict(event.get("args") or {}).get("name", ""))  # type: ignore[call-overload]
+        label = str(dict(event.get("args") or {}).get("name", ""))
         if event.get("name") == "process_name":
             processes[event.get("pid")] = label
         elif event.get("name") == "thread_name":
@@ -60,7 +60,7 @@ def _lane_names(events: list[Mapping[str, object]]) -> dict[tuple[object, object
     return {key: f"{processes.get(key[0], key[0])} / {name}" for key, name in threads.items()}
 
 
-def plot_timeline(events: Iterable[Mapping[str, object]], ax: Axes | None = None) -> Axes:
+def plot_timeline(events: Iterable[Mapping[str, Any]], ax: Axes | None = None) -> Axes:
     """One horizontal lane per (pid, tid), one bar per complete event, coloured by category."""
     spans = trace_spans(events)
     if spans.empty:

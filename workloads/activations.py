@@ -27,6 +27,7 @@ scan output y (d_inner, the gated-norm input) and the out_proj input (d_inner); 
 from dataclasses import dataclass
 from typing import Literal
 
+from clustersim.workloads.errors import WorkloadError
 from clustersim.workloads.model import ModelSpec
 from clustersim.workloads.op_primitives import LocalShape, split, split_padded
 
@@ -50,6 +51,13 @@ class ActivationTerm:
     attention_core: bool = False
     """Dropped by selective recompute (softmax/dropout of the attention core)."""
 
+
+
+def _required(value: int | None, name: str) -> int:
+    """A field the model kind needs (``ModelSpec`` fills it for every valid model)."""
+    if value is None:
+        raise WorkloadError(f"{name} must be set for this model")
+    return value
 
 def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape, *,
                            flash_attention: bool = True) -> tuple[ActivationTerm, ...]:
@@ -161,7 +169,7 @@ def _attention_terms(model: ModelSpec, shape: LocalShape, n: int, flash: bool,
     d_qk, d_v = model.attn_head_dim, model.value_head_dim
     terms = [ActivationTerm(name="qkv_input", bytes=dt * n * h, sharding="sp")]
     if model.attention == "mla":
-        latent = (model.q_lora_rank or 0) + int(model.kv_lora_rank)
+        latent = (model.q_lora_rank or 0) + _required(model.kv_lora_rank, "kv_lora_rank")
         # latents are gathered over tp and kept whole on every rank: norm input and up-proj input
         terms.append(ActivationTerm(name="mla_latents", bytes=2 * dt * n * latent * shape.tp,
                                     sharding="tp"))
@@ -203,7 +211,7 @@ def _mlp_terms(model: ModelSpec, n: float, ffn: int, prefix: str, dt: int) -> li
 def _moe_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[ActivationTerm]:
     """Router probabilities (fp32), routed token copies at the experts, expert MLP tensors."""
     h, dt, k = model.hidden_size, shape.dtype_bytes, model.top_k
-    f = split(int(model.moe_ffn_hidden_size), shape.etp, "moe_ffn_hidden_size", "etp")
+    f = split(_required(model.moe_ffn_hidden_size, "moe_ffn_hidden_size"), shape.etp, "moe_ffn_hidden_size", "etp")
     n_in = 2 if model.gated_mlp else 1
     pairs = n / shape.tp * shape.etp * k  # token-expert pairs on this device (see blocks.py)
     terms = [

@@ -14,7 +14,7 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
@@ -87,30 +87,30 @@ def curve_error(curve: Sequence[tuple[float, float]], points: Sequence[tuple[flo
     return float(np.median(np.abs(pred / np.array([p[1] for p in points]) - 1.0)))
 
 
-def gemm_points(compute: Mapping[str, object], peak: float) -> list[tuple[float, float]]:
+def gemm_points(compute: Mapping[str, Any], peak: float) -> list[tuple[float, float]]:
     """(FLOP per call, fraction of ``peak``) of every measured GEMM (all three layouts)."""
-    return [(g["flops"], g["flops"] / g["time_s"] / peak) for g in compute["gemm"]]  # type: ignore[index,union-attr]
+    return [(g["flops"], g["flops"] / g["time_s"] / peak) for g in compute["gemm"]]
 
 
-def attention_points(compute: Mapping[str, object], peak: float, causal_factor: float) -> list[tuple[float, float]]:
+def attention_points(compute: Mapping[str, Any], peak: float, causal_factor: float) -> list[tuple[float, float]]:
     """Forward (F) and backward (2F) attention points; F = 4 b h s^2 d x ``causal_factor``."""
     pts = []
-    for a in compute["attention"]:  # type: ignore[union-attr]
+    for a in compute["attention"]:
         f = a["flops_fwd_full"] * causal_factor
         pts += [(f, f / a["fwd_s"] / peak), (2 * f, 2 * f / a["bwd_s"] / peak)]
     return sorted(pts)
 
 
-def memory_fit(compute: Mapping[str, object]) -> tuple[float, float, float]:
+def memory_fit(compute: Mapping[str, Any]) -> tuple[float, float, float]:
     """(peak bandwidth = best copy, efficiency = median of add/GELU/LayerNorm over it, fit error)."""
     mem = compute["memory"]
-    peak = max(m["bandwidth"] for m in mem if m["kind"] == "copy")  # type: ignore[union-attr,index]
-    rates = np.array([m["bandwidth"] for m in mem if m["kind"] != "copy"])  # type: ignore[union-attr,index]
+    peak = max(m["bandwidth"] for m in mem if m["kind"] == "copy")
+    rates = np.array([m["bandwidth"] for m in mem if m["kind"] != "copy"])
     eff = float(np.clip(np.median(rates) / peak, 1e-4, 1.0))
     return peak, eff, float(np.median(np.abs(eff * peak / rates - 1.0)))
 
 
-def alpha_beta(kind: str, entries: Sequence[Mapping[str, float]]) -> AlphaBeta:
+def alpha_beta(kind: str, entries: Sequence[Mapping[str, Any]]) -> AlphaBeta:
     """Theil-Sen alpha-beta fit: slope = median of pairwise slopes, alpha = median intercept.
 
     Exact on noiseless data and robust to the scheduling outliers of a shared host.
@@ -127,13 +127,13 @@ def alpha_beta(kind: str, entries: Sequence[Mapping[str, float]]) -> AlphaBeta:
     return AlphaBeta(kind=kind, alpha=alpha, bus_bandwidth=bus_factor(kind, n) / slope, median_abs_error=err)
 
 
-def overhead_fit(compute: Mapping[str, object]) -> tuple[float, float]:
+def overhead_fit(compute: Mapping[str, Any]) -> tuple[float, float]:
     """(seconds per op: one tiny linear's fwd+bwd over its 3 GEMM calls, seconds per backward call)."""
     o = compute["overhead"]
-    return float(o["per_linear_fwd_bwd_s"]) / 3.0, float(o["backward_call_s"])  # type: ignore[index]
+    return float(o["per_linear_fwd_bwd_s"]) / 3.0, float(o["backward_call_s"])
 
 
-def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) -> tuple[int, dict[str, object]]:
+def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) -> tuple[int, dict[str, Any]]:
     """(world size, microbenchmarks) of a measure folder: ``world_size`` or the largest measured."""
     files = {n: Path(folder) / f"micro_w{n}.json" for n in measured_worlds(folder)}
     if not files:
@@ -149,7 +149,7 @@ def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None
     """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks."""
     n, micro = load_micro(folder, world_size)
     compute = micro["compute"]
-    peak = max(g["flops"] / g["time_s"] for g in compute["gemm"])  # type: ignore[index,union-attr]
+    peak = max(g["flops"] / g["time_s"] for g in compute["gemm"])
     gp, ap = gemm_points(compute, peak), attention_points(compute, peak, causal_factor)
     gcurve, acurve = binned_curve(gp), binned_curve(ap)
     mem_bw, mem_eff, mem_err = memory_fit(compute)
@@ -173,9 +173,9 @@ def measured_worlds(folder: str | os.PathLike[str]) -> list[int]:
     return sorted(int(p.stem.split("_w")[1]) for p in Path(folder).glob("micro_w*.json"))
 
 
-def fit_profiles(folder: str | os.PathLike[str], **kwargs: object) -> dict[int, FitReport]:
+def fit_profiles(folder: str | os.PathLike[str], **kwargs: Any) -> dict[int, FitReport]:
     """One fit per measured world size (compute contention differs with the ranks sharing cores)."""
-    return {n: fit_profile(folder, world_size=n, **kwargs) for n in measured_worlds(folder)}  # type: ignore[arg-type]
+    return {n: fit_profile(folder, world_size=n, **kwargs) for n in measured_worlds(folder)}
 
 
 def _host(folder: str | os.PathLike[str]) -> dict[str, float]:
@@ -185,21 +185,21 @@ def _host(folder: str | os.PathLike[str]) -> dict[str, float]:
     return {"cores": float(host.get("cores", os.cpu_count() or 1)), "memory_bytes": float(host.get("memory_bytes", 0))}
 
 
-def _kinds(micro: Mapping[str, object]) -> list[str]:
-    return sorted({e["kind"] for e in micro["collectives"]["entries"]})  # type: ignore[index,union-attr]
+def _kinds(micro: Mapping[str, Any]) -> list[str]:
+    return sorted({e["kind"] for e in micro["collectives"]["entries"]})
 
 
-def framework_overhead(micro: Mapping[str, object]) -> float | None:
+def framework_overhead(micro: Mapping[str, Any]) -> float | None:
     """Median seconds per collective call as TP (DTensor) and FSDP2 issue them, or None.
 
     Measured on a GPT so small that its parallel step is all overhead: (parallel - plain) time
     over the calls torch makes (``microbench.framework_calls``); includes the transport's alpha.
     """
-    entries = micro.get("collectives", {}).get("framework", [])  # type: ignore[union-attr]
+    entries = micro.get("collectives", {}).get("framework", [])
     return float(np.median([e["per_call_s"] for e in entries])) if entries else None
 
 
-def _link_fields(links: Sequence[AlphaBeta], framework: float | None) -> dict[str, object]:
+def _link_fields(links: Sequence[AlphaBeta], framework: float | None) -> dict[str, Any]:
     """Collective overhead (per call as the frameworks issue it, else the raw alpha), p2p
     overhead (send/recv alpha) and a loopback efficiency of 1 (its bandwidth is measured)."""
     if not links:
@@ -212,11 +212,11 @@ def _link_fields(links: Sequence[AlphaBeta], framework: float | None) -> dict[st
             "link_latency": {"loopback": 1e-7}}
 
 
-def _machine(compute: Mapping[str, object], peak: float, mem_bw: float, links: Sequence[AlphaBeta],
+def _machine(compute: Mapping[str, Any], peak: float, mem_bw: float, links: Sequence[AlphaBeta],
              n: int, host: Mapping[str, float]) -> dict[str, float]:
     """The measured figures of the machine (see ``CalibrationProfile.machine``)."""
     fig = {"peak_flops": peak, "memory_bandwidth": mem_bw, "ranks": float(n),
-           "threads_per_rank": float(compute.get("threads_per_rank", 1)),  # type: ignore[arg-type]
+           "threads_per_rank": float(compute.get("threads_per_rank", 1)),
            "cores": float(host.get("cores", 1)), "memory_capacity": float(host.get("memory_bytes", 0)) / n}
     if links:
         fig["link_bandwidth"] = float(np.median([ab.bus_bandwidth for ab in links]))

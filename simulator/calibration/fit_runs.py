@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Callable, Mapping
 
 import numpy as np
@@ -98,7 +99,7 @@ def fit_runs(path: str | os.PathLike[str], base: CalibrationProfile, *, holdout:
              rng: np.random.Generator, progress: Progress | None = None) -> RunsFit:
     """Fit compute and link scales on a random part of the runs in ``path``; report both parts."""
     tick: Progress = progress or (lambda n: None)
-    train, held = split(load_runs(path), holdout, rng)
+    train, held = split(load_runs(Path(path)), holdout, rng)
     if train.empty:
         raise CalibrationError(f"import-runs: {path} leaves no rows to fit with --holdout {holdout}")
     compute, by_scale = _best(train, COMPUTE_GRID, lambda g: scaled(base, g, 1.0), tick)

@@ -20,7 +20,9 @@ Work still unsaved when the horizon ends counts as useful (no failure destroyed 
 from __future__ import annotations
 
 import math
+from collections.abc import Generator
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 import simpy
@@ -133,6 +135,8 @@ class _Cycle:
 
 
 Phases = tuple[tuple[str, float], ...]
+Process = Generator[simpy.Event, Any, bool]
+"""A SimPy process step that returns whether it ran to its end (False: a failure cut it short)."""
 """Consecutive (cause, seconds) pieces of one wait; a failure splits the elapsed time in order."""
 
 
@@ -193,8 +197,8 @@ class _History:
         self.env = simpy.Environment()
         self.spares = simpy.Container(self.env, init=spec.spare_nodes)
         self.ledger = _Ledger(seconds=dict.fromkeys(("useful",) + CAUSES, 0.0))
-        self.times = timeline.times.tolist() + [math.inf]
-        self.swaps = timeline.needs_swap.tolist()
+        self.times: list[float] = timeline.times.tolist() + [math.inf]
+        self.swaps: list[bool] = timeline.needs_swap.tolist()
         self.cyc, self.spec, self.horizon = cyc, spec, timeline.horizon
 
     def _next_failure(self) -> float:
@@ -214,7 +218,7 @@ class _History:
         """A repaired node joins the spare pool."""
         self.spares.put(1)
 
-    def _spend(self, phases: Phases):
+    def _spend(self, phases: Phases) -> Process:
         """Wait through consecutive phases; returns False if a failure cut them short."""
         ledger, env = self.ledger, self.env
         ledger.phases, ledger.phase_start = phases, env.now
@@ -224,7 +228,7 @@ class _History:
         _close_phase(ledger, env.now)
         return env.now >= end
 
-    def _take_spares(self):
+    def _take_spares(self) -> Process:
         """Take a spare for each failed node; returns False if a failure came first."""
         ledger, env = self.ledger, self.env
         while ledger.pending_swaps:
@@ -238,7 +242,7 @@ class _History:
             ledger.pending_swaps -= 1
         return True
 
-    def _recover(self):
+    def _recover(self) -> Process:
         """Detect, swap failed nodes, relaunch and restore; returns False if interrupted."""
         spec, relaunch = self.spec, self.spec.restart_time + self.cyc.restore
         swap = spec.reschedule_time if self.ledger.pending_swaps else 0.0
@@ -251,7 +255,7 @@ class _History:
             return False
         return (yield from self._spend((("restart", swap + relaunch),)))
 
-    def job(self):
+    def job(self) -> Generator[simpy.Event, Any, None]:
         """Train until the next failure, recover (again if a failure hits recovery), repeat."""
         ledger, env = self.ledger, self.env
         while True:

@@ -29,7 +29,11 @@ from typing import Protocol
 
 import numpy as np
 
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.simulate import simulate
+from clustersim.topologies import Cluster
+from clustersim.workloads import ModelSpec, TrainingSpec
 from clustersim.simulator.longrun.checkpoint import LongRunError
 
 _CHUNK_ELEMENTS = 1 << 20  # ranks x steps drawn at once in the closed form (8 MiB of float64)
@@ -88,12 +92,18 @@ class StepTimeDistribution:
 class _Scenario(Protocol):
     """What ``step_time_distribution`` needs of ``clustersim.simulator.scenario.Scenario``."""
 
-    model: object
-    training: object
-    cluster: object
-    plan: object
-    profile: object
-    seed: int
+    @property
+    def model(self) -> ModelSpec: ...
+    @property
+    def training(self) -> TrainingSpec: ...
+    @property
+    def cluster(self) -> Cluster: ...
+    @property
+    def plan(self) -> ParallelPlan: ...
+    @property
+    def profile(self) -> CalibrationProfile | None: ...
+    @property
+    def seed(self) -> int: ...
 
 
 def _validate(spec: StragglerSpec) -> None:
@@ -132,12 +142,14 @@ def draw_jitter(spec: StragglerSpec, shape: tuple[int, ...], rng: np.random.Gene
     sigma = math.sqrt(math.log1p(spec.jitter_cv**2))
     if sigma == 0.0:
         return np.ones(shape)
-    return np.exp(sigma * np.abs(rng.standard_normal(shape)))
+    jitter: np.ndarray = np.exp(sigma * np.abs(rng.standard_normal(shape)))
+    return jitter
 
 
 def draw_compute_scale(spec: StragglerSpec, num_ranks: int, rng: np.random.Generator) -> np.ndarray:
     """One step's per-rank compute multipliers (slow devices times jitter), each >= 1."""
-    return draw_slow_devices(spec, num_ranks, rng) * draw_jitter(spec, (num_ranks,), rng)
+    scale: np.ndarray = draw_slow_devices(spec, num_ranks, rng) * draw_jitter(spec, (num_ranks,), rng)
+    return scale
 
 
 def _summarise(step_times: np.ndarray, base: float, wait: np.ndarray) -> StepTimeDistribution:

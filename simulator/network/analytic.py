@@ -34,7 +34,8 @@ class GroupShape:
 
 def _bandwidths(cluster: Cluster, profile: CalibrationProfile) -> tuple[float, float]:
     nvlink = cluster.accelerator.nvlink_bandwidth * profile.link_eff("nvlink")
-    oversub = float(cluster.params.get("oversubscription", 1.0) or 1.0)
+    given = cluster.params.get("oversubscription", 1.0)
+    oversub = float(given) if isinstance(given, (int, float)) and given else 1.0
     nic = cluster.nic_bandwidth * profile.link_eff("nic") / oversub
     return (nvlink if nvlink > 0 else nic), nic
 

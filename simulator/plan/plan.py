@@ -138,10 +138,11 @@ def plan_from_mapping(data: dict[str, object]) -> ParallelPlan:
     unknown = sorted(set(data) - valid)
     if unknown:
         raise PlanError(f"plan: unknown field(s) {unknown}; valid fields: {sorted(valid)}")
-    if isinstance(data.get("layer_split"), list):
-        data = {**data, "layer_split": tuple(data["layer_split"])}
+    split = data.get("layer_split")
+    if isinstance(split, list):
+        data = {**data, "layer_split": tuple(split)}
     try:
-        return ParallelPlan(**data)  # type: ignore[arg-type]
+        return ParallelPlan(**data)  # type: ignore[arg-type]  # plain data; __post_init__ checks each field
     except TypeError as exc:
         raise PlanError(f"plan: {exc}") from None
 

@@ -9,6 +9,7 @@ in-flight micro-batches, buffers) and the out-of-memory check. Activation sizes 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TypedDict
 
 from clustersim.units import GIB
 from clustersim.simulator.step.compute import is_routed_expert
@@ -59,7 +60,28 @@ def stage_chunks(plan: ParallelPlan, num_layers: int) -> list[list[tuple[int, ra
             for s in range(plan.pp)]
 
 
-def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> dict[str, int | bool]:
+class OpKwargs(TypedDict):
+    """The sharding keywords of ``workloads.layer_ops``, ``embedding_ops`` and ``head_ops``."""
+
+    micro_batch: int
+    seq_len: int
+    tp: int
+    cp: int
+    ep: int
+    etp: int
+    dtype_bytes: int
+    sp: bool
+
+
+class _Shard(TypedDict):
+    micro_batch: int
+    seq_len: int
+    tp: int
+    cp: int
+    sp: bool
+
+
+def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> OpKwargs:
     """The sharding keywords of ``workloads.layer_ops`` for this plan."""
     return {
         "micro_batch": plan.micro_batch,
@@ -116,8 +138,8 @@ def _params(ops: list[Op]) -> tuple[float, float]:
 
 def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range) -> float:
     """Activations one micro-batch leaves on a device of this chunk (Korthikanti et al. 2022)."""
-    shard = dict(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
-    total = sum(layer_activation_bytes(model, i, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
+    shard = _Shard(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
+    total: float = sum(layer_activation_bytes(model, i, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
                                        ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention, **shard)
                 for i in layers)
     if chunk == 0:

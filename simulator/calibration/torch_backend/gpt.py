@@ -84,7 +84,7 @@ class GPT(nn.Module):
         h = self.tok_embeddings(x) if self.tok_embeddings is not None else x
         for block in self.layers.values():
             h = block(h)
-        if self.output is None:
+        if self.output is None or self.norm is None:  # not the last stage: hand on the hidden states
             return h
         return self.output(self.norm(h))
 

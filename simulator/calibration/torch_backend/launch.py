@@ -96,7 +96,8 @@ def launch(tasks: Sequence[Mapping[str, object]], world_size: int, *, timeout: f
                 f.close()
         if failed is not None:
             raise LaunchError(_failure_message(failed, world_size, timeout, logs_at))
-        return json.loads(out_file.read_text())
+        results: list[dict[str, object]] = json.loads(out_file.read_text())
+        return results
 
 
 def _failure_message(failed: int, world_size: int, timeout: float, logs: Path) -> str:

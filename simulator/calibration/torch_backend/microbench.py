@@ -9,7 +9,7 @@ training; the slowest rank sets each figure. It does not fit curves (``clustersi
 from __future__ import annotations
 
 import time
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import torch
 import torch.distributed as dist
@@ -62,7 +62,7 @@ def time_call(fn: Callable[[], object], timing: TimingRecipe) -> float:
     return float(t)
 
 
-def gemm_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, float]]:
+def gemm_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, Any]]:
     """Forward (x W^T) and both backward layouts (dY W, dY^T x) of each (m, n, k) linear."""
     out = []
     for m, n, k in shapes:
@@ -74,7 +74,7 @@ def gemm_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str
     return out
 
 
-def attention_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, float]]:
+def attention_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, Any]]:
     """Causal SDPA forward and backward for each (batch, heads, seq, head_dim)."""
     out = []
     for b, h, s, d in shapes:
@@ -93,7 +93,7 @@ def attention_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dic
     return out
 
 
-def memory_entries(sizes: list[int], timing: TimingRecipe) -> list[dict[str, float]]:
+def memory_entries(sizes: list[int], timing: TimingRecipe) -> list[dict[str, Any]]:
     """Bytes/s of copy, add, GELU and LayerNorm on fp32 tensors of ``sizes`` elements."""
     out = []
     for n in sizes:
@@ -143,17 +143,17 @@ def optimizer_entry(params: int, timing: TimingRecipe) -> dict[str, float]:
     return {"params": float(params), "time_s": time_call(opt.step, timing)}
 
 
-def compute_suite(task: Mapping[str, object], timing: TimingRecipe) -> dict[str, object]:
+def compute_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
     """Every compute microbenchmark the task names (all ranks run it concurrently)."""
     return {
         "world_size": dist.get_world_size(),
         "threads_per_rank": torch.get_num_threads(),
         "device": _dev().type,
-        "gemm": gemm_entries(task.get("gemm_shapes", []), timing),  # type: ignore[arg-type]
-        "attention": attention_entries(task.get("attention_shapes", []), timing),  # type: ignore[arg-type]
-        "memory": memory_entries(task.get("memory_sizes", []), timing),  # type: ignore[arg-type]
+        "gemm": gemm_entries(task.get("gemm_shapes", []), timing),
+        "attention": attention_entries(task.get("attention_shapes", []), timing),
+        "memory": memory_entries(task.get("memory_sizes", []), timing),
         "overhead": overhead_entry(timing),
-        "optimizer": optimizer_entry(int(task.get("optimizer_params", 1 << 20)), timing),  # type: ignore[call-overload]
+        "optimizer": optimizer_entry(int(task.get("optimizer_params", 1 << 20)), timing),
     }
 
 
@@ -179,11 +179,11 @@ def collective_call(kind: str, size: int) -> Callable[[], object]:
     raise ValueError(f"unknown collective {kind!r}; use all_reduce, all_gather, reduce_scatter, all_to_all, send_recv")
 
 
-def collective_suite(task: Mapping[str, object], timing: TimingRecipe) -> dict[str, object]:
+def collective_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
     """Seconds per collective for every (kind, size) of the task, on the whole world."""
     entries = []
-    for kind in task.get("kinds", []):  # type: ignore[union-attr]
-        for size in task.get("sizes", []):  # type: ignore[union-attr]
+    for kind in task.get("kinds", []):
+        for size in task.get("sizes", []):
             t = time_call(collective_call(str(kind), int(size)), timing)
             entries.append({"kind": kind, "size": float(size), "world_size": dist.get_world_size(), "time_s": t})
     return {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "entries": entries,
@@ -224,7 +224,7 @@ def _framework_model(variant: str, cfg: GPTConfig, world: int) -> torch.nn.Modul
     return model
 
 
-def framework_entries(timing: TimingRecipe) -> list[dict[str, float]]:
+def framework_entries(timing: TimingRecipe) -> list[dict[str, Any]]:
     """Seconds per collective call as the frameworks issue them: (parallel - plain) / calls."""
     cfg = framework_gpt(dist.get_world_size())
     tokens = torch.zeros(1, cfg.seq_len, dtype=torch.long, device=_dev())

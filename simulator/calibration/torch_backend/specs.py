@@ -8,7 +8,7 @@ anything; ``runners`` turns these specs into modules and steps.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Literal, Mapping
+from typing import Any, Literal, Mapping
 
 from clustersim.simulator.errors import CalibrationError
 
@@ -169,15 +169,15 @@ class StepRecord:
                 "uncontended_s": self.uncontended, "contention": self.contention}
 
 
-def record_from_dict(data: Mapping[str, object]) -> StepRecord:
+def record_from_dict(data: Mapping[str, Any]) -> StepRecord:
     """Inverse of ``StepRecord.to_dict`` (derived keys ignored)."""
     return StepRecord(
-        plan=BackendPlan(**data["plan"]),  # type: ignore[arg-type]
-        model=GPTConfig(**data["model"]),  # type: ignore[arg-type]
-        world_size=int(data["world_size"]),  # type: ignore[arg-type]
+        plan=BackendPlan(**data["plan"]),
+        model=GPTConfig(**data["model"]),
+        world_size=int(data["world_size"]),
         backend=str(data["backend"]),
         device=str(data["device"]),
-        step_times=tuple(float(t) for t in data["step_times"]),  # type: ignore[union-attr]
-        run_delays=tuple(float(t) for t in data.get("run_delays", ())),  # type: ignore[union-attr]
-        warmup_losses=tuple(float(t) for t in data.get("warmup_losses", ())),  # type: ignore[union-attr]
+        step_times=tuple(float(t) for t in data["step_times"]),
+        run_delays=tuple(float(t) for t in data.get("run_delays", ())),
+        warmup_losses=tuple(float(t) for t in data.get("warmup_losses", ())),
     )
