@@ -49,6 +49,9 @@ class AcceleratorSpec:
     """Citation of the figures (datasheet name and section)."""
     nvls: bool = False
     """NVLink SHARP: the NVLink switch reduces in-network (Hopper and later NVSwitch systems)."""
+    power_limit_w: float | None = None
+    """Board power limit set below ``tdp_watts`` (``nvidia-smi -pl``); None = run at TDP. It lowers the
+    sustained clock by the relation of ``topologies.power.clock_fraction``."""
 
     def __post_init__(self) -> None:
         unknown = sorted(set(self.peak_flops) - set(PRECISIONS))
@@ -64,6 +67,9 @@ class AcceleratorSpec:
                 raise TopologyError(f"accelerator {self.name!r}: {name} must be > 0, got {getattr(self, name)}")
         if self.nvlink_bandwidth < 0 or self.tdp_watts < 0:
             raise TopologyError(f"accelerator {self.name!r}: nvlink_bandwidth and tdp_watts must be >= 0")
+        if self.power_limit_w is not None and not 0 < self.power_limit_w <= self.tdp_watts:
+            raise TopologyError(f"accelerator {self.name!r}: power_limit_w = {self.power_limit_w} must be in "
+                                f"(0, tdp_watts = {self.tdp_watts}]; lower it or leave it unset")
         # a private plain copy: picklable (process pools, Dask) and immune to the caller's mutation
         object.__setattr__(self, "peak_flops", dict(self.peak_flops))
 

@@ -8,6 +8,7 @@ It does not know any preset's figures (``topologies.presets``).
 from __future__ import annotations
 
 import os
+from dataclasses import replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Mapping
@@ -16,6 +17,7 @@ import yaml
 
 from clustersim.topologies.cluster import Cluster
 from clustersim.topologies.errors import TopologyError
+from clustersim.topologies.power import with_power_limit
 from clustersim.topologies.presets import GBIT, get_cluster, preset_name
 
 UNIT_KEYS: Mapping[str, tuple[str, float]] = MappingProxyType({
@@ -60,7 +62,7 @@ def to_overrides(data: Mapping[str, Any], where: str = "<mapping>") -> dict[str,
     """Keyword overrides in SI units from a file mapping (without ``preset`` and ``num_gpus``)."""
     out: dict[str, Any] = {}
     for key, value in data.items():
-        if key in ("preset", "num_gpus"):
+        if key in ("preset", "num_gpus", "power_limit_w"):
             continue
         if key in UNIT_KEYS:
             si, factor = UNIT_KEYS[key]
@@ -68,7 +70,7 @@ def to_overrides(data: Mapping[str, Any], where: str = "<mapping>") -> dict[str,
         elif key in PLAIN_KEYS:
             out[key] = tuple(value) if key == "dims" else value
         else:
-            valid = sorted({"preset", "num_gpus"} | PLAIN_KEYS | set(UNIT_KEYS))
+            valid = sorted({"preset", "num_gpus", "power_limit_w"} | PLAIN_KEYS | set(UNIT_KEYS))
             raise TopologyError(f"{where}: unknown cluster key {key!r}; use one of {valid}")
     return out
 
@@ -88,4 +90,7 @@ def load_cluster(source: str | os.PathLike[str] | Mapping[str, Any], num_gpus: i
     extra = sorted(set(overrides) - CPU_KEYS) if preset == "cpu-loopback" else []
     if extra:
         raise TopologyError(f"{where}: cpu-loopback does not take {extra}; use only {sorted(CPU_KEYS)}")
-    return get_cluster(preset, count, **overrides)
+    cluster = get_cluster(preset, count, **overrides)
+    if data.get("power_limit_w") is not None:  # a board power cap per accelerator (topologies.power)
+        cluster = replace(cluster, accelerator=with_power_limit(cluster.accelerator, float(data["power_limit_w"])))
+    return cluster

@@ -11,6 +11,7 @@ from typing import Iterable, Literal
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.topologies import AcceleratorSpec
+from clustersim.topologies.power import clock_fraction
 from clustersim.workloads import Op
 
 Pass = Literal["fwd", "bwd", "bwd_input", "bwd_weight"]
@@ -69,7 +70,8 @@ def op_time(
         eff = profile.gemm_eff(flops) * (profile.precision_efficiency.get("fp8", 1.0) if precision == "fp8" and op.fp8 else 1.0)
     else:
         eff = 1.0
-    math = flops * flops_scale / (peak * eff) if flops > 0 else 0.0
+    # a board power cap lowers the sustained clock, so the math peak (topologies.power.clock_fraction)
+    math = flops * flops_scale / (peak * eff * clock_fraction(accelerator)) if flops > 0 else 0.0
     memory = nbytes * flops_scale / (accelerator.hbm_bandwidth * profile.memory_efficiency)
     return max(math, memory) + profile.kernel_overhead
 
