@@ -31,6 +31,7 @@ from clustersim.simulator.cli import stragglers as straggler_cli
 from clustersim.simulator.cli import sweep as sweep_cli
 from clustersim.simulator.cli import validate as validate_cli
 from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.longrun.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.step.result import CATEGORIES, Result
@@ -51,8 +52,8 @@ def write_json(doc: Any, path: str | os.PathLike[str]) -> Path:
     return files.write_json(path, doc)
 
 
-def result_table(result: Result, title: str) -> Table:
-    """The step summary and its breakdown as a rich table."""
+def result_table(result: Result, title: str, energy: StepEnergy | None = None) -> Table:
+    """The step summary and its breakdown (and its energy, when given) as a rich table."""
     table = Table(title=title, show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
@@ -66,6 +67,10 @@ def result_table(result: Result, title: str) -> Table:
     for cat in CATEGORIES:
         secs = result.breakdown[cat]
         table.add_row(f"  {cat}", f"{secs:.4f} s", f"{secs / step * 100:.1f}%")
+    if energy is not None:  # longrun.energy: the power model integrated over the step's timeline
+        table.add_row("energy per step", f"{energy.facility_j / 3.6e6:.4g} kWh", f"PUE {energy.pue:.2f}")
+        table.add_row("energy per token", f"{energy.j_per_token:.4g} J", f"{energy.j_per_token / 3.6:.4g} kWh/M")
+        table.add_row("mean power per GPU", f"{energy.mean_gpu_w:.0f} W", f"node +{energy.node_j / max(energy.step_time * energy.num_gpus, 1e-30):.0f} W")
     for m in result.memory:
         table.add_row(f"memory stage {m.stage}", f"{m.total / 2**30:.1f} GiB",
                       " ".join(f"{k[0]}{v / 2**30:.0f}" for k, v in m.parts().items()))
@@ -89,13 +94,14 @@ def simulate_cmd(
     result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
                       mode=mode or sc.mode, seed=sc.seed)  # type: ignore[arg-type]
     title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
-    console.print(result_table(result, title))
+    energy = step_energy(result, sc.cluster)
+    console.print(result_table(result, title, energy))
     if result.collectives:
         console.print(collectives_table(result))
     if show_placement:
         console.print(placement_table(sc))
     if json_out:
-        write_json(result.to_dict(), json_out)
+        write_json({**result.to_dict(), "energy": energy.to_dict()}, json_out)
         console.print(f"wrote {json_out}")
     if plot:
         write_waterfall(result.to_dict(), plot)

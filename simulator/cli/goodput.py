@@ -30,9 +30,11 @@ from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.longrun.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.longrun.failures import FailureSpec, system_mtbf
+from clustersim.simulator.longrun.energy import RunEnergy, run_energy, step_energy
 from clustersim.simulator.longrun.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,
                                simulate_long_run, sweep_intervals)
 from clustersim.simulator.scenario import load_scenario
+from clustersim.topologies.power import FacilitySpec, power_spec
 
 EXIT_BAD_INPUT = 2
 HOUR = 3600.0
@@ -104,15 +106,34 @@ def results_table(spec: LongRunSpec, chosen: LongRunResult, sweep: IntervalSweep
     return table
 
 
+def energy_rows(run: RunEnergy, facility: FacilitySpec) -> list[tuple[str, str]]:
+    """The run's energy, GPU-hours, money and emissions, each mean [95% CI] over the histories."""
+    def fmt(est: Any, digits: str) -> str:
+        return f"{est.mean:{digits}} [{est.ci95[0]:{digits}}, {est.ci95[1]:{digits}}]"
+    rows = [(f"run of {run.tokens:.4g} useful tokens", f"PUE {facility.pue:.2f}"),
+            ("  energy kWh [95% CI]", fmt(run.energy_kwh, ",.0f")),
+            ("  kWh per M useful tokens", fmt(run.energy_kwh_per_million_tokens, ".4g")),
+            ("  GPU-hours [95% CI]", fmt(run.gpu_hours, ",.0f")), ("  cost [95% CI]", fmt(run.money, ",.0f"))]
+    if facility.grid_kg_per_kwh > 0:
+        rows.append(("  t CO2eq [95% CI]", fmt(replace(run.kg_co2, mean=run.kg_co2.mean / 1e3,
+                                                      ci95=(run.kg_co2.ci95[0] / 1e3, run.kg_co2.ci95[1] / 1e3)), ",.1f")))
+    return rows
+
+
 def _long_run_spec(scenario: Any, days: float, repetitions: int) -> LongRunSpec:
     """Simulate one step of the scenario and describe the job for the long run."""
+    return _long_run(scenario, days, repetitions)[0]
+
+
+def _long_run(scenario: Any, days: float, repetitions: int) -> tuple[LongRunSpec, Any]:
+    """The long-run description of the scenario and its simulated step (the step's ``Result``)."""
     step = simulate(scenario.model, scenario.training, scenario.cluster, scenario.plan,
                     profile=scenario.profile, seed=scenario.seed)
     return LongRunSpec(days=days, step_time=step.step_time, tokens_per_step=step.tokens_per_step,
                        num_gpus=step.num_gpus, gpus_per_node=scenario.cluster.gpus_per_node,
                        state_bytes_per_device=step.checkpoint_bytes_per_device,
                        checkpoint_interval=step.step_time, cost_per_gpu_hour=scenario.cluster.cost_per_gpu_hour,
-                       repetitions=repetitions)
+                       repetitions=repetitions), step
 
 
 def run_goodput(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: FailureSpec, seed: int,
@@ -154,13 +175,21 @@ def goodput_command(
     plot: Annotated[Path | None, typer.Option(help="PNG of goodput against interval.")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="JSON summary file.")] = None,
     set_: Annotated[list[str] | None, typer.Option("--set", help="Scenario override, e.g. plan.tp=4.")] = None,
+    tokens: Annotated[float | None, typer.Option(help="Useful tokens of the run to price; default: one run's.")] = None,
+    pue: Annotated[float, typer.Option(help="Facility PUE (1 = IT energy only).")] = 1.0,
+    price_per_kwh: Annotated[float, typer.Option(help="Electricity price per kWh (owner pricing).")] = 0.0,
+    capex_per_gpu: Annotated[float, typer.Option(help="Capital cost per GPU, amortised (owner pricing).")] = 0.0,
+    life_years: Annotated[float, typer.Option(help="Years over which capex is amortised.")] = 4.0,
+    grid_g_per_kwh: Annotated[float, typer.Option(help="Grid intensity, g CO2eq per kWh.")] = 0.0,
 ) -> None:
     """Goodput distribution, best checkpoint interval and lost hours over a long run."""
     console, errors = Console(), Console(stderr=True)
     try:
         interval = _parse_interval(checkpoint_interval)
         scenario = load_scenario(scenario_file, set_ or [])
-        spec = _long_run_spec(scenario, days, repetitions)
+        spec, step = _long_run(scenario, days, repetitions)
+        facility = FacilitySpec(pue=pue, price_per_kwh=price_per_kwh, capex_per_gpu=capex_per_gpu,
+                                life_years=life_years, grid_kg_per_kwh=grid_g_per_kwh / 1e3)
         checkpoint = CheckpointSpec(write_bandwidth_per_node=node_write_gbps * GBIT,
                                     storage_bandwidth=storage_gbps * GBIT, asynchronous=asynchronous, sharded=sharded)
         options = dict(distribution=distribution, weibull_shape=weibull_shape, detection_time=detection_min * 60,
@@ -168,12 +197,20 @@ def goodput_command(
                        spare_nodes=spare_nodes, repair_time=repair_hours * HOUR)
         failures = _failure_spec(mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours, options)
         chosen, sweep = run_goodput(spec, checkpoint, failures, scenario.seed if seed is None else seed, interval)
-    except ClusterSimError as exc:
+        power = power_spec(scenario.cluster.accelerator)
+        run = run_energy(step_energy(step, scenario.cluster, power, facility), spec, chosen,
+                         chosen.tokens_mean if tokens is None else tokens, facility, power,
+                         spare_gpus=spare_nodes * spec.gpus_per_node, cluster_price=spec.cost_per_gpu_hour)
+    except (ClusterSimError, ValueError) as exc:
         errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
-    console.print(results_table(spec, chosen, sweep))
+    table = results_table(spec, chosen, sweep)
+    for label, value in energy_rows(run, facility):
+        table.add_row(label, value)
+    console.print(table)
     if plot is not None:
         _save_plot(sweep, plot)
     if json_out is not None:
         _save_json({"step_time_s": spec.step_time, "state_bytes_per_device": spec.state_bytes_per_device,
-                    "days": days, "result": chosen.to_dict(), "sweep": sweep.to_dict()}, json_out)
+                    "days": days, "result": chosen.to_dict(), "sweep": sweep.to_dict(),
+                    "energy": run.to_dict()}, json_out)
