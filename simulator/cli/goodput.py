@@ -200,7 +200,8 @@ def goodput_command(
         power = power_spec(scenario.cluster.accelerator)
         run = run_energy(step_energy(step, scenario.cluster, power, facility), spec, chosen,
                          chosen.tokens_mean if tokens is None else tokens, facility, power,
-                         spare_gpus=spare_nodes * spec.gpus_per_node, cluster_price=spec.cost_per_gpu_hour)
+                         spare_gpus=spare_nodes * spec.gpus_per_node, cluster_price=spec.cost_per_gpu_hour,
+                         limit_w=scenario.cluster.accelerator.power_limit_w)
     except (ClusterSimError, ValueError) as exc:
         errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
