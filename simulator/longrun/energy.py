@@ -6,7 +6,7 @@ unit from the engine's intervals and ``topologies.power``), its integral (``step
 of a training run of N tokens with the goodput model's lost work, stalls and restarts
 (``run_energy`` -> ``RunEnergy``, with 95% confidence intervals over the failure histories).
 ``energy_per_token(result, cluster)`` is the one-number entry point for search objectives and
-reports. It does not simulate a step (``step.simulate``) nor failures (``longrun.goodput``).
+``energy_row(result, cluster)`` the flat columns for sweep rows and hardware tables. It does not simulate a step (``step.simulate``) nor failures (``longrun.goodput``).
 
 Definitions (SI: J, W, s; kWh only in names that say so):
 - a unit (replica, stage) stands for ``num_gpus / units`` devices; at each instant its devices
@@ -233,6 +233,19 @@ def token_costs(step: StepEnergy, facility: FacilitySpec, cluster_price: float =
     return TokenCosts(energy_kwh_per_step=kwh, gpu_hours_per_step=step.gpu_hours,
                       money_per_step=money(kwh, step.gpu_hours, facility, cluster_price),
                       kg_co2_per_step=kwh * facility.grid_kg_per_kwh, tokens_per_step=step.tokens_per_step)
+
+
+def energy_row(result: Result, cluster: Cluster, power: PowerSpec | None = None,
+               facility: FacilitySpec | None = None) -> dict[str, float]:
+    """Flat columns (units in the names) for sweep rows, hardware tables and search objectives;
+    money at the cluster's own GPU-hour price unless ``facility`` sets a price."""
+    facility = facility or FacilitySpec()
+    step = step_energy(result, cluster, power, facility)
+    costs = token_costs(step, facility, cluster.cost_per_gpu_hour)
+    return {"energy_j_per_token": step.j_per_token, "kwh_per_million_tokens": costs.per_token("energy_kwh") * 1e6,
+            "mean_gpu_power_w": step.mean_gpu_w, "gpu_hours_per_million_tokens": costs.per_token("gpu_hours") * 1e6,
+            "cost_per_million_tokens": costs.per_token("money") * 1e6,
+            "kg_co2_per_million_tokens": costs.per_token("kg_co2") * 1e6}
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,8 +18,8 @@ from typer.testing import CliRunner
 
 from clustersim.simulator.cli.goodput import register
 from clustersim.simulator.longrun.checkpoint import CheckpointSpec
-from clustersim.simulator.longrun.energy import (activity, energy_per_token, price_run, step_energy, token_costs,
-                                                 unit_power, units_of)
+from clustersim.simulator.longrun.energy import (activity, energy_per_token, energy_row, price_run, step_energy,
+                                                 token_costs, unit_power, units_of)
 from clustersim.simulator.longrun.failures import FailureSpec
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.engine import Interval
@@ -233,3 +233,14 @@ def test_cli_goodput_reports_run_energy_and_cost_with_intervals(tmp_path: Path) 
     assert doc["kg_co2"]["mean"] == pytest.approx(doc["energy_kwh"]["mean"] * 0.4, rel=1e-9)
     bad = CliRunner().invoke(_app(), ["goodput", str(EXAMPLE), "--pue", "0.5"])
     assert bad.exit_code == 2 and "pue" in bad.output
+
+
+def test_energy_row_prices_tokens_like_the_result_row() -> None:
+    """Two formulas for $ per million tokens (Result.to_row and the energy row) agree at a rental price."""
+    cluster, result = _cached()
+    priced = replace(cluster, cost_per_gpu_hour=3.5)
+    row = energy_row(replace(result, labels={**result.labels, "cost_per_gpu_hour": 3.5}), priced)
+    assert row["cost_per_million_tokens"] == pytest.approx(
+        replace(result, labels={**result.labels, "cost_per_gpu_hour": 3.5}).to_row()["cost_per_million_tokens"])
+    assert row["kwh_per_million_tokens"] == pytest.approx(row["energy_j_per_token"] / 3.6)
+    assert row["gpu_hours_per_million_tokens"] == pytest.approx(8 * result.step_time / 3600 / result.tokens_per_step * 1e6)
