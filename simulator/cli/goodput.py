@@ -2,7 +2,8 @@
 
 Owns the command's options, the table it prints, the JSON it writes and the goodput-against-
 interval plot. It simulates one step of the scenario with ``clustersim.simulator.step.simulate.simulate`` (step time,
-tokens per step, checkpoint bytes) and hands the rest to ``clustersim.simulator.longrun.goodput``; it computes
+tokens per step, checkpoint bytes) and hands the rest to ``clustersim.simulator.longrun.goodput`` and the
+run's energy, GPU-hours, cost and emissions to ``clustersim.simulator.longrun.energy``; it computes
 nothing else itself. ``clustersim.simulator.cli.app`` calls ``register(app)``.
 
 Defaults that are assumptions, not facts: detection 2 min, restart 10 min, a 200 Gbit/s
