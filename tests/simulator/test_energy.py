@@ -244,3 +244,14 @@ def test_energy_row_prices_tokens_like_the_result_row() -> None:
         replace(result, labels={**result.labels, "cost_per_gpu_hour": 3.5}).to_row()["cost_per_million_tokens"])
     assert row["kwh_per_million_tokens"] == pytest.approx(row["energy_j_per_token"] / 3.6)
     assert row["gpu_hours_per_million_tokens"] == pytest.approx(8 * result.step_time / 3600 / result.tokens_per_step * 1e6)
+
+
+def test_symmetric_and_full_mode_give_the_same_step_energy() -> None:
+    """One representative pipeline stands for every replica: full mode (every unit) agrees."""
+    cluster = get_cluster("dgx-h100", 16)
+    plan = ParallelPlan(tp=2, pp=2, dp=4, micro_batch=1)
+    training = TrainingSpec(seq_len=4096, global_batch_size=16)
+    sym = simulate(MODEL, training, cluster, plan)
+    full = simulate(MODEL, training, cluster, plan, mode="full")
+    assert len(units_of(full.intervals)) == 4 * len(units_of(sym.intervals))
+    assert step_energy(full, cluster).gpu_j == pytest.approx(step_energy(sym, cluster).gpu_j, rel=1e-6)
