@@ -70,7 +70,8 @@ def result_table(result: Result, title: str, energy: StepEnergy | None = None) -
     if energy is not None:  # longrun.energy: the power model integrated over the step's timeline
         table.add_row("energy per step", f"{energy.facility_j / 3.6e6:.4g} kWh", f"PUE {energy.pue:.2f}")
         table.add_row("energy per token", f"{energy.j_per_token:.4g} J", f"{energy.j_per_token / 3.6:.4g} kWh/M")
-        table.add_row("mean power per GPU", f"{energy.mean_gpu_w:.0f} W", f"node +{energy.node_j / max(energy.step_time * energy.num_gpus, 1e-30):.0f} W/GPU")
+        node_w = energy.node_j / max(energy.step_time * energy.num_gpus, 1e-30)
+        table.add_row("mean power per GPU", f"{energy.mean_gpu_w:.0f} W", f"node +{node_w:.0f} W/GPU")
     for m in result.memory:
         table.add_row(f"memory stage {m.stage}", f"{m.total / 2**30:.1f} GiB",
                       " ".join(f"{k[0]}{v / 2**30:.0f}" for k, v in m.parts().items()))

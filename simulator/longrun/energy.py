@@ -6,7 +6,8 @@ unit from the engine's intervals and ``topologies.power``), its integral (``step
 of a training run of N tokens with the goodput model's lost work, stalls and restarts
 (``run_energy`` -> ``RunEnergy``, with 95% confidence intervals over the failure histories).
 ``energy_per_token(result, cluster)`` is the one-number entry point for search objectives and
-``energy_row(result, cluster)`` the flat columns for sweep rows and hardware tables. It does not simulate a step (``step.simulate``) nor failures (``longrun.goodput``).
+``energy_row(result, cluster)`` the flat columns for sweep rows and hardware tables. It does not
+simulate a step (``step.simulate``) nor failures (``longrun.goodput``).
 
 Definitions (SI: J, W, s; kWh only in names that say so):
 - a unit (replica, stage) stands for ``num_gpus / units`` devices; at each instant its devices
