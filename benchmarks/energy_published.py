@@ -22,6 +22,7 @@ from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import get_cluster
+from clustersim.topologies.power import with_power_limit
 from clustersim.units import GBIT
 from clustersim.workloads import TrainingSpec, get_model
 
@@ -62,6 +63,11 @@ def accounts() -> list[tuple[str, tuple, float, float, float]]:
              366e9, t.BLOOM_GPU_HOURS, t.BLOOM_DYNAMIC_KWH)]
     rows += [(name, (get_model(name), TrainingSpec(seq_len=4096, global_batch_size=1024), get_cluster("dgx-a100", 2048),
                      plan), 2.0e12, hours, hours * 0.4) for name, hours, _, plan in t.LLAMA2]
+    capped = get_cluster("dgx-a100", 2048)  # Llama 2 paper sec. 2.2.1: the production cluster caps GPUs at 350 W
+    capped = replace(capped, accelerator=with_power_limit(capped.accelerator, 350.0))
+    name, hours, _, plan = t.LLAMA2[-1]
+    rows.append((f"{name} @350 W", (get_model(name), TrainingSpec(seq_len=4096, global_batch_size=1024), capped, plan),
+                 2.0e12, hours, hours * 0.4))
     rows.append(("Llama 3.1 405B", (get_model("llama3-405b"), TrainingSpec(seq_len=8192, global_batch_size=2048), big,
                                     ParallelPlan(tp=8, pp=16, dp=128, vpp=4, schedule="interleaved", sp=True, zero=1,
                                                  tp_comm_overlap=0.5)),
