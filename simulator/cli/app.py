@@ -72,6 +72,8 @@ def result_table(result: Result, title: str, energy: StepEnergy | None = None) -
         table.add_row("energy per token", f"{energy.j_per_token:.4g} J", f"{energy.j_per_token / 3.6:.4g} kWh/M")
         node_w = energy.node_j / max(energy.step_time * energy.num_gpus, 1e-30)
         table.add_row("mean power per GPU", f"{energy.mean_gpu_w:.0f} W", f"node +{node_w:.0f} W/GPU")
+        shares = {k: v / energy.gpu_j * 100 for k, v in energy.by_activity_j.items()} if energy.gpu_j > 0 else {}
+        table.add_row("  GPU energy dense/mem/comm/wait", "/".join(f"{v:.0f}" for v in shares.values()) + " %", "")
     for m in result.memory:
         table.add_row(f"memory stage {m.stage}", f"{m.total / 2**30:.1f} GiB",
                       " ".join(f"{k[0]}{v / 2**30:.0f}" for k, v in m.parts().items()))

@@ -200,7 +200,7 @@ def test_cli_simulate_prints_and_writes_energy(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     p = _cli("simulate", str(EXAMPLE), "--json", str(out))
     assert p.returncode == 0, p.stderr
-    assert "energy per token" in p.stdout and "mean power per GPU" in p.stdout
+    assert "energy per token" in p.stdout and "mean power per GPU" in p.stdout and "dense/mem/comm/wait" in p.stdout
     doc = json.loads(out.read_text())
     energy = doc["energy"]
     assert energy["step_energy_j"] == pytest.approx(energy["energy_per_token_j"] * doc["tokens_per_step"])
@@ -233,6 +233,8 @@ def test_cli_goodput_reports_run_energy_and_cost_with_intervals(tmp_path: Path) 
     assert doc["kg_co2"]["mean"] == pytest.approx(doc["energy_kwh"]["mean"] * 0.4, rel=1e-9)
     bad = CliRunner().invoke(_app(), ["goodput", str(EXAMPLE), "--pue", "0.5"])
     assert bad.exit_code == 2 and "pue" in bad.output
+    bad = CliRunner().invoke(_app(), ["goodput", str(EXAMPLE), "--days", "1", "--repetitions", "2", "--tokens", "0"])
+    assert bad.exit_code == 2 and "tokens" in bad.output
 
 
 def test_energy_row_prices_tokens_like_the_result_row() -> None:
