@@ -19,7 +19,7 @@ from clustersim.topologies.accelerators import (
     cpu_accelerator,
     get_accelerator,
 )
-from clustersim.topologies.cluster import Cluster, validate_cluster
+from clustersim.topologies.cluster import Cluster, ensure_valid, validate_cluster
 from clustersim.topologies.config import load_cluster
 from clustersim.topologies.errors import TopologyError
 from clustersim.topologies.fabrics import (
@@ -93,4 +93,5 @@ __all__ = [
     "single_domain",
     "torus",
     "validate_cluster",
+    "ensure_valid",
 ]

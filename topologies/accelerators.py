@@ -14,6 +14,7 @@ is per direction per device: half the bidirectional figure of the datasheets.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Mapping
@@ -59,14 +60,15 @@ class AcceleratorSpec:
             raise TopologyError(
                 f"accelerator {self.name!r}: peak_flops keys {unknown} are unknown; use {list(PRECISIONS)}"
             )
-        bad = {k: v for k, v in self.peak_flops.items() if not v > 0}
+        bad = {k: v for k, v in self.peak_flops.items() if not 0 < v < math.inf}
         if bad or not self.peak_flops:
             raise TopologyError(f"accelerator {self.name!r}: peak_flops must be positive, got {dict(self.peak_flops)}")
         for name in ("hbm_capacity", "hbm_bandwidth"):
-            if not getattr(self, name) > 0:
-                raise TopologyError(f"accelerator {self.name!r}: {name} must be > 0, got {getattr(self, name)}")
-        if self.nvlink_bandwidth < 0 or self.tdp_watts < 0:
-            raise TopologyError(f"accelerator {self.name!r}: nvlink_bandwidth and tdp_watts must be >= 0")
+            if not 0 < getattr(self, name) < math.inf:
+                raise TopologyError(f"accelerator {self.name!r}: {name} must be finite and > 0, got {getattr(self, name)}")
+        if not (0 <= self.nvlink_bandwidth < math.inf and 0 <= self.tdp_watts < math.inf):
+            raise TopologyError(f"accelerator {self.name!r}: nvlink_bandwidth = {self.nvlink_bandwidth} and "
+                                f"tdp_watts = {self.tdp_watts} must be finite and >= 0")
         if self.power_limit_w is not None and not 0 < self.power_limit_w <= self.tdp_watts:
             raise TopologyError(f"accelerator {self.name!r}: power_limit_w = {self.power_limit_w} must be in "
                                 f"(0, tdp_watts = {self.tdp_watts}]; lower it or leave it unset")

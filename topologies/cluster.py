@@ -9,6 +9,8 @@ nor choose presets (``topologies.presets``).
 
 from __future__ import annotations
 
+import math
+import weakref
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -57,6 +59,10 @@ class Cluster:
 
 
 def _check_counts(cluster: Cluster) -> None:
+    for name in ("num_gpus", "gpus_per_node", "nvlink_domain_size"):
+        value = getattr(cluster, name)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TopologyError(f"cluster {cluster.name!r}: {name} = {value!r} must be an integer")
     if cluster.num_gpus < 1 or cluster.gpus_per_node < 1 or cluster.num_gpus % cluster.gpus_per_node:
         raise TopologyError(
             f"num_gpus = {cluster.num_gpus} must be a positive multiple of gpus_per_node = {cluster.gpus_per_node}"
@@ -88,8 +94,9 @@ def _check_edge(u: str, v: str, attrs: dict[str, object]) -> None:
     bw, lat, cls = attrs.get("bandwidth"), attrs.get("latency"), attrs.get("link_class")
     if bw is None or lat is None or cls is None:
         raise TopologyError(f"edge {u}->{v} lacks bandwidth/latency/link_class; got {attrs}")
-    if not bw > 0 or lat < 0:  # type: ignore[operator]
-        raise TopologyError(f"edge {u}->{v}: bandwidth = {bw} must be > 0 and latency = {lat} >= 0")
+    if not 0 < bw < math.inf or not 0 <= lat < math.inf:  # type: ignore[operator]
+        raise TopologyError(f"edge {u}->{v}: bandwidth = {bw} must be finite and > 0 (bytes/s), "
+                            f"latency = {lat} finite and >= 0 (s); fix the link")
     raise TopologyError(f"edge {u}->{v}: link_class {cls!r} unknown; use one of {sorted(LINK_CLASSES)}")
 
 
@@ -99,8 +106,8 @@ def _check_edges(graph: nx.DiGraph) -> None:
     for u, nbrs in succ.items():
         for v, attrs in nbrs.items():
             bw, lat = attrs.get("bandwidth"), attrs.get("latency")
-            ok = attrs.get("link_class") in LINK_CLASSES and bw is not None and bw > 0
-            if not (ok and lat is not None and lat >= 0):
+            ok = attrs.get("link_class") in LINK_CLASSES and bw is not None and 0 < bw < math.inf
+            if not (ok and lat is not None and 0 <= lat < math.inf):
                 _check_edge(u, v, attrs)
             if u not in succ[v]:
                 raise TopologyError(f"edge {u}->{v} has no reverse edge; add {v}->{u} (links are two directed edges)")
@@ -123,12 +130,30 @@ def _check_connected(cluster: Cluster) -> None:
 
 def validate_cluster(cluster: Cluster) -> None:
     """Raise TopologyError if ``cluster`` breaks the graph contract; return None if it holds."""
+    if not isinstance(cluster, Cluster):
+        raise TopologyError(f"cluster must be a Cluster (e.g. get_cluster('dgx-h100', 64)), got {type(cluster).__name__}")
     _check_counts(cluster)
     _check_nodes(cluster)
     _check_edges(cluster.graph)
     _check_connected(cluster)
-    if cluster.nvlink_domain_size < 1 or cluster.nic_bandwidth < 0 or cluster.cost_per_gpu_hour < 0:
+    if not (cluster.nvlink_domain_size >= 1 and 0 <= cluster.nic_bandwidth < math.inf
+            and 0 <= cluster.cost_per_gpu_hour < math.inf):
         raise TopologyError(
             f"cluster {cluster.name!r}: nvlink_domain_size = {cluster.nvlink_domain_size} must be >= 1, "
-            f"nic_bandwidth = {cluster.nic_bandwidth} and cost_per_gpu_hour = {cluster.cost_per_gpu_hour} >= 0"
+            f"nic_bandwidth = {cluster.nic_bandwidth} and cost_per_gpu_hour = {cluster.cost_per_gpu_hour} finite and >= 0"
         )
+
+
+_VALIDATED: weakref.WeakKeyDictionary[nx.DiGraph, tuple[int, int, int]] = weakref.WeakKeyDictionary()
+"""Graphs that passed ``validate_cluster``, with (num_gpus, nodes, edges) at that time."""
+
+
+def ensure_valid(cluster: Cluster) -> None:
+    """``validate_cluster`` unless this graph already passed it with the same GPU, node and edge
+    counts (presets validate once when built; a user-built Cluster is checked on first use).
+    An attribute edited in place on an already validated graph is not seen: rebuild the Cluster."""
+    key = (cluster.num_gpus, cluster.graph.number_of_nodes(), cluster.graph.number_of_edges())
+    if _VALIDATED.get(cluster.graph) == key:
+        return
+    validate_cluster(cluster)
+    _VALIDATED[cluster.graph] = key

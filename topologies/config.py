@@ -7,6 +7,7 @@ It does not know any preset's figures (``topologies.presets``).
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import replace
 from pathlib import Path
@@ -39,6 +40,27 @@ PLAIN_KEYS: frozenset[str] = frozenset({
 """Keys passed through unchanged (counts, ratios, names, flags)."""
 
 
+MAX_GPUS = 1 << 17
+"""Most devices a cluster may have (131,072; the largest published training runs use ~100k)."""
+
+COUNT_KEYS: Mapping[str, int] = MappingProxyType({
+    "gpus_per_node": 1024, "nvlink_domain_size": MAX_GPUS, "servers_per_leaf": 1 << 14, "hosts_per_leaf": 1 << 14,
+    "num_spines": 1 << 14, "tiers": 3, "leaves_per_pod": 1 << 14, "num_cores": 1 << 14, "planes": 64,
+    "servers_per_router": 1 << 14, "groups": 1 << 14, "routers_per_group": 1 << 14, "hosts_per_router": 1 << 14,
+})
+"""Integer keys (>= 1) and their upper bounds."""
+RATIO_KEYS: Mapping[str, tuple[float, float]] = MappingProxyType({
+    "oversubscription": (1.0, 1024.0), "core_oversubscription": (1.0, 1024.0), "cost_per_gpu_hour": (0.0, 1e6),
+})
+"""Real-valued keys and their closed ranges (oversubscription 1 = non-blocking)."""
+FLAG_KEYS: frozenset[str] = frozenset({"rail_optimized", "sharp"})
+"""Boolean keys (true/false, never a string)."""
+NAME_KEYS: frozenset[str] = frozenset({"name", "fabric", "accelerator"})
+"""String keys."""
+MAX_BANDWIDTH_GBPS = 1e6
+"""Upper bound of every ``*_gbps`` / ``*_gb_s`` key (1 Pbit/s or 1 PB/s per direction)."""
+
+
 CPU_KEYS: frozenset[str] = frozenset({"loopback_bandwidth", "name", "cost_per_gpu_hour"})
 """The overrides ``cpu_loopback`` understands."""
 
@@ -66,13 +88,45 @@ def to_overrides(data: Mapping[str, Any], where: str = "<mapping>") -> dict[str,
             continue
         if key in UNIT_KEYS:
             si, factor = UNIT_KEYS[key]
-            out[si] = float(value) * factor
+            out[si] = _number(key, value, 0.0, MAX_BANDWIDTH_GBPS, where, open_low=True) * factor
         elif key in PLAIN_KEYS:
-            out[key] = tuple(value) if key == "dims" else value
+            out[key] = _plain(key, value, where)
         else:
             valid = sorted({"preset", "num_gpus", "power_limit_w"} | PLAIN_KEYS | set(UNIT_KEYS))
             raise TopologyError(f"{where}: unknown cluster key {key!r}; use one of {valid}")
     return out
+
+
+def _number(key: str, value: object, low: float, high: float, where: str, open_low: bool = False) -> float:
+    """A finite real number (never a bool or string) in [low, high], or (low, high] when open_low."""
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if not ok or not (value > low if open_low else value >= low) or value > high:  # type: ignore[operator]
+        bracket = "(" if open_low else "["
+        raise TopologyError(f"{where}: {key} = {value!r}: must be a finite number in {bracket}{low:g}, {high:g}]")
+    return float(value)  # type: ignore[arg-type]
+
+
+def _count(key: str, value: object, high: int, where: str) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+        raise TopologyError(f"{where}: {key} = {value!r}: must be an integer in 1..{high:,}")
+    return value
+
+
+def _plain(key: str, value: object, where: str) -> object:
+    """A plain key's value, type- and range-checked."""
+    if key in COUNT_KEYS:
+        return _count(key, value, COUNT_KEYS[key], where)
+    if key in RATIO_KEYS:
+        return _number(key, value, *RATIO_KEYS[key], where)
+    if key in FLAG_KEYS and not isinstance(value, bool):
+        raise TopologyError(f"{where}: {key} = {value!r}: must be true or false")
+    if key in NAME_KEYS and not isinstance(value, str):
+        raise TopologyError(f"{where}: {key} = {value!r}: must be a name (a string)")
+    if key == "dims":
+        if not isinstance(value, (list, tuple)) or not value:
+            raise TopologyError(f"{where}: dims = {value!r}: must be a list of integers >= 1, e.g. [4, 4, 4]")
+        return tuple(_count("dims", d, MAX_GPUS, where) for d in value)
+    return value
 
 
 def load_cluster(source: str | os.PathLike[str] | Mapping[str, Any], num_gpus: int | None = None) -> Cluster:
@@ -83,9 +137,11 @@ def load_cluster(source: str | os.PathLike[str] | Mapping[str, Any], num_gpus: i
     if "preset" not in data:
         raise TopologyError(f"{where}: missing key 'preset'; set it to a preset name such as dgx-h100")
     count = num_gpus if num_gpus is not None else data.get("num_gpus")
-    if not isinstance(count, int) or isinstance(count, bool):
-        raise TopologyError(f"{where}: num_gpus = {count!r} must be an integer number of devices")
-    preset = preset_name(str(data["preset"]))
+    if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_GPUS:
+        raise TopologyError(f"{where}: num_gpus = {count!r}: must be an integer number of devices in 1..{MAX_GPUS:,}")
+    if not isinstance(data["preset"], str):
+        raise TopologyError(f"{where}: preset = {data['preset']!r}: must be a preset name such as dgx-h100")
+    preset = preset_name(data["preset"])
     overrides = to_overrides(data, where)
     extra = sorted(set(overrides) - CPU_KEYS) if preset == "cpu-loopback" else []
     if extra:

@@ -19,7 +19,7 @@ from clustersim.units import GBIT
 from clustersim.topologies.accelerators import (
     A100_40GB, A100_80GB, B200, B300, GB200, GB300, H100_SXM, H200, AcceleratorSpec, cpu_accelerator, get_accelerator,
 )
-from clustersim.topologies.cluster import Cluster, validate_cluster
+from clustersim.topologies.cluster import Cluster, ensure_valid
 from clustersim.topologies.errors import TopologyError
 from clustersim.topologies.fabrics import NodeSpec, dragonfly, fat_tree, multi_plane, rail_optimized, single_domain, torus
 from clustersim.topologies.graph import LOOPBACK_LATENCY, GraphParts, gpu_name
@@ -227,7 +227,7 @@ def build_cluster(system: SystemSpec, num_gpus: int, **overrides: Any) -> Cluste
         fabric=fabric, params=params, nic_bandwidth=node.nic_bandwidth,
         nvlink_domain_size=min(node.domain, num_gpus), cost_per_gpu_hour=float(o.get("cost_per_gpu_hour", 0.0)),
     )
-    validate_cluster(cluster)
+    ensure_valid(cluster)
     return cluster
 
 
@@ -307,7 +307,7 @@ def cpu_loopback(
     cluster = Cluster(name=name, accelerator=acc, num_gpus=num_gpus, gpus_per_node=num_gpus, graph=parts.to_digraph(),
                       fabric="cpu_loopback", params={"loopback_bandwidth": float(loopback_bandwidth)},
                       nic_bandwidth=0.0, nvlink_domain_size=num_gpus, cost_per_gpu_hour=cost_per_gpu_hour)
-    validate_cluster(cluster)
+    ensure_valid(cluster)
     return cluster
 
 

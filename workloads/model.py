@@ -19,7 +19,11 @@ Counting rules (each a published convention, stated where it matters):
   d_inner = H * head_dim, G = mamba_num_groups, N = mamba_state_dim, no linear biases.
 """
 
-from dataclasses import dataclass
+import functools
+import math
+import types
+import typing
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from clustersim.workloads.errors import WorkloadError
@@ -29,6 +33,14 @@ PATTERN_KINDS: dict[str, LayerKind] = {"M": "mamba", "*": "attention", "-": "mlp
 """Megatron-Core hybrid_override_pattern characters (megatron/core/ssm/mamba_hybrid_layer_
 allocation.py Symbols: MAMBA 'M', ATTENTION '*', MLP '-', MOE 'E') and the layer kind each is."""
 _MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+SIZE_LIMITS: dict[str, int] = {
+    "num_layers": 1024, "hidden_size": 1 << 18, "num_heads": 1 << 14, "num_kv_heads": 1 << 14,
+    "ffn_hidden_size": 1 << 20, "vocab_size": 1 << 24,
+}
+"""Upper bounds of the main sizes (far above any published model: Llama 3 405B has 126 layers,
+h = 16,384, ffn = 53,248, V = 128,256); every other integer field is bounded by MAX_SIZE."""
+MAX_SIZE = 1 << 24
+"""Upper bound of every other integer field (widths, ranks, counts, windows)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -118,6 +130,7 @@ class ModelSpec:
     """Citation of the configuration (paper table or official config file)."""
 
     def __post_init__(self) -> None:
+        _check_types(self)
         _check_sizes(self)
         _check_moe(self)
         _check_mla(self)
@@ -306,6 +319,44 @@ def _mla_parts(m: ModelSpec) -> dict[str, int]:
 def _check_layer_index(m: ModelSpec, i: int) -> None:
     if not 0 <= i < m.num_layers:
         raise WorkloadError(f"layer_index = {i}: must be in 0..{m.num_layers - 1} for {m.name}")
+
+
+def _kind(hint: object) -> object:
+    """The base type of a field hint: int, float, bool, str or a Literal (Optional stripped)."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if isinstance(hint, types.UnionType) or typing.get_origin(hint) is typing.Union:
+        return _kind(args[0])
+    return hint
+
+
+@functools.cache
+def field_kinds() -> tuple[tuple[str, object, object], ...]:
+    """(name, base type, default) of every ModelSpec field, read once from the annotations."""
+    hints = typing.get_type_hints(ModelSpec)
+    return tuple((f.name, _kind(hints[f.name]), f.default) for f in fields(ModelSpec))
+
+
+def _check_types(m: ModelSpec) -> None:
+    """Every field has its declared type: int (never bool or float), bool, finite float, str."""
+    for name, kind, default in field_kinds():
+        value = getattr(m, name)
+        if value is None and default is None:
+            continue
+        if kind is int:
+            ok = isinstance(value, int) and not isinstance(value, bool) and -1 < value <= SIZE_LIMITS.get(name, MAX_SIZE)
+            want = f"an integer in 0..{SIZE_LIMITS.get(name, MAX_SIZE):,}"
+        elif kind is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+            want = "a finite number"
+        elif kind is bool:
+            ok, want = isinstance(value, bool), "true or false"
+        elif typing.get_origin(kind) is Literal:
+            ok, want = value in typing.get_args(kind) and isinstance(value, str), "one of " + ", ".join(typing.get_args(kind))
+        else:
+            ok, want = isinstance(value, str), "a string"
+        if not ok:
+            shown = str(value) if isinstance(value, float) else repr(value)
+            raise WorkloadError(f"{getattr(m, 'name', '?')}: {name} = {shown}: must be {want}")
 
 
 def _check_sizes(m: ModelSpec) -> None:

@@ -4,6 +4,7 @@ Owns `TrainingSpec` and the per-parameter byte counts that follow from precision
 Does not know about parallel plans or memory placement (simulator/step/partition.py does that).
 """
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -13,6 +14,10 @@ Precision = Literal["bf16", "fp16", "fp8", "fp32"]
 Optimizer = Literal["adam", "sgd"]
 AttentionKernel = Literal["flash3", "flash2", "unfused"]
 ATTENTION_KERNELS: tuple[str, ...] = ("flash3", "flash2", "unfused")
+MAX_SEQ_LEN = 1 << 24
+"""Longest sequence accepted (16M tokens; the longest published contexts are ~1M)."""
+MAX_GLOBAL_BATCH = 1 << 24
+"""Most sequences per step accepted (16M; published runs use up to ~16k sequences)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -36,13 +41,8 @@ class TrainingSpec:
     HBM, the 5as/h activations kept (Korthikanti et al. 2022)."""
 
     def __post_init__(self) -> None:
-        if self.seq_len <= 0:
-            raise WorkloadError(f"seq_len = {self.seq_len}: must be a positive token count")
-        if self.global_batch_size <= 0:
-            raise WorkloadError(
-                f"global_batch_size = {self.global_batch_size}: "
-                "must be a positive number of sequences"
-            )
+        _check_count("seq_len", self.seq_len, MAX_SEQ_LEN, "tokens per sequence")
+        _check_count("global_batch_size", self.global_batch_size, MAX_GLOBAL_BATCH, "sequences per step")
         if self.precision not in ("bf16", "fp16", "fp8", "fp32"):
             raise WorkloadError(f"precision = {self.precision!r}: use one of bf16, fp16, fp8, fp32")
         if self.attention_kernel not in ATTENTION_KERNELS:
@@ -88,3 +88,10 @@ class TrainingSpec:
     def activation_bytes(self) -> int:
         """Bytes per stored activation element (fp8 runs keep bf16 activations between layers)."""
         return 4 if self.precision == "fp32" else 2
+
+
+def _check_count(field: str, value: object, upper: int, what: str) -> None:
+    """An integer (not a bool, float or string) in 1..upper, else a WorkloadError naming it."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= upper:
+        shown = value if not isinstance(value, float) or math.isfinite(value) else str(value)
+        raise WorkloadError(f"{field} = {shown!r}: must be an integer in 1..{upper:,} ({what})")

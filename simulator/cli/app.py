@@ -25,6 +25,8 @@ from clustersim.reports.waterfall import write_waterfall
 from clustersim.simulator.cli import calibrate as calibrate_cli
 from clustersim.simulator.cli import collective as collective_cli
 from clustersim.simulator.cli import report as reports_cli
+from clustersim.simulator.cli import schema as schema_cli
+from clustersim.simulator.cli.options import choice, gpu_counts, output_dir, output_file
 from clustersim.simulator.cli import goodput as goodput_cli
 from clustersim.simulator.cli import search as search_cli
 from clustersim.simulator.cli import stragglers as straggler_cli
@@ -36,7 +38,8 @@ from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.step.result import CATEGORIES, Result
 from clustersim.simulator.sweep.scaling import scaling_rows
-from clustersim.simulator.scenario import apply_overrides, load_scenario, read_yaml
+from clustersim.simulator.bounds import GPU_LIMIT
+from clustersim.simulator.scenario import MAX_GPUS, apply_overrides, load_scenario, read_yaml
 from clustersim.simulator.step.trace import write_trace
 from clustersim.topologies import ACCELERATORS, CLUSTER_PRESETS
 from clustersim.workloads import MODEL_PRESETS
@@ -90,9 +93,14 @@ def simulate_cmd(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML."),
     show_placement: bool = typer.Option(False, "--placement", help="Print the rank -> device mapping."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the compute-loss waterfall as PNG."),
+    force: bool = typer.Option(False, "--force", help="Run even above the work limits (GPUs, engine events)."),
 ) -> None:
     """Simulate one training step of a scenario."""
-    sc = load_scenario(scenario, set_)
+    if mode is not None:
+        choice("--mode", mode, ("symmetric", "full"))
+    for option, path in (("--json", json_out), ("--trace", trace), ("--plot", plot)):
+        output_file(option, path)
+    sc = load_scenario(scenario, set_, force=force)
     profile = load_profile(calibration) if calibration else sc.profile
     result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
                       mode=mode or sc.mode, seed=sc.seed)  # type: ignore[arg-type]
@@ -145,18 +153,18 @@ def scale_cmd(
     out: Path = typer.Option(Path("report"), "--out", help="Output directory (created)."),
     set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
     cost_per_gpu_hour: Optional[float] = typer.Option(None, "--cost-per-gpu-hour", help="$ per GPU-hour."),
+    force: bool = typer.Option(False, "--force", help="Run even above the work limits (GPUs, engine events)."),
 ) -> None:
     """Scaling-efficiency report: the best plan at every scale vs naive DP replicas, with plots and HTML."""
-    counts = [int(x) for x in gpus.split(",") if x.strip()]
-    if not counts or any(c < 1 for c in counts):
-        raise ValueError(f"--gpus {gpus!r} must list positive GPU counts, e.g. 64,128,256")
+    counts = gpu_counts("--gpus", gpus, MAX_GPUS if force else GPU_LIMIT)
+    output_dir("--out", out)
     base = apply_overrides(read_yaml(scenario), set_)
-    load_scenario(scenario, set_)  # validate the scenario once, with a clear error, before the sweep
+    load_scenario(scenario, set_, force=force)  # validate the scenario once, with a clear error, before the sweep
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("simulating scales", total=None)
         rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
-    page = write_scaling_report(pd.DataFrame(rows), out, title=f"Scaling report: {scenario.stem}",
-                                cost_per_gpu_hour=cost_per_gpu_hour)
+    page = files.replace_dir(out, lambda folder: write_scaling_report(  # the old report goes only as a whole
+        pd.DataFrame(rows), folder, title=f"Scaling report: {scenario.stem}", cost_per_gpu_hour=cost_per_gpu_hour))
     console.print(scale_table(rows))
     console.print(f"wrote {page}")
 
@@ -185,7 +193,8 @@ def presets_cmd() -> None:
         console.print(table)
 
 
-for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, validate_cli, reports_cli):
+for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, validate_cli, reports_cli,
+                schema_cli):
     _module.register(app)
 
 
@@ -193,7 +202,7 @@ def main() -> None:
     """Entry point: run the app; user errors are one red line and exit status 2."""
     try:
         app()
-    except (ValueError, FileNotFoundError, KeyError) as exc:
+    except (ValueError, OSError, KeyError) as exc:  # OSError: a file the user named cannot be read or written
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         err_console.print(f"[red]error:[/red] {escape(text)}", soft_wrap=True)
         sys.exit(2)

@@ -19,6 +19,7 @@ from rich.table import Table
 from clustersim.files import write_atomic
 from clustersim.reports.curves import plot_bus_bandwidth
 from clustersim.reports.plots import png_bytes
+from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.calibration.profile import default_profile, load_profile
 from clustersim.simulator.network.collectives import CollectiveCost, CollectiveError, price_collective
 from clustersim.topologies.presets import get_cluster
@@ -77,7 +78,7 @@ def write_plot(path: Path, sizes: list[int], costs: list[CollectiveCost], title:
 
 def collective(
     cluster: str = typer.Option("dgx-h100", "--cluster", help="Cluster preset name."),
-    gpus: int = typer.Option(8, "--gpus", help="Number of GPUs in the cluster."),
+    gpus: int = typer.Option(8, "--gpus", help="Number of GPUs in the cluster.", min=1, max=GPU_LIMIT),
     kind: str = typer.Option("all_reduce", "--kind", help="all_reduce, reduce_scatter, all_gather, all_to_all, "
                              "broadcast or send_recv."),
     group_size: Optional[int] = typer.Option(None, "--group-size", help="Ranks per group (all groups run at once)."),

@@ -34,8 +34,10 @@ from clustersim.simulator.longrun.failures import FailureSpec, system_mtbf
 from clustersim.simulator.longrun.energy import RunEnergy, run_energy, step_energy
 from clustersim.simulator.longrun.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,
                                simulate_long_run, sweep_intervals)
-from clustersim.simulator.scenario import load_scenario
 from clustersim.topologies.power import FacilitySpec, power_spec
+from clustersim.simulator.bounds import check_long_run
+from clustersim.simulator.cli.options import output_file
+from clustersim.simulator.scenario import LongRunOptions, load_scenario, validate_options
 
 EXIT_BAD_INPUT = 2
 HOUR = 3600.0
@@ -138,11 +140,15 @@ def _long_run(scenario: Any, days: float, repetitions: int) -> tuple[LongRunSpec
 
 
 def run_goodput(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: FailureSpec, seed: int,
-                interval: float | None) -> tuple[LongRunResult, IntervalSweep]:
-    """The sweep (best interval) and the result at the chosen interval, on the same histories."""
+                interval: float | None, force: bool = False) -> tuple[LongRunResult, IntervalSweep]:
+    """The sweep (best interval) and the result at the chosen interval, on the same histories;
+    refused before any draw when the expected failure draws exceed ``bounds.DRAW_LIMIT``."""
     cost = checkpoint_cost(checkpoint, state_bytes_per_device=spec.state_bytes_per_device,
                            num_gpus=spec.num_gpus, gpus_per_node=spec.gpus_per_node)
-    grid = interval_grid(spec, cost.blocking_time, system_mtbf(failures, spec.num_gpus, spec.gpus_per_node))
+    mtbf = system_mtbf(failures, spec.num_gpus, spec.gpus_per_node)
+    grid = interval_grid(spec, cost.blocking_time, mtbf)
+    check_long_run(days=spec.days, system_mtbf_s=mtbf, repetitions=spec.repetitions, intervals=len(grid) + 1,
+                   force=force)
     sweep = sweep_intervals(spec, checkpoint, failures, np.random.default_rng(seed),
                             intervals=grid + ([interval] if interval is not None else []))
     if interval is None:
@@ -182,12 +188,21 @@ def goodput_command(
     capex_per_gpu: Annotated[float, typer.Option(help="Capital cost per GPU, amortised (owner pricing).")] = 0.0,
     life_years: Annotated[float, typer.Option(help="Years over which capex is amortised.")] = 4.0,
     grid_g_per_kwh: Annotated[float, typer.Option(help="Grid intensity, g CO2eq per kWh.")] = 0.0,
+    force: Annotated[bool, typer.Option("--force", help="Run even above the work limits (failure draws).")] = False,
 ) -> None:
     """Goodput distribution, best checkpoint interval and lost hours over a long run."""
     console, errors = Console(), Console(stderr=True)
     try:
+        validate_options(LongRunOptions, dict(
+            days=days, mtbf_hours=mtbf_hours, mtbf_gpu_hours=mtbf_gpu_hours, mtbf_node_hours=mtbf_node_hours,
+            mtbf_link_hours=mtbf_link_hours, distribution=distribution, weibull_shape=weibull_shape,
+            storage_gbps=storage_gbps, node_write_gbps=node_write_gbps, detection_min=detection_min,
+            restart_min=restart_min, reschedule_min=reschedule_min, spare_nodes=spare_nodes,
+            repair_hours=repair_hours, repetitions=repetitions), "goodput")
+        output_file("--plot", plot)
+        output_file("--json", json_out)
         interval = _parse_interval(checkpoint_interval)
-        scenario = load_scenario(scenario_file, set_ or [])
+        scenario = load_scenario(scenario_file, set_ or [], force=force)
         spec, step = _long_run(scenario, days, repetitions)
         facility = FacilitySpec(pue=pue, price_per_kwh=price_per_kwh, capex_per_gpu=capex_per_gpu,
                                 life_years=life_years, grid_kg_per_kwh=grid_g_per_kwh / 1e3)
@@ -197,7 +212,7 @@ def goodput_command(
                        restart_time=restart_min * 60, reschedule_time=reschedule_min * 60,
                        spare_nodes=spare_nodes, repair_time=repair_hours * HOUR)
         failures = _failure_spec(mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours, options)
-        chosen, sweep = run_goodput(spec, checkpoint, failures, scenario.seed if seed is None else seed, interval)
+        chosen, sweep = run_goodput(spec, checkpoint, failures, scenario.seed if seed is None else seed, interval, force)
         power = power_spec(scenario.cluster.accelerator)
         run = run_energy(step_energy(step, scenario.cluster, power, facility), spec, chosen,
                          chosen.tokens_mean if tokens is None else tokens, facility, power,

@@ -11,7 +11,9 @@ from typing import Annotated, Optional
 
 import typer
 
+from clustersim import files
 from clustersim.reports.report import report_command
+from clustersim.simulator.cli.options import output_dir
 
 
 def register(app: typer.Typer) -> None:
@@ -27,5 +29,9 @@ def register(app: typer.Typer) -> None:
             "--cost-per-gpu-hour", help="$ per GPU-hour for cost per million tokens")] = None,
     ) -> None:
         """Scaling-efficiency report: PNG plots, CSV tables and one self-contained HTML page."""
-        page = report_command(results, out, title=title, cost_per_gpu_hour=cost_per_gpu_hour)
+        output_dir("--out", out)
+        if out.resolve() == results.resolve() or out.resolve() in results.resolve().parents:
+            raise ValueError(f"--out {out} holds the results {results}; write the report to another folder")
+        page = files.replace_dir(out, lambda folder: report_command(  # the old report goes only as a whole
+            results, folder, title=title, cost_per_gpu_hour=cost_per_gpu_hour))
         typer.echo(f"wrote {page}")

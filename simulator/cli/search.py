@@ -11,6 +11,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.scenario import load_scenario
 from clustersim.simulator.search.search import SearchReport, search
@@ -46,8 +47,8 @@ def register(app: typer.Typer) -> None:
     @app.command("search")
     def search_cmd(
         scenario: Path = typer.Argument(..., help="Scenario YAML; its plan is ignored."),
-        gpus: Optional[int] = typer.Option(None, "--gpus", help="GPU count (default: the scenario's)."),
-        top: int = typer.Option(5, "--top", help="How many plans to print."),
+        gpus: Optional[int] = typer.Option(None, "--gpus", help="GPU count (default: the scenario's).", min=1, max=GPU_LIMIT),
+        top: int = typer.Option(5, "--top", help="How many plans to print.", min=1, max=1000),
         objective: str = typer.Option("time", "--objective", help="time or cost (needs cluster.cost_per_gpu_hour)."),
         set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML."),
@@ -55,7 +56,7 @@ def register(app: typer.Typer) -> None:
         """Enumerate every valid plan, rank by the analytical tier, re-price the shortlist with the engine."""
         if objective not in ("time", "cost"):
             raise typer.BadParameter("--objective must be time or cost")
-        sc = load_scenario(scenario, [*set_, *([f"cluster.num_gpus={gpus}"] if gpus else [])])
+        sc = load_scenario(scenario, [*set_, *([f"cluster.num_gpus={gpus}"] if gpus is not None else [])])
         profile = load_profile(calibration) if calibration else sc.profile
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("pricing plans", total=None)

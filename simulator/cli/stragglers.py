@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.bounds import GPU_LIMIT
+from clustersim.simulator.cli.options import int_range, real_range
 from clustersim.simulator.scenario import load_scenario
 from clustersim.simulator.longrun.stragglers import StragglerSpec, StepTimeDistribution, SymmetricStep, step_time_distribution
 
@@ -51,6 +53,11 @@ def register(app: typer.Typer) -> None:
         set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
     ) -> None:
         """Step-time distribution (p50, p99, max) and per-rank wait with stragglers."""
+        int_range("--steps", steps, 1, 100_000)
+        real_range("--jitter-cv", jitter_cv, 0.0, 10.0)
+        real_range("--slow-fraction", slow_fraction, 0.0, 1.0)
+        real_range("--slow-factor", slow_factor, 1.0, 1000.0)
+        int_range("--full-limit", full_limit, 1, GPU_LIMIT)
         sc = load_scenario(scenario, set_)
         spec = StragglerSpec(jitter_cv=jitter_cv, slow_device_fraction=slow_fraction, slow_device_factor=slow_factor)
         rng = np.random.default_rng(seed)

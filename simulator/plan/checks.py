@@ -7,8 +7,10 @@ check memory (``partition`` does, after the layers are placed).
 
 from __future__ import annotations
 
+import math
+
 from clustersim.simulator.errors import PlanError
-from clustersim.simulator.plan.plan import RECOMPUTES, SCHEDULES, ParallelPlan
+from clustersim.simulator.plan.plan import AXES, RECOMPUTES, SCHEDULES, ParallelPlan
 from clustersim.simulator.plan.schedules import num_model_chunks
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec
@@ -16,7 +18,9 @@ from clustersim.workloads import ModelSpec, TrainingSpec
 
 def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan) -> None:
     """Raise ``PlanError`` naming the field, the numbers and the fix for the first bad rule."""
+    _check_types(plan)
     _check_values(plan)
+    _check_recompute(model, plan)
     _check_world(plan, cluster)
     _check_tp(model, plan)
     _check_pp(model, plan)
@@ -26,10 +30,58 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
     _check_sharding(plan)
 
 
+INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes")
+FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather")
+REAL_FIELDS = ("bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
+BUCKET_RANGE = (2.0**20, 2.0**36)
+"""Gradient bucket bytes accepted: 1 MiB .. 64 GiB (Megatron's default is 160 MB; a 1-byte bucket
+would mean one collective per gradient element)."""
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _check_types(plan: ParallelPlan) -> None:
+    """Integers are ints (never bools, floats or strings), flags bools, reals finite numbers."""
+    for name in INT_FIELDS + ("recompute_layers", "dp_shard"):
+        value = getattr(plan, name)
+        if not _is_int(value) and not (value is None and name in ("recompute_layers", "dp_shard")):
+            raise PlanError(f"plan.{name} = {value!r} must be an integer")
+    for name in FLAG_FIELDS:
+        if not isinstance(getattr(plan, name), bool):
+            raise PlanError(f"plan.{name} = {getattr(plan, name)!r} must be true or false")
+    for name in REAL_FIELDS:
+        value = getattr(plan, name)
+        if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
+            raise PlanError(f"plan.{name} = {value!r} must be a finite number")
+    for name in ("schedule", "recompute", "fsdp", "order"):
+        if not isinstance(getattr(plan, name), str):
+            raise PlanError(f"plan.{name} = {getattr(plan, name)!r} must be a string")
+    split = plan.layer_split
+    if split is not None and not (isinstance(split, (list, tuple)) and all(_is_int(x) for x in split)):
+        raise PlanError(f"plan.layer_split = {split!r} must be a list of integers (layers per model chunk)")
+
+
+def _check_recompute(model: ModelSpec, plan: ParallelPlan) -> None:
+    layers = plan.recompute_layers
+    if layers is not None and not 0 <= layers <= model.num_layers:
+        raise PlanError(f"plan.recompute_layers = {layers} must lie in 0..num_layers = {model.num_layers} "
+                        "(layers per stage that recompute; omit it for all)")
+
+
 def _check_values(plan: ParallelPlan) -> None:
     for name in ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch"):
-        if int(getattr(plan, name)) < 1:
+        if getattr(plan, name) < 1:
             raise PlanError(f"plan.{name} = {getattr(plan, name)} must be a positive integer")
+    if plan.dp_shard is not None and plan.dp_shard < 1:
+        raise PlanError(f"plan.dp_shard = {plan.dp_shard} must be >= 1 (ranks per shard group) or omitted")
+    if plan.grad_dtype_bytes not in (2, 4):
+        raise PlanError(f"plan.grad_dtype_bytes = {plan.grad_dtype_bytes} must be 2 (bf16 grads) or 4 (fp32 main grads)")
+    names = plan.order.split("-")
+    if len(set(names)) != len(names) or set(names) - {"ep"} != set(AXES) - {"ep"}:
+        raise PlanError(f"plan.order = {plan.order!r} must name each of tp, cp, dp, pp once (ep optional), "
+                        "e.g. tp-cp-ep-dp-pp")
     if plan.schedule not in SCHEDULES:
         raise PlanError(f"plan.schedule = {plan.schedule!r} is unknown; choose one of {list(SCHEDULES)}")
     if plan.recompute not in RECOMPUTES:
@@ -42,8 +94,9 @@ def _check_values(plan: ParallelPlan) -> None:
         raise PlanError("plan.tp_comm_overlap and plan.ep_comm_overlap must lie in [0, 1]")
     if plan.expert_imbalance < 1.0:
         raise PlanError(f"plan.expert_imbalance = {plan.expert_imbalance} must be >= 1 (busiest/mean)")
-    if plan.bucket_size <= 0:
-        raise PlanError(f"plan.bucket_size = {plan.bucket_size} must be positive bytes")
+    if not BUCKET_RANGE[0] <= plan.bucket_size <= BUCKET_RANGE[1]:
+        raise PlanError(f"plan.bucket_size = {plan.bucket_size:g} bytes must lie in [{BUCKET_RANGE[0]:.0f}, "
+                        f"{BUCKET_RANGE[1]:.0f}] (1 MiB .. 64 GiB)")
 
 
 def _check_world(plan: ParallelPlan, cluster: Cluster) -> None:

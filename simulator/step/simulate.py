@@ -28,7 +28,8 @@ from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.step.result import Result, breakdowns, critical_unit
 from clustersim.simulator.plan.schedules import chunks_per_stage
-from clustersim.topologies import Cluster
+from clustersim.simulator.errors import PlanError
+from clustersim.topologies import Cluster, ensure_valid
 from clustersim.workloads import ModelSpec, TrainingSpec, model_flops_per_step
 
 Mode = Literal["symmetric", "full"]
@@ -50,6 +51,7 @@ def simulate(
 
     ``compute_scale`` (full mode only) multiplies each rank's compute time (stragglers).
     """
+    _check_inputs(model, training, cluster, plan, mode)
     check_plan(model, training, cluster, plan)
     memory = partition_memory(model, training, plan, cluster)
     prof = profile or default_profile(cluster.accelerator.name)
@@ -69,6 +71,18 @@ def simulate(
     result = _summarise(model, training, cluster, plan, stages, memory, intervals, step, m, inputs,
                         _rank_waits(placement, intervals, rank_scale, unit_scale) if mode == "full" else None)
     return dataclasses.replace(result, collectives=tuple(pricer.summary()))
+
+
+def _check_inputs(model: object, training: object, cluster: object, plan: object, mode: object) -> None:
+    """The arguments have the right types, and a user-built Cluster keeps the graph contract
+    (positive finite capacities, every GPU connected): a TopologyError, never a NaN or KeyError."""
+    for name, value, kind in (("model", model, ModelSpec), ("training", training, TrainingSpec),
+                              ("cluster", cluster, Cluster), ("plan", plan, ParallelPlan)):
+        if not isinstance(value, kind):
+            raise PlanError(f"simulate: {name} must be a {kind.__name__}, got {type(value).__name__}")
+    if mode not in ("symmetric", "full"):
+        raise PlanError(f"simulate: mode = {mode!r}; use symmetric or full")
+    ensure_valid(cluster)  # type: ignore[arg-type]
 
 
 def _rank_scale(plan: ParallelPlan, mode: Mode, compute_scale: Sequence[float] | np.ndarray | None) -> np.ndarray:

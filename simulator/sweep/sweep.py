@@ -47,6 +47,7 @@ from rich.progress import TimeRemainingColumn
 from clustersim.files import write_atomic
 from clustersim.simulator.sweep.executors import Executor, Outcome, SweepError, Task, make_executor
 from clustersim.simulator.sweep.executors import default_workers
+from clustersim.simulator.scenario import with_override
 
 DEFAULT_EVALUATOR = "clustersim.simulator.sweep.points:evaluate_point"
 """Dotted spec of the function that turns a point mapping into a result row."""
@@ -189,31 +190,6 @@ def _parse_axis(key: str, values: object) -> GridAxis:
             raise SweepError(f"grid.{key}: each step must list {len(keys)} values (one per key), "
                              f"got {step!r}")
     return GridAxis(keys=keys, values=tuple(tuple(step) for step in values))
-
-
-def with_override(mapping: Mapping[str, object], dotted_key: str, value: object) -> dict:
-    """A copy of mapping with value at dotted_key; a mapping over a mapping merges key by key."""
-    head, _, rest = dotted_key.partition(".")
-    result = dict(mapping)
-    current = mapping.get(head)
-    if rest:  # a preset name under a dotted key becomes {preset: name}, as --set does
-        inner = {"preset": current} if isinstance(current, str) else current
-        result[head] = with_override(inner if isinstance(inner, Mapping) else {}, rest, value)
-    elif isinstance(current, Mapping) and isinstance(value, Mapping):
-        result[head] = _deep_merge(current, value)
-    else:
-        result[head] = value
-    return result
-
-
-def _deep_merge(base: Mapping[str, object], update: Mapping[str, object]) -> dict:
-    """A new dict: base with update's keys merged in, recursively where both sides are mappings."""
-    result = dict(base)
-    for key, value in update.items():
-        current = result.get(key)
-        both = isinstance(current, Mapping) and isinstance(value, Mapping)
-        result[key] = _deep_merge(current, value) if both else value
-    return result
 
 
 def point_id(point: Mapping[str, object]) -> str:
