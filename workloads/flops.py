@@ -18,20 +18,25 @@ def attention_width(model: ModelSpec) -> float:
 
 
 def model_flops_per_step(model: ModelSpec, training: TrainingSpec, *,
-                         include_input_embedding: bool = True,
+                         include_input_embedding: bool = False,
                          causal_attention: bool = False) -> float:
     """PaLM model FLOPs: (6*N + 12*L*h_attn*s) per token, times tokens per step.
 
     Source: Chowdhery et al. 2022, "PaLM", Appendix B. N = active parameters per token
-    (MoE: top_k routed + shared experts + router); by default nothing is excluded and the
+    (MoE: top_k routed + shared experts + router) that take part in a matrix multiply: the
+    input-embedding lookup (the word table unless tied to the output projection, and a learned
+    position table) runs no FLOPs and is excluded, as PaLM's 6N counts non-embedding
+    parameters; the output projection counts, tied or not. Counting the lookup would put the
+    "ideal" step below what the engine can run (MFU > 1 on shallow models, issue 19). The
     attention term uses the full s^2 (sliding-window layers count their s x window band);
     recompute is never counted. Hybrid models (`layer_pattern`) count the attention term only
     for their attention layers and add 3x the forward SSD scan FLOPs of each Mamba-2 layer
     (`scan_flops_per_token`; Dao & Gu 2024 sec. 6), the scan's analogue of the attention term.
-    Variants the NVIDIA tables use (fitted to workloads/data/published_runs.csv, see
-    tests/workloads/test_flops.py): NeMo 24.07 excludes the input-embedding lookup
-    (`include_input_embedding=False`; the output projection still counts, tied or not);
-    Megatron-Bridge also halves the attention term for the causal mask (`causal_attention=True`).
+    Variants the published tables use (fitted to workloads/data/published_runs.csv, see
+    tests/workloads/test_flops.py): NeMo 24.07 also excludes the input-embedding lookup (this
+    default); Megatron-Bridge also halves the attention term for the causal mask
+    (`causal_attention=True`); `include_input_embedding=True` counts the lookup as 6 FLOP per
+    parameter too (the convention of some earlier reports).
     """
     n = model.num_active_params()
     if not include_input_embedding:

@@ -99,7 +99,8 @@ def test_model_flops_count_attention_only_in_attention_layers() -> None:
     training = TrainingSpec(seq_len=8192, global_batch_size=4)
     attention = 6 * 12 * (32 * 128) * 8192  # PaLM 12*L*h_attn*s over the 6 attention layers
     scan = 3 * 23 * (4 * 4096 * 128 + 2 * 128 * (4096 + 8 * 128))
-    expected = (6 * NANO.num_active_params() + attention + scan) * training.tokens_per_step
+    # 6N over the parameters that multiply: the untied input lookup (V*h) runs no FLOPs
+    expected = (6 * (NANO.num_active_params() - NANO.vocab_size * H) + attention + scan) * training.tokens_per_step
     assert model_flops_per_step(NANO, training) == pytest.approx(expected)
 
 
