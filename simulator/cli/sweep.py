@@ -1,13 +1,14 @@
 """The ``clustersim sweep`` subcommand: a sweep file in, a resumable results folder out.
 
 Owns: the command's options, the summary it prints and its exit codes (0 done, 2 bad input,
-1 points lost to dead workers, 130 Ctrl-C). Does not own: grids, files or resume
+1 points lost to dead workers or a lost scheduler, 130 Ctrl-C, 143 SIGTERM). Does not own: grids, files or resume
 (``clustersim.simulator.sweep.sweep``), nor executors (``clustersim.simulator.sweep.executors``). ``clustersim.simulator.cli.app`` calls
 ``register(app)``; ``python -m clustersim.simulator.cli.sweep`` runs the command on its own.
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 from typing import Annotated
 
@@ -17,7 +18,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from clustersim.simulator.errors import ClusterSimError
-from clustersim.simulator.sweep.executors import default_workers, make_executor
+from clustersim.simulator.sweep.executors import SchedulerLost, default_workers, make_executor
 from clustersim.simulator.sweep.sweep import DEFAULT_EVALUATOR, SweepInterrupted, SweepReport, expand_points
 from clustersim.simulator.sweep.sweep import load_sweep, run_sweep
 
@@ -47,6 +48,9 @@ def sweep_command(
 ) -> None:
     """Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."""
     console, errors = Console(), Console(stderr=True)
+    if workers < 0:
+        errors.print(f"[red]error:[/red] --workers {workers}: use 0 (automatic), 1 (serial) or more", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
     try:
         spec = load_sweep(sweep_file)
         if dry_run:
@@ -55,19 +59,26 @@ def sweep_command(
         executor = make_executor(scheduler=scheduler, workers=workers or default_workers())
         report = run_sweep(spec, out, evaluator=evaluator, executor=executor,
                            progress=progress, retry_errors=retry_errors)
+    except SchedulerLost as exc:
+        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        raise typer.Exit(EXIT_LOST_POINTS) from None
     except ClusterSimError as exc:
         errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     except SweepInterrupted as stop:
-        errors.print(f"[yellow]interrupted:[/yellow] {len(stop.report.frame)} of "
+        name = signal.Signals(stop.signum).name
+        errors.print(f"[yellow]interrupted ({name}):[/yellow] {len(stop.report.frame)} of "
                      f"{stop.report.total} points saved in {escape(str(out))}; rerun the same command to "
                      f"finish the rest", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_INTERRUPTED) from None
+        raise typer.Exit(128 + stop.signum) from None
     except KeyboardInterrupt:  # before any point ran: nothing to save
         errors.print("[yellow]interrupted[/yellow] before any point finished")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     console.print(summary_table(report))
     if report.lost:
+        shown = ", ".join(report.lost[:10]) + (f" and {len(report.lost) - 10} more" if len(report.lost) > 10 else "")
+        errors.print(f"[red]lost {len(report.lost)} point(s):[/red] {shown}; rerun the same command to retry "
+                     "them (finished points are kept)", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_LOST_POINTS)
 
 

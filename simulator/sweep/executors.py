@@ -17,11 +17,16 @@ pool workers start without paying for it.
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import hashlib
 import importlib
 import multiprocessing
 import os
 import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
@@ -45,6 +50,10 @@ class SweepError(ClusterSimError):
     """A sweep file, an output folder, an evaluator spec or a scheduler address is unusable."""
 
     stage = "sweep"
+
+
+class SchedulerLost(SweepError):
+    """The Dask scheduler went away mid-sweep (finished points are saved)."""
 
 
 def resolve_evaluator(spec: str) -> Callable[[dict[str, object]], Mapping[str, object]]:
@@ -107,9 +116,26 @@ def default_workers() -> int:
     return max(1, min(2, os.cpu_count() or 1))
 
 
-def _ignore_sigint() -> None:
-    """Pool worker initializer: Ctrl-C is the driver's to handle; it then stops the workers."""
+PR_SET_PDEATHSIG = 1
+"""Linux prctl option: the signal a process gets when its parent dies."""
+
+
+def _worker_init(driver_pid: int) -> None:
+    """Pool worker initializer: Ctrl-C is the driver's to handle (it then stops the workers),
+    and the worker dies with the driver, even when the driver is SIGKILLed: the kernel sends it
+    SIGKILL (Linux prctl PR_SET_PDEATHSIG), and a watchdog thread exits when the parent pid
+    changes (any POSIX system; also closes the race with a driver dying during start-up)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+    threading.Thread(target=_exit_with_parent, args=(driver_pid,), daemon=True, name="parent-watch").start()
+
+
+def _exit_with_parent(driver_pid: int, poll_s: float = 0.5) -> None:
+    while os.getppid() == driver_pid:
+        time.sleep(poll_s)
+    os._exit(1)
 
 
 def _kill_pool(pool: ProcessPoolExecutor) -> None:
@@ -152,7 +178,7 @@ class LocalExecutor:
         """Submit every task, then yield rows as workers finish them."""
         resolve_evaluator(evaluator)
         # spawn, not fork: the driver runs a progress-bar thread, and fork copies locks held by it
-        pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_ignore_sigint,
+        pool = ProcessPoolExecutor(max_workers=self.workers, initializer=_worker_init, initargs=(os.getpid(),),
                                    mp_context=multiprocessing.get_context("spawn"))
         try:
             futures = {pool.submit(evaluate_task, evaluator, pid, dict(point)): pid
@@ -173,12 +199,21 @@ def task_key(evaluator: str, point_id: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class DaskExecutor:
-    """Tasks on a running dask.distributed scheduler; a killed worker's tasks are rerun."""
+    """Tasks on a running dask.distributed scheduler; a killed worker's tasks are rerun.
+
+    Faults: with no worker alive for ``no_worker_timeout_s`` the remaining points are lost
+    (yielded with a note; the driver keeps what finished and exits non-zero); a lost scheduler
+    is a ``SchedulerLost`` error, raised after at most ``no_worker_timeout_s``.
+    """
 
     address: str
     """Scheduler address, e.g. ``tcp://10.0.0.5:8786``."""
     connect_timeout_s: float = 10.0
     """Seconds to wait for the scheduler before giving up."""
+    no_worker_timeout_s: float = 60.0
+    """Seconds without any worker (or without the scheduler) before the remaining points are lost."""
+    poll_s: float = 0.2
+    """How often the driver looks at the futures' states."""
 
     def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
         """Submit every task keyed by its point id; yield rows as they complete."""
@@ -192,16 +227,40 @@ class DaskExecutor:
             futures = client.map(evaluate_task, [evaluator] * len(tasks), ids,
                                  [dict(point) for _, point in tasks], pure=True,
                                  key=[task_key(evaluator, pid) for pid in ids])
-            point_of = {future.key: pid for future, (pid, _) in zip(futures, tasks)}
-            done = distributed.as_completed(futures, loop=client.loop, with_results=True,
-                                            raise_errors=False)
-            for future, result in done:
-                yield _dask_outcome(point_of[future.key], result)
+            yield from self._watch(client, dict(zip(futures, ids)))
         except BaseException:
-            client.cancel(futures)
+            with contextlib.suppress(Exception):
+                client.cancel(futures)
             raise
         finally:
-            client.close()
+            with contextlib.suppress(Exception):
+                client.close(timeout=2)
+
+    def _watch(self, client: Client, pending: dict[object, str]) -> Iterator[Outcome]:
+        """Yield each future's outcome as its state leaves 'pending'; watch workers and scheduler."""
+        idle_s = 0.0
+        while pending:
+            finished = [f for f in pending if f.status != "pending"]  # type: ignore[attr-defined]
+            if any(f.status == "cancelled" for f in finished) and client.status != "running":  # type: ignore[attr-defined]
+                raise self._lost(len(pending))  # the client cancels everything when the scheduler goes
+            for future in finished:
+                yield _dask_outcome(pending.pop(future), _dask_result(future))
+            if finished:
+                idle_s = 0.0
+                continue
+            time.sleep(self.poll_s)
+            idle_s = idle_s + self.poll_s if self._no_workers(client) else 0.0
+            if idle_s >= self.no_worker_timeout_s:
+                if client.status != "running":
+                    raise self._lost(len(pending))
+                note = f"no Dask worker alive for {self.no_worker_timeout_s:g} s"
+                for future, pid in list(pending.items()):
+                    yield pid, None, note
+                return
+
+    def _lost(self, not_done: int) -> SchedulerLost:
+        return SchedulerLost(f"--scheduler {self.address}: lost the scheduler with {not_done} points not done; "
+                             "finished points are saved, restart the scheduler and rerun to resume")
 
     def _connect(self, distributed: ModuleType) -> Client:
         """A client of the scheduler, or a SweepError naming the address."""
@@ -212,6 +271,25 @@ class DaskExecutor:
             raise SweepError(f"--scheduler {self.address}: cannot connect within "
                              f"{self.connect_timeout_s:g} s ({exc}); start `dask scheduler` there "
                              f"or fix the address") from exc
+
+    @staticmethod
+    def _no_workers(client: Client) -> bool:
+        """True when the client has lost the scheduler or the scheduler has no worker."""
+        if client.status != "running":
+            return True
+        try:
+            return not client.scheduler_info(n_workers=-1).get("workers")
+        except Exception:  # the scheduler went away between the status check and the call
+            return True
+
+def _dask_result(future: object) -> object:
+    """A done future's row, or its exception (error, cancelled, lost with the scheduler)."""
+    try:
+        return future.result(timeout=5)  # type: ignore[attr-defined]
+    except BaseException as exc:  # noqa: BLE001 - the point is lost, the sweep goes on
+        if isinstance(exc, KeyboardInterrupt):
+            raise
+        return exc
 
 
 def _dask_outcome(point_id: str, result: object) -> Outcome:

@@ -31,6 +31,8 @@ import contextlib
 import hashlib
 import itertools
 import json
+import signal
+import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -45,7 +47,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.progress import TimeRemainingColumn
 
 from clustersim.files import write_atomic
-from clustersim.simulator.sweep.executors import Executor, Outcome, SweepError, Task, make_executor
+from clustersim.simulator.sweep.executors import Executor, Outcome, SchedulerLost, SweepError, Task, make_executor
 from clustersim.simulator.sweep.executors import default_workers
 from clustersim.simulator.scenario import with_override
 
@@ -108,11 +110,43 @@ class SweepReport:
 
 
 class SweepInterrupted(KeyboardInterrupt):
-    """Ctrl-C during a sweep, raised after the finished points were consolidated on disk."""
+    """Ctrl-C (or SIGTERM) during a sweep, raised after the finished points were consolidated
+    on disk; ``signum`` is the signal that stopped it (SIGINT when raised by the code)."""
 
-    def __init__(self, report: SweepReport) -> None:
+    def __init__(self, report: SweepReport, signum: int = signal.SIGINT) -> None:
         super().__init__(f"sweep interrupted: {len(report.frame)} of {report.total} points on disk")
         self.report = report
+        self.signum = signum
+
+
+class _Stop:
+    """What stopped the driver: the first SIGINT/SIGTERM (later ones are ignored while saving)."""
+
+    def __init__(self) -> None:
+        self.signum: int | None = None
+
+    def handler(self, signum: int, frame: object) -> None:
+        if self.signum is not None:
+            return  # already stopping: let the workers die and the tables be written
+        self.signum = signum
+        raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[_Stop]:
+    """SIGINT and SIGTERM stop the driver once (a KeyboardInterrupt, so the executors kill their
+    workers and the tables are written); repeated signals are ignored until that is done.
+    Outside the main thread signals cannot be handled and the process defaults apply."""
+    stop = _Stop()
+    if threading.current_thread() is not threading.main_thread():
+        yield stop
+        return
+    previous = {s: signal.signal(s, stop.handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield stop
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 # ---------------------------------------------------------------- sweep file and grid
@@ -357,19 +391,24 @@ def run_sweep(spec: SweepSpec, out_dir: str | Path, *, evaluator: str = DEFAULT_
     skipped = len(tasks) - len(todo)
     executor = executor or make_executor(scheduler=None, workers=default_workers())
     lost: list[str] = []
-    interrupted = False
-    try:
-        _drain(executor.run(evaluator, todo) if todo else _no_outcomes(), spec, out_dir, tasks, rows,
-               lost, progress=progress, consolidate_every_s=consolidate_every_s)
-    except KeyboardInterrupt:
-        interrupted = True
-    frame = results_frame(rows, tasks, _grid_keys(spec))
-    write_tables(out_dir, frame)
+    interrupted, failure = False, None
+    with _stop_signals() as stop:
+        try:
+            _drain(executor.run(evaluator, todo) if todo else _no_outcomes(), spec, out_dir, tasks, rows,
+                   lost, progress=progress, consolidate_every_s=consolidate_every_s)
+        except KeyboardInterrupt:
+            interrupted = True
+        except SchedulerLost as exc:  # the scheduler went away: keep what finished, then say so
+            failure = exc
+        frame = results_frame(rows, tasks, _grid_keys(spec))
+        write_tables(out_dir, frame)
     report = SweepReport(frame=frame, out_dir=out_dir, total=len(tasks), skipped=skipped,
                          computed=len(frame) - skipped, errors=int((frame["status"] == "error").sum()),
                          lost=tuple(lost), elapsed_s=time.monotonic() - started)
     if interrupted:
-        raise SweepInterrupted(report)
+        raise SweepInterrupted(report, stop.signum or signal.SIGINT)
+    if failure is not None:
+        raise failure
     return report
 
 
