@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from clustersim.files import write_atomic
+from clustersim.simulator.cli.options import output_file
 from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
@@ -131,6 +133,7 @@ def check_command(
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan."""
     if statistic not in STATISTICS:
         raise CalibrationError(f"--statistic {statistic!r}: use one of {list(STATISTICS)}")
+    output_file("--json", json_out)
     profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in fit_profiles(folder).items()}
     records = load_steps(folder)
     rows = check(records, profiles, statistic)  # type: ignore[arg-type]
@@ -146,7 +149,7 @@ def check_command(
                      f"mean error {s['mean_error'] * 100:+.1f}% over {len(rows)} plans")
     if json_out:
         doc = {"statistic": statistic, "rows": [{**r.__dict__, "error": r.error} for r in rows], "summary": s}
-        json_out.write_text(json.dumps(doc, indent=2))
+        write_atomic(json_out, json.dumps(doc, indent=2))
 
 
 def import_runs_command(

@@ -20,6 +20,8 @@ from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
+from clustersim.files import write_atomic
+from clustersim.simulator.cli.options import output_dir, output_file
 from clustersim.simulator.calibration.profile import PROFILE_DIR, load_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.calibration.fit_defaults import PROFILE_HEADER, FitOutcome, fit_default_profiles, write_profiles
@@ -87,6 +89,9 @@ def validate_command(
     try:
         if fidelity not in ("analytic", "flow"):
             raise ClusterSimError(f"--fidelity {fidelity!r}: use analytic or flow")
+        output_file("--out", out)  # checked before the (long) computation
+        if fit_profiles is not None:
+            output_dir("--fit-profiles", fit_profiles)
         table = load_runs(runs)
         if fit_profiles is not None:
             if calibration is not None:
@@ -103,8 +108,7 @@ def validate_command(
         errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         raise typer.Exit(EXIT_BAD_INPUT) from None
     if out is not None:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        results.to_csv(out, index=False)
+        write_atomic(out, results.to_csv(index=False))
     print_summary(console, results)
 
 
@@ -126,10 +130,9 @@ def _run_fit(table: pd.DataFrame, fidelity: str, rounds: int, workers: int, prog
 def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path) -> None:
     """Write the profiles and the report files; print the report."""
     write_profiles_with_headers(outcome, out_dir)
-    outcome.report.to_csv(out_dir / "fit_report.csv", index=False)
-    outcome.folds.to_csv(out_dir / "fit_folds.csv", index=False)
-    outcome.after.to_csv(out_dir / "fit_rows.csv", index=False)
-    outcome.sensitivities.to_csv(out_dir / "fit_sensitivities.csv", index=False)
+    for name, frame in (("fit_report", outcome.report), ("fit_folds", outcome.folds), ("fit_rows", outcome.after),
+                        ("fit_sensitivities", outcome.sensitivities)):
+        write_atomic(out_dir / f"{name}.csv", frame.to_csv(index=False))
     table = Table(title="profile fit (MAPE %, unweighted; held-out: 2-fold refit of the first-order model)")
     for col in ("gpu type", "rows", "before", "first-order", "after (simulated)", "held-out"):
         table.add_column(col, justify="left" if col == "gpu type" else "right")
