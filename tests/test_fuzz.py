@@ -44,7 +44,7 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
     layers = draw(st.integers(1, 8))
     mb = draw(st.sampled_from((1, 2)))
     model = {"preset": "llama3-8b", "num_layers": draw(_maybe(st.just(layers))),
-             "hidden_size": draw(st.sampled_from((1024, 2048, 4096))), "vocab_size": draw(st.sampled_from((32000, 128256))),
+             "hidden_size": draw(st.sampled_from((1024, 2048, 4096))), "vocab_size": draw(st.sampled_from((32000, 128256, 256000))),
              "tied_embeddings": draw(st.booleans())}
     model["ffn_hidden_size"] = 4 * model["hidden_size"]
     plan = {"tp": draw(_maybe(st.just(tp))), "pp": draw(_maybe(st.just(pp))), "dp": dp, "micro_batch": mb,
