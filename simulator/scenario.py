@@ -118,6 +118,8 @@ def _from_dataclass(name: str, cls: type, bounds: Mapping[str, Bounds], *, all_o
         if all_optional or f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
             default: Any = None if all_optional else ...
             annotation = Optional[annotation] if all_optional else annotation
+        elif f.default_factory is not dataclasses.MISSING:
+            default = f.default_factory()
         else:
             default = list(f.default) if isinstance(f.default, tuple) else f.default
         fields[f.name] = (annotation, default)
@@ -389,11 +391,15 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, na
                     plan=plan, profile=profile, mode=mode, seed=int(top.get("seed", 0)))
 
 
+_TopSpec = create_model("scenario", __base__=Spec,  # type: ignore[call-overload]
+                        **{k: (ScenarioSpec.model_fields[k].annotation, ScenarioSpec.model_fields[k])
+                           for k in ("name", "mode", "seed")})
+"""The top-level scalars of a scenario (name, mode, seed), as ScenarioSpec declares them."""
+
+
 def _top_fields(data: Mapping[str, Any]) -> dict[str, Any]:
     """name, mode and seed, checked by the ScenarioSpec fields."""
-    top = {k: data[k] for k in ("name", "mode", "seed") if k in data}
-    fields = {k: (ScenarioSpec.model_fields[k].annotation, ScenarioSpec.model_fields[k]) for k in ("name", "mode", "seed")}
-    return validate_section(create_model("scenario", __base__=Spec, **fields), top, "scenario")  # type: ignore[call-overload]
+    return validate_section(_TopSpec, {k: data[k] for k in ("name", "mode", "seed") if k in data}, "scenario")
 
 
 def _model(spec: Any, base_dir: Path | None) -> ModelSpec:
