@@ -24,6 +24,7 @@ import importlib
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -217,6 +218,7 @@ class DaskExecutor:
 
     def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
         """Submit every task keyed by its point id; yield rows as they complete."""
+        self._probe()  # an unreachable address fails in milliseconds, before distributed is imported
         # deferred import: distributed costs ~1 s to import, and local pool workers import us
         import distributed
 
@@ -257,6 +259,20 @@ class DaskExecutor:
                 for future, pid in list(pending.items()):
                     yield pid, None, note
                 return
+
+    def _probe(self) -> None:
+        """A TCP connection to a ``tcp://host:port`` address opens, or a SweepError says why."""
+        scheme, _, rest = self.address.partition("://")
+        if scheme != "tcp":
+            return  # tls://, ucx://, inproc://: left to distributed
+        host, _, port = rest.rpartition(":")
+        if not host or not port.isdigit():
+            raise SweepError(f"--scheduler {self.address}: expected tcp://HOST:PORT, e.g. tcp://10.0.0.5:8786")
+        try:
+            socket.create_connection((host.strip("[]"), int(port)), timeout=min(self.connect_timeout_s, 5.0)).close()
+        except OSError as exc:
+            raise SweepError(f"--scheduler {self.address}: cannot connect ({exc}); start `dask scheduler` there "
+                             f"or fix the address") from None
 
     def _lost(self, not_done: int) -> SchedulerLost:
         return SchedulerLost(f"--scheduler {self.address}: lost the scheduler with {not_done} points not done; "
