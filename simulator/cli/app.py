@@ -26,10 +26,12 @@ from clustersim.simulator.cli import calibrate as calibrate_cli
 from clustersim.simulator.cli import collective as collective_cli
 from clustersim.simulator.cli import report as reports_cli
 from clustersim.simulator.cli import goodput as goodput_cli
+from clustersim.simulator.cli import import_run as import_run_cli
 from clustersim.simulator.cli import search as search_cli
 from clustersim.simulator.cli import stragglers as straggler_cli
 from clustersim.simulator.cli import sweep as sweep_cli
 from clustersim.simulator.cli import validate as validate_cli
+from clustersim.simulator.cli import watch as watch_cli
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.longrun.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
@@ -185,7 +187,8 @@ def presets_cmd() -> None:
         console.print(table)
 
 
-for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, validate_cli, reports_cli):
+for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, validate_cli, reports_cli,
+                import_run_cli, watch_cli):
     _module.register(app)
 
 
