@@ -246,25 +246,24 @@ NEMO_KEYS = {
 differ from Megatron's argument names; every other key maps by ``_`` -> ``-``."""
 
 
-def _flatten(data: Any, prefix: str = "") -> dict[str, Any]:
-    """Leaf keys of nested mappings, each with its dotted path (the first occurrence of a key wins)."""
-    out: dict[str, Any] = {}
+def _flatten(data: Any, prefix: str = "") -> list[tuple[str, str, Any]]:
+    """(key, dotted path, value) of every leaf of nested mappings, in file order."""
+    out: list[tuple[str, str, Any]] = []
     if isinstance(data, Mapping):
         for k, v in data.items():
             path = f"{prefix}.{k}" if prefix else str(k)
-            if isinstance(v, Mapping):
-                for kk, vv in _flatten(v, path).items():
-                    out.setdefault(kk, vv)
-            else:
-                out.setdefault(str(k), (path, v))
+            out += _flatten(v, path) if isinstance(v, Mapping) else [(str(k), path, v)]
     return out
 
 
 def read_nemo_yaml(data: Mapping[str, Any], where: str) -> JobConfig:
     """NeMo / Megatron-Bridge YAML: keys anywhere in the tree, converted to Megatron names."""
     args: dict[str, Any] = {}
-    for key, (_, value) in _flatten(data).items():
-        if value is None:
+    for key, path, value in _flatten(data):
+        if value is None or NEMO_KEYS.get(key, key.replace("_", "-")) in args:
+            continue  # the first occurrence of a key wins
+        if path.endswith("optim.name"):  # NeMo: distributed_fused_adam is the distributed optimizer
+            args.update({"use-distributed-optimizer": True} if str(value).startswith("distributed") else {})
             continue
         name = NEMO_KEYS.get(key, key.replace("_", "-"))
         if key == "precision":  # NeMo trainer.precision: bf16, bf16-mixed, 16, 16-mixed, 32
@@ -276,6 +275,15 @@ def read_nemo_yaml(data: Mapping[str, Any], where: str) -> JobConfig:
             continue
         if key == "fp8" and value not in (False, None, "None"):
             args["fp8-format"] = str(value)
+            continue
+        if key in ("bias", "add_bias_linear"):  # NeMo model.bias / Megatron-Core add_bias_linear
+            args.update({} if value else {"disable-bias-linear": True})
+            continue
+        if key == "activation":  # NeMo model.activation: gelu, swiglu, fast-swiglu, ...
+            args.update({"swiglu": True} if "swiglu" in str(value) else {})
+            continue
+        if key == "share_embeddings_and_output_weights":
+            args.update({} if value else {"untie-embeddings-and-output-weights": True})
             continue
         if key == "normalization":
             args[name] = "RMSNorm" if str(value).lower() == "rmsnorm" else "LayerNorm"

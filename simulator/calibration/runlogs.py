@@ -225,22 +225,21 @@ def parse_megatron(text: str, where: str = "<log>") -> RunLog:
         steps.append(LogStep(step=it, time_s=t, span=span, line=i, loss=loss, marks=marks,
                              tflops_per_gpu=_number(tput) if tput else None))
         prev = it
-    steps = _mark(steps, ckpt, "checkpoint", after=True)
-    return RunLog(framework="megatron", source=where, steps=tuple(_mark(steps, evals, "eval", after=True)),
+    steps = _mark(steps, ckpt, "checkpoint")
+    return RunLog(framework="megatron", source=where, steps=tuple(_mark(steps, evals, "eval")),
                   world_size=world, global_batch=batch, checkpoint_seconds=tuple(seconds),
                   notes=("elapsed time per iteration is Megatron's mean over each --log-interval; "
                          "checkpoint saves are excluded from it by Megatron itself",))
 
 
-def _mark(steps: list[LogStep], at: set[int], mark: str, *, after: bool) -> list[LogStep]:
-    """Add ``mark`` to the record covering each step in ``at`` (``after``: also the next record)."""
+def _mark(steps: list[LogStep], at: set[int], mark: str) -> list[LogStep]:
+    """Add ``mark`` to the record whose interval an event after step ``s`` falls in: the first
+    record closing after ``s`` (the event runs after step s is logged)."""
     out = list(steps)
     for s in sorted(at):
-        hit = [k for k, r in enumerate(out) if r.step - r.span < s <= r.step]
-        nxt = [k for k, r in enumerate(out) if r.step - r.span >= s][:1] if after else []
-        for k in hit + nxt:
-            if mark not in out[k].marks:
-                out[k] = replace(out[k], marks=out[k].marks + (mark,))
+        k = next((k for k, r in enumerate(out) if r.step > s), None)
+        if k is not None and mark not in out[k].marks:
+            out[k] = replace(out[k], marks=out[k].marks + (mark,))
     return out
 
 
@@ -303,7 +302,7 @@ def parse_torchtitan(text: str, where: str = "<log>", *, tokens_per_gpu_step: fl
         steps.append(LogStep(step=step, time_s=tokens_per_gpu_step / tps, span=span, line=i, loss=loss,
                              tflops_per_gpu=_number(m.group(4)) if m.group(4) != "nan" else None, marks=marks))
         pending_ckpt, prev = False, step
-    return RunLog(framework="torchtitan", source=where, steps=tuple(_mark(steps, evals, "eval", after=False)),
+    return RunLog(framework="torchtitan", source=where, steps=tuple(_mark(steps, evals, "eval")),
                   checkpoint_seconds=tuple(seconds),
                   notes=(f"step time = {tokens_per_gpu_step:g} tokens per GPU per step / tps (tps: mean over log_freq)",))
 
@@ -338,7 +337,7 @@ def parse_composer(text: str, where: str = "<log>") -> RunLog:
         steps.append(LogStep(step=batch, time_s=t, span=1, line=i, loss=loss, marks=_nan_marks(loss)))
     note = ("step time from 1 / throughput/batches_per_sec: a rolling mean over SpeedMonitor's window"
             if rolling else "step time from time/secs_per_step: the wall time of the logged batch")
-    return RunLog(framework="composer", source=where, steps=tuple(_mark(steps, evals, "eval", after=True)), notes=(note,))
+    return RunLog(framework="composer", source=where, steps=tuple(_mark(steps, evals, "eval")), notes=(note,))
 
 
 def _number_or_none(raw: str) -> float | None:
