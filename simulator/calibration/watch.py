@@ -125,10 +125,14 @@ def level_events(steady: Sequence[LogStep], pred: Prediction, rules: WatchRules)
         now = "slow" if roll[k] > hi else ("fast" if roll[k] < lo else "on plan")
         if now != state:
             kind = "recovered" if now == "on plan" else now
-            text = (f"slower than predicted by {(roll[k] - 1) * 100:.1f}% (limit +{(hi - 1) * 100:.1f}%)" if now == "slow"
-                    else f"faster than predicted by {(1 - roll[k]) * 100:.1f}% (interval low {(lo - 1) * 100:+.1f}%)"
-                    if now == "fast" else f"back on plan ({(roll[k] - 1) * 100:+.1f}%)")
-            events.append(Event(step=steady[k].step, kind=kind, message=text, value=float(roll[k] - 1)))  # type: ignore[arg-type]
+            recent = ratios[max(0, k - rules.window + 1):k + 1]
+            # the size of a change: the median of the window's records beyond the edge it crossed
+            size = float(np.median(recent[recent > hi] if now == "slow" else recent[recent < lo] if now == "fast"
+                                   else recent)) - 1.0
+            text = (f"slower than predicted by {size * 100:.1f}% (limit +{(hi - 1) * 100:.1f}%)" if now == "slow"
+                    else f"faster than predicted by {-size * 100:.1f}% (interval low {(lo - 1) * 100:+.1f}%)"
+                    if now == "fast" else f"back on plan ({size * 100:+.1f}%)")
+            events.append(Event(step=steady[k].step, kind=kind, message=text, value=size))  # type: ignore[arg-type]
             state = now
     return events, roll
 
