@@ -146,3 +146,29 @@ def test_watch_cli_exit_status_and_action_line(tmp_path: Path) -> None:
     assert action and "status=slower" in action[0] and "step=" in action[0]
     step = int(action[0].split("step=")[1].split()[0])
     assert 31 <= step <= 31 + 4
+
+
+def test_watch_follow_reads_lines_as_they_arrive(tmp_path: Path) -> None:
+    import time
+    root = Path(__file__).resolve().parents[2]
+    scenario = root / "examples" / "llama3_70b_h100.yaml"
+    from clustersim.simulator.scenario import load_scenario
+    from clustersim.simulator.step.simulate import simulate
+    sc = load_scenario(scenario)
+    t = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=sc.profile).step_time
+    times = t * (1 + 0.01 * np.random.default_rng(1).standard_normal(60))
+    times[30:] *= 1.3
+    text = megatron_log(times)
+    cut = text.index(" [2025", text.index("iteration       30/")) + 40  # inside the line of iteration 31
+    log = tmp_path / "live.log"
+    log.write_text(text[:cut])
+    proc = subprocess.Popen([sys.executable, "-m", "clustersim.simulator.cli", "watch", str(scenario), str(log), "--follow",
+                             "--poll", "0.2", "--idle-timeout", "30", "--stop-on-alert", "--interval", "-5,5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4.0)  # the follower has read the complete lines and waits on the partial one
+    assert proc.poll() is None
+    with log.open("a") as f:
+        f.write(text[cut:])
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out + err
+    assert "ACTION clustersim-watch status=slower" in out
