@@ -23,7 +23,7 @@ from clustersim.files import write_atomic, write_json
 from clustersim.simulator.calibration.fit import fit_profiles
 from clustersim.simulator.calibration.jobargs import JobArgsError, JobConfig, read_job
 from clustersim.simulator.calibration.profile import save_profile
-from clustersim.simulator.calibration.runlogs import RunLog, RunLogError, StepStats, read_log, steady_state
+from clustersim.simulator.calibration.runlogs import RunLog, RunLogError, StepStats, interruptions, read_log, steady_state
 from clustersim.simulator.calibration.torch_backend.check import model_spec, parallel_plan, training_spec
 from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import StepRecord
@@ -138,10 +138,20 @@ def import_run(job_path: str | os.PathLike[str], log_path: str | os.PathLike[str
     stats = steady_state(log, warmup)
     prov = {"job": job.source, "log": log.source, "num_gpus": n, "checkpoint_interval": job.checkpoint_interval,
             "eval_interval": job.eval_interval, "checkpoint_seconds": list(log.checkpoint_seconds),
-            "ignored": list(job.ignored), "notes": list(job.notes + log.notes)}
+            "ignored": list(job.ignored), "notes": list(job.notes + log.notes), "longrun": longrun_inputs(log)}
     run = ImportedRun(name=run_name, family=family or sc.model.name, scenario=data, framework=log.framework,
                       stats=stats, steps=tuple((s.step, s.time_s, s.span, s.marks) for s in log.steps), provenance=prov)
     return run, sc
+
+
+def longrun_inputs(log: RunLog) -> dict[str, Any] | None:
+    """What the log saw of interruptions, in ``clustersim goodput``'s terms (None without timestamps)."""
+    seen = interruptions(log)
+    if seen is None:
+        return None
+    return {"interruptions": seen.count, "hours": seen.hours, "mtbf_hours": seen.mtbf_hours,
+            "restart_min": None if seen.restart_s is None else seen.restart_s / 60.0, "lost_steps": seen.lost_steps,
+            "checkpoint_write_s": sorted(log.checkpoint_seconds)[len(log.checkpoint_seconds) // 2] if log.checkpoint_seconds else None}
 
 
 def _log_framework(job: JobConfig) -> str | None:

@@ -12,7 +12,9 @@ p99). Each parser follows the framework's own logging code:
   previous line; checkpoint saves are excluded from it (``save_checkpoint_and_time`` stops the
   interval timer). Checkpoints: ``saving checkpoint at iteration N`` / ``successfully saved
   checkpoint from iteration N`` (megatron/training/checkpointing.py); evaluation:
-  ``validation loss at iteration N``; world size: ``using world size: N`` (arguments.py).
+  ``validation loss at iteration N``; world size: ``using world size: N`` (arguments.py);
+  restarts: a second start-up banner or ``successfully loaded checkpoint from ... at iteration N``
+  after steps were logged (the iteration count resumes from N).
 - NeMo 1.x (PyTorch Lightning progress bar, e.g. NeMo's llm benchmark recipes):
   ``... global_step=50.0, consumed_samples=..., train_step_timing in s=5.900 ...``.
 - torchtitan: ``torchtitan/components/metrics.py::MetricsProcessor.log`` (pytorch/torchtitan,
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import datetime, timezone
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
@@ -67,6 +70,8 @@ CHECKPOINT_PATTERNS = {
 }
 EVAL_PATTERN = re.compile(r"validation loss at iteration\s+(\d+)")
 WORLD_PATTERN = re.compile(r"using world size:\s*(\d+)")
+LOADED_PATTERN = re.compile(r"successfully loaded checkpoint from .* at iteration\s+(\d+)")
+STAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
 TITAN_CKPT = re.compile(r"Finished saving the checkpoint.*?in\s+([0-9.]+)\s+seconds")
 
 
@@ -88,6 +93,8 @@ class LogStep:
     """Training loss of the record, when printed."""
     marks: tuple[str, ...] = ()
     """checkpoint, eval, nan, skipped, restart: why the step may not be steady state."""
+    wall_s: float | None = None
+    """Wall-clock time of the record (POSIX seconds, the log's own timestamp, UTC assumed), if printed."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -132,6 +139,15 @@ class RunLogError(CalibrationError):
     """A training log that cannot be read into step times."""
 
     stage = "import-run"
+
+
+def _stamp(line: str) -> float | None:
+    """POSIX seconds of the first ``YYYY-MM-DD HH:MM:SS`` in a line (Megatron, torchtitan prefixes)."""
+    m = STAMP.search(line)
+    if not m:
+        return None
+    when = datetime.strptime(m.group(1).replace("T", " "), "%Y-%m-%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    return when.timestamp()
 
 
 def _number(raw: str) -> float:
@@ -192,10 +208,13 @@ def parse_megatron(text: str, where: str = "<log>") -> RunLog:
     seconds: list[float] = []
     world: int | None = None
     batch: int | None = None
-    prev = 0
+    prev, restarted = 0, False
     for i, line in enumerate(lines, start=1):
-        if (m := WORLD_PATTERN.search(line)) and world is None:
-            world = int(m.group(1))
+        if m := WORLD_PATTERN.search(line):
+            world = int(m.group(1)) if world is None else world
+            restarted = restarted or bool(steps)  # a second start-up banner: the job was relaunched
+        if (m := LOADED_PATTERN.search(line)) and steps:
+            prev, restarted = int(m.group(1)), True
         if m := CHECKPOINT_PATTERNS["megatron"].search(line):
             ckpt.add(int(m.group(1)))
         if m := EVAL_PATTERN.search(line):
@@ -219,10 +238,10 @@ def parse_megatron(text: str, where: str = "<log>") -> RunLog:
         marks = _nan_marks(loss, int(_number(values.get("number of nan iterations", "0"))),
                            int(_number(values.get("number of skipped iterations", "0"))))
         span = it - prev
-        if span <= 0:
-            marks, span = marks + ("restart",), 1
+        if span <= 0 or restarted:
+            marks, span, restarted = marks + ("restart",), span if span > 0 else 1, False
         tput = values.get("throughput per GPU (TFLOP/s/GPU)")
-        steps.append(LogStep(step=it, time_s=t, span=span, line=i, loss=loss, marks=marks,
+        steps.append(LogStep(step=it, time_s=t, span=span, line=i, loss=loss, marks=marks, wall_s=_stamp(line),
                              tflops_per_gpu=_number(tput) if tput else None))
         prev = it
     steps = _mark(steps, ckpt, "checkpoint")
@@ -299,7 +318,7 @@ def parse_torchtitan(text: str, where: str = "<log>", *, tokens_per_gpu_step: fl
         span = step - prev
         if span <= 0:
             marks, span = marks + ("restart",), 1
-        steps.append(LogStep(step=step, time_s=tokens_per_gpu_step / tps, span=span, line=i, loss=loss,
+        steps.append(LogStep(step=step, time_s=tokens_per_gpu_step / tps, span=span, line=i, loss=loss, wall_s=_stamp(line),
                              tflops_per_gpu=_number(m.group(4)) if m.group(4) != "nan" else None, marks=marks))
         pending_ckpt, prev = False, step
     return RunLog(framework="torchtitan", source=where, steps=tuple(_mark(steps, evals, "eval")),
@@ -417,3 +436,40 @@ def steady_state(log: RunLog, warmup: int | None = None, min_records: int = 3) -
     t = np.array([s.time_s for s in use])
     return StepStats(median_s=float(np.median(t)), p99_s=float(np.percentile(t, 99)), mean_s=float(t.mean()),
                      records=len(use), warmup_steps=skip, marked=marked)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interruptions:
+    """What a log shows of failures: the inputs ``clustersim goodput`` takes."""
+
+    count: int
+    """Restarts seen (the step counter went back or did not advance)."""
+    hours: float
+    """Wall-clock hours the log spans (first to last timestamped record)."""
+    restart_s: float | None
+    """Median seconds from the last record before a restart to the first after it, less the
+    steps that record covers: detection + relaunch + reload, as the log saw it."""
+    lost_steps: int
+    """Steps done again after restarts (the last step before minus the step resumed from)."""
+
+    @property
+    def mtbf_hours(self) -> float | None:
+        """hours / count (None without an interruption)."""
+        return self.hours / self.count if self.count else None
+
+
+def interruptions(log: RunLog) -> Interruptions | None:
+    """Restarts and their cost, from the records' own timestamps (None when the log has none)."""
+    timed = [s for s in log.steps if s.wall_s is not None]
+    if len(timed) < 2:
+        return None
+    gaps, lost = [], 0
+    for before, after in zip(log.steps, log.steps[1:]):
+        if "restart" not in after.marks:
+            continue
+        lost += before.step - (after.step - after.span)
+        if before.wall_s is not None and after.wall_s is not None:
+            gaps.append(after.wall_s - before.wall_s - after.span * after.time_s)
+    hours = (timed[-1].wall_s - timed[0].wall_s) / 3600.0  # type: ignore[operator]
+    return Interruptions(count=sum("restart" in s.marks for s in log.steps), hours=hours,
+                         restart_s=float(np.median(gaps)) if gaps else None, lost_steps=lost)

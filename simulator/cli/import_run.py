@@ -40,6 +40,12 @@ def run_table(run: ImportedRun, sc: Scenario, predicted: float | None) -> Table:
     ignored = run.provenance["ignored"]
     if ignored:
         table.add_row(f"ignored keys ({len(ignored)})", ", ".join(ignored[:15]) + (" ..." if len(ignored) > 15 else ""))
+    seen = run.provenance.get("longrun")
+    if seen and seen["interruptions"]:
+        table.add_row("interruptions seen", f"{seen['interruptions']} in {seen['hours']:.1f} h, restart "
+                      f"{seen['restart_min']:.1f} min (detection + relaunch + load), {seen['lost_steps']} steps redone")
+        table.add_row("for clustersim goodput", f"--mtbf-hours {seen['mtbf_hours']:.2f} --detection-min 0 "
+                      f"--restart-min {seen['restart_min']:.1f} (one log: a small sample of the failure rate)")
     for note in run.provenance["notes"]:
         table.add_row("note", note)
     return table

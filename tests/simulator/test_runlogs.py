@@ -156,3 +156,33 @@ def test_bad_configs_are_named(tmp_path: Path) -> None:
         read_job(p)
     with pytest.raises(JobArgsError, match="does not exist"):
         read_job(tmp_path / "nope.sh")
+
+
+def restart_log() -> str:
+    """Megatron lines, 10 s per iteration, a crash after iteration 100, relaunch from the checkpoint of 50."""
+    def line(it: int, clock: float) -> str:
+        stamp = f"2025-06-01 {int(clock // 3600):02d}:{int(clock % 3600 // 60):02d}:{int(clock % 60):02d}.000000"
+        return (f" [{stamp}] iteration {it:8d}/     200 | consumed samples: {it * 8:12d} | elapsed time per iteration (ms): "
+                "10000.0 | global batch size:     8 | lm loss: 2.0E+00 | loss scale: 1.0 | number of skipped iterations:   0 |"
+                " number of nan iterations:   0 |\n")
+    text = "using world size: 8, data-parallel size: 8\n"
+    text += "".join(line(it, 10.0 * it) for it in range(10, 101, 10))
+    text += "using world size: 8, data-parallel size: 8\n"
+    text += " successfully loaded checkpoint from /ckpt [ t 1/1, p 1/1 ] at iteration 50\n"
+    # the last record is at 1000 s; 1000 s of outage (crash, detection, relaunch, load), then 10 s per iteration from 50
+    text += "".join(line(it, 2000.0 + 10.0 * (it - 50)) for it in range(60, 201, 10))
+    return text
+
+
+def test_restarts_give_goodput_inputs() -> None:
+    from clustersim.simulator.calibration.runlogs import interruptions
+    log = parse_log(restart_log(), "r.log")
+    assert [s.step for s in log.steps if "restart" in s.marks] == [60]
+    seen = interruptions(log)
+    assert seen is not None and seen.count == 1 and seen.lost_steps == 100 - 50
+    k = next(k for k, s in enumerate(log.steps) if "restart" in s.marks)
+    assert (log.steps[k - 1].step, log.steps[k].span) == (100, 10)  # resumed from 50: the record covers 51-60
+    assert seen.restart_s == pytest.approx(1000.0)
+    assert seen.hours == pytest.approx((log.steps[-1].wall_s - log.steps[0].wall_s) / 3600)  # type: ignore[operator]
+    assert seen.mtbf_hours == pytest.approx(seen.hours)
+    assert steady_state(log).records == len(log.steps) - 1  # the restart record left out (no warm-up: every step 10 s)
