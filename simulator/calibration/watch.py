@@ -144,12 +144,15 @@ def _sse_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
 
 
 def _sse_shift(y: np.ndarray) -> float:
-    """Residual sum of squares of the best single level shift (two constant means)."""
-    best = float(np.sum((y - y.mean()) ** 2))
-    for k in range(2, len(y) - 1):
-        a, b = y[:k], y[k:]
-        best = min(best, float(np.sum((a - a.mean()) ** 2) + np.sum((b - b.mean()) ** 2)))
-    return best
+    """Residual sum of squares of the best single level shift (two constant means), O(n) by prefix sums."""
+    n = len(y)
+    if n < 4:
+        return float(np.sum((y - y.mean()) ** 2))
+    c1, c2 = np.cumsum(y), np.cumsum(y * y)
+    k = np.arange(2, n - 1)  # the left part holds y[:k]
+    left = c2[k - 1] - c1[k - 1] ** 2 / k
+    right = (c2[-1] - c2[k - 1]) - (c1[-1] - c1[k - 1]) ** 2 / (n - k)
+    return float(min(np.min(left + right), np.sum((y - y.mean()) ** 2)))
 
 
 def drift_event(steady: Sequence[LogStep], pred: Prediction, rules: WatchRules, spikes: set[int]) -> Event | None:

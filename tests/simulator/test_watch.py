@@ -172,3 +172,18 @@ def test_watch_follow_reads_lines_as_they_arrive(tmp_path: Path) -> None:
     out, err = proc.communicate(timeout=120)
     assert proc.returncode == 3, out + err
     assert "ACTION clustersim-watch status=slower" in out
+
+
+def test_level_shift_residual_matches_the_direct_sum() -> None:
+    from clustersim.simulator.calibration.watch import _sse_shift
+    y = np.random.default_rng(2).standard_normal(50) + np.where(np.arange(50) > 30, 2.0, 0.0)
+    direct = min(float(np.sum((y[:k] - y[:k].mean()) ** 2) + np.sum((y[k:] - y[k:].mean()) ** 2)) for k in range(2, 49))
+    assert _sse_shift(y) == pytest.approx(min(direct, float(np.sum((y - y.mean()) ** 2))))
+
+
+def test_long_log_is_assessed_quickly() -> None:
+    import time
+    records = synthetic(20000, np.random.default_rng(4))
+    start = time.perf_counter()
+    a = assess(records, PRED)
+    assert a.status == "on plan" and time.perf_counter() - start < 20.0  # a --follow poll on a 20,000-record log
