@@ -47,6 +47,8 @@ class Prediction:
     """(low, high) multipliers of measured / predicted that a run on plan stays within."""
     exposed_comm_share: float
     """Exposed communication (TP/CP/EP/PP/DP) over the predicted step time."""
+    compute_share: float = 0.0
+    """Compute (recompute included) over the predicted step time (0 when unknown)."""
     checkpoint_interval: int | None = None
     """Steps between checkpoints, from the job's configuration."""
     eval_interval: int | None = None
@@ -232,12 +234,14 @@ def cause_of(slowdown: float, pred: Prediction, rules: WatchRules, tail: bool) -
         return (f"compute: the prediction exposes no communication, so the {slowdown * 100:.0f}% is compute-side "
                 "(GPU clocks, thermals, kernels, data loading)")
     factor = 1.0 + slowdown / c
+    other = (f", or compute ({pred.compute_share * 100:.0f}% of the step) {1.0 + slowdown / pred.compute_share:.2f}x"
+             if pred.compute_share > 0 else "")
     if factor <= rules.comm_plausible:
         return (f"network: exposed communication is {c * 100:.0f}% of the predicted step; it would have to run "
-                f"{factor:.1f}x slower to explain +{slowdown * 100:.0f}%: check NCCL bus bandwidth (nccl-tests), "
-                "congestion or a degraded link")
+                f"{factor:.1f}x slower to explain +{slowdown * 100:.0f}%{other}: check NCCL bus bandwidth (nccl-tests), "
+                "congestion or a degraded link first")
     return (f"compute: exposed communication is only {c * 100:.0f}% of the step, it would have to run {factor:.1f}x "
-            f"slower to explain +{slowdown * 100:.0f}%; check GPU clocks and thermals, a slow node, or the kernels")
+            f"slower to explain +{slowdown * 100:.0f}%{other}; check GPU clocks and thermals, a slow node, or the kernels")
 
 
 def assess(records: Sequence[LogStep], pred: Prediction, rules: WatchRules = WatchRules()) -> Assessment:

@@ -76,6 +76,7 @@ def prediction(sc: Scenario, scenario_path: Path, calibration: Path | None, raw:
     interval, origin = _interval(raw, scenario_path, calibration)
     ckpt, ev = _intervals(scenario_path)
     return Prediction(step_time_s=res.step_time, interval=interval, exposed_comm_share=share,
+                      compute_share=res.breakdown.get("compute", 0.0) / res.step_time,
                       checkpoint_interval=ckpt, eval_interval=ev), origin
 
 
