@@ -106,7 +106,7 @@ def check_peak(log: RunLog, sc: Scenario) -> None:
     if top > peak:
         raise JobArgsError(f"{log.source} reports {top:.1f} TFLOP/s per GPU, above the {peak:.0f} TFLOP/s "
                            f"{sc.training.precision} peak of {acc.name} ({sc.cluster.name}): the job did not run on "
-                           "this cluster's GPUs; pass the cluster it ran on with --cluster")
+                           "this cluster's GPUs or at this precision; check --cluster and the job's precision settings")
 
 
 def check_nan(log: RunLog, drop_nan: bool) -> None:
@@ -125,11 +125,11 @@ def import_run(job_path: str | os.PathLike[str], log_path: str | os.PathLike[str
     """Read, cross-check and summarise one run; raises before anything is written."""
     job = read_job(job_path)
     run_name = name or Path(log_path).stem
-    tokens = _tokens_per_gpu_step(job, gpus)
-    log = read_log(log_path, framework=_log_framework(job), tokens_per_gpu_step=tokens)
+    if job.framework == "torchtitan" and gpus is None and job.num_gpus is None:
+        raise JobArgsError(f"GPU count unknown: {job.source} does not state it and torchtitan's log does not print it "
+                           "(its tps is per GPU); pass --gpus N")
+    log = read_log(log_path, framework=_log_framework(job), tokens_per_gpu_step=_tokens_per_gpu_step(job, gpus))
     n = resolve_gpus(job, log, gpus)
-    if job.framework == "torchtitan" and tokens is None:
-        log = read_log(log_path, framework="torchtitan", tokens_per_gpu_step=_tokens_per_gpu_step(job, n))
     data = apply_overrides(scenario_mapping(job, cluster, n, run_name), list(overrides))
     sc = scenario_from_dict(data, base_dir=Path(job_path).parent, name=run_name)
     check_batch(job, log, data)

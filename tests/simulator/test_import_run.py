@@ -96,3 +96,9 @@ def test_torch_backend_run_is_the_check_prediction(tmp_path: Path) -> None:
         assert run.stats.median_s == pytest.approx(0.03) and run.family == {"dp2-ddp": "ddp", "pp2-1f1b": "pp"}[plan.name]
     assert json.dumps(run.to_json())  # serialisable
     assert np.isfinite(run.stats.p99_s)
+
+
+def test_torchtitan_without_a_gpu_count_is_named(tmp_path: Path) -> None:
+    p = cli("import-run", str(DATA / "torchtitan_llama3_8b.toml"), str(DATA / "torchtitan_llama3_8b.log"),
+            "--cluster", "dgx-h100", "--out", str(tmp_path / "r"))
+    assert p.returncode == 2 and "pass --gpus N" in p.stderr and not (tmp_path / "r").exists()
