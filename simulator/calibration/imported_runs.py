@@ -123,12 +123,12 @@ def import_run(job_path: str | os.PathLike[str], log_path: str | os.PathLike[str
                gpus: int | None = None, family: str | None = None, warmup: int | None = None,
                overrides: Sequence[str] = (), drop_nan: bool = False, name: str | None = None) -> tuple[ImportedRun, Scenario]:
     """Read, cross-check and summarise one run; raises before anything is written."""
-    job = read_job(job_path)
+    job = read_job(Path(job_path))
     run_name = name or Path(log_path).stem
     if job.framework == "torchtitan" and gpus is None and job.num_gpus is None:
         raise JobArgsError(f"GPU count unknown: {job.source} does not state it and torchtitan's log does not print it "
                            "(its tps is per GPU); pass --gpus N")
-    log = read_log(log_path, framework=_log_framework(job), tokens_per_gpu_step=_tokens_per_gpu_step(job, gpus))
+    log = read_log(Path(log_path), framework=_log_framework(job), tokens_per_gpu_step=_tokens_per_gpu_step(job, gpus))
     n = resolve_gpus(job, log, gpus)
     data = apply_overrides(scenario_mapping(job, cluster, n, run_name), list(overrides))
     sc = scenario_from_dict(data, base_dir=Path(job_path).parent, name=run_name)
@@ -210,11 +210,10 @@ def plan_family(record: StepRecord) -> str:
 def torch_run(record: StepRecord, profile_file: str) -> ImportedRun:
     """One measured backend plan as an imported run (its timed steps are the log)."""
     plan = {k: v for k, v in asdict(parallel_plan(record.plan, overlap=record.device != "cpu")).items() if v is not None}
-    scenario = {"name": record.plan.name, "model": asdict(model_spec(record.model)),
-                "training": asdict(training_spec(record.model, record.plan)),
+    training = asdict(training_spec(record.model, record.plan))
+    scenario: dict[str, Any] = {"name": record.plan.name, "model": asdict(model_spec(record.model)), "training": training,
                 "cluster": {"preset": "cpu-loopback", "num_gpus": record.world_size},
                 "plan": plan, "calibration": profile_file}
-    scenario["training"].pop("flash_attention", None)
     times = record.step_times
     stats = StepStats(median_s=record.median, p99_s=float(sorted(times)[-1]), mean_s=sum(times) / len(times),
                       records=len(times), warmup_steps=0, marked={})
