@@ -92,6 +92,8 @@ class LogsFit:
 
 
 Progress = Callable[[int], None]
+Cache = dict[tuple[str, float, float], float]
+"""Simulated step times by (run, compute scale, link scale)."""
 
 
 def load_runs(root: str | os.PathLike[str]) -> list[Run]:
@@ -108,7 +110,7 @@ def load_runs(root: str | os.PathLike[str]) -> list[Run]:
     return runs
 
 
-def predict(run: Run, compute: float, link: float, cache: dict[tuple[str, float, float], float]) -> float:
+def predict(run: Run, compute: float, link: float, cache: Cache) -> float:
     """Simulated step time of ``run`` with its base profile scaled (cached)."""
     key = (run.name, compute, link)
     if key not in cache:
@@ -119,12 +121,12 @@ def predict(run: Run, compute: float, link: float, cache: dict[tuple[str, float,
     return cache[key]
 
 
-def _score(runs: Sequence[Run], compute: float, link: float, cache: dict, tick: Progress) -> float:
+def _score(runs: Sequence[Run], compute: float, link: float, cache: Cache, tick: Progress) -> float:
     tick(1)
     return float(np.median([abs(np.log(predict(r, compute, link, cache) / r.measured_s)) for r in runs]))
 
 
-def fit_scales(runs: Sequence[Run], cache: dict, tick: Progress) -> tuple[float, float]:
+def fit_scales(runs: Sequence[Run], cache: Cache, tick: Progress) -> tuple[float, float]:
     """Compute scale on its grid (link 1), then link scale at it; ties go to the scale nearest 1."""
     def best(grid: tuple[float, ...], score: Callable[[float], float]) -> float:
         return min((score(g), abs(np.log(g)), g) for g in grid)[2]
@@ -141,7 +143,7 @@ def interval_of(ratios: Sequence[float]) -> tuple[float, float]:
     return float(np.quantile(r, 0.05)), float(np.quantile(r, 0.95))
 
 
-def _held_out(run: Run, c: float, l: float, cache: dict) -> HeldOut:
+def _held_out(run: Run, c: float, l: float, cache: Cache) -> HeldOut:
     return HeldOut(name=run.name, family=run.family, measured_s=run.measured_s,
                    predicted_s=predict(run, c, l, cache), compute_scale=c, link_scale=l)
 
@@ -156,7 +158,7 @@ def fit_on_runs(runs: Sequence[Run], *, hold_out: str | None = None, progress: P
     if len(families) < 2:
         raise CalibrationError(f"leave-one-family-out needs runs of >= 2 families; found {families}: "
                                "import runs of other models or plans, or give them different --family names")
-    cache: dict[tuple[str, float, float], float] = {}
+    cache: Cache = {}
     held = []
     for fam in families:
         c, l = fit_scales([r for r in use if r.family != fam], cache, tick)
@@ -187,8 +189,10 @@ def interval_path(profile_path: str | os.PathLike[str]) -> Path:
 
 def fit_report(fit: LogsFit) -> dict[str, Any]:
     """The JSON written beside the profile (``watch`` reads its interval)."""
-    rows = lambda hs: [{"run": h.name, "family": h.family, "measured_s": h.measured_s, "predicted_s": h.predicted_s,
-                        "ratio": h.ratio, "compute_scale": h.compute_scale, "link_scale": h.link_scale} for h in hs]
+    def rows(hs: Sequence[HeldOut]) -> list[dict[str, Any]]:
+        return [{"run": h.name, "family": h.family, "measured_s": h.measured_s, "predicted_s": h.predicted_s,
+                 "ratio": h.ratio, "compute_scale": h.compute_scale, "link_scale": h.link_scale} for h in hs]
+
     return {"interval": list(fit.interval), "compute_scale": fit.compute_scale, "link_scale": fit.link_scale,
             "out_of_sample_median_abs_error": fit.out_of_sample_error, "in_sample_median_abs_error": fit.in_sample_error,
             "base_median_abs_error": fit.before_error, "held_out": rows(fit.held_out), "check": rows(fit.check),
