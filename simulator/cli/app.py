@@ -28,10 +28,12 @@ from clustersim.simulator.cli import report as reports_cli
 from clustersim.simulator.cli import schema as schema_cli
 from clustersim.simulator.cli.options import choice, gpu_counts, output_dir, output_file
 from clustersim.simulator.cli import goodput as goodput_cli
+from clustersim.simulator.cli import import_run as import_run_cli
 from clustersim.simulator.cli import search as search_cli
 from clustersim.simulator.cli import stragglers as straggler_cli
 from clustersim.simulator.cli import sweep as sweep_cli
 from clustersim.simulator.cli import validate as validate_cli
+from clustersim.simulator.cli import watch as watch_cli
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.longrun.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
@@ -194,7 +196,7 @@ def presets_cmd() -> None:
 
 
 for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, validate_cli, reports_cli,
-                schema_cli):
+                schema_cli, import_run_cli, watch_cli):
     _module.register(app)
 
 

@@ -1,4 +1,4 @@
-"""The ``clustersim calibrate`` sub-app: measure, fit, check, import-runs.
+"""The ``clustersim calibrate`` sub-app: measure, fit (microbenchmarks, or ``--runs`` imported runs), check, import-runs.
 
 Owns the commands' options, the tables they print and the files they write. It does not measure
 (``clustersim.simulator.calibration.torch_backend``), fit (``clustersim.simulator.calibration.fit``, ``clustersim.simulator.calibration.fit_runs``) nor simulate
@@ -24,6 +24,10 @@ from clustersim.simulator.calibration.profile import CalibrationProfile, load_pr
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
 from clustersim.simulator.calibration.fit_runs import EVALUATIONS, fit_runs
+from clustersim.simulator.calibration.fit_logs import (
+    HeldOut, LogsFit, evaluations, families_of, fit_on_runs, interval_path, within, write_report,
+)
+from clustersim.simulator.calibration.fit_logs import load_runs as load_logged_runs
 from clustersim.simulator.calibration.torch_backend import torch_available
 from clustersim.simulator.calibration.torch_backend.check import STATISTICS, check, summary
 from clustersim.simulator.calibration.torch_backend.measure import SMALL_GPT, TINY_GPT, load_steps, measure, standard_plans
@@ -112,15 +116,51 @@ def _fit_table(report: FitReport) -> Table:
 
 
 def fit_command(
-    folder: Annotated[Path, typer.Argument(help="Folder written by calibrate measure.")],
-    out: Annotated[Path, typer.Option("--out", help="Profile YAML to write.")],
+    folder: Annotated[Optional[Path], typer.Argument(help="Folder written by calibrate measure.")] = None,
+    out: Annotated[Path, typer.Option("--out", help="Profile YAML to write.")] = Path("profile.yaml"),
     world_size: Annotated[Optional[int], typer.Option(help="Fit the microbenchmarks of this many ranks (default: largest).")] = None,
+    runs: Annotated[Optional[Path], typer.Option("--runs", help="Fit on imported runs (import-run folders) under this folder instead.")] = None,
+    hold_out: Annotated[Optional[str], typer.Option("--hold-out", help="With --runs: keep this family out and predict it at the end.")] = None,
 ) -> None:
-    """Fit a calibration profile (and this machine's figures) from the microbenchmarks only."""
+    """Fit a calibration profile: from microbenchmarks (FOLDER), or from imported runs (--runs DIR)."""
+    if runs is not None:
+        return fit_runs_command(runs, out, hold_out)
+    if folder is None:
+        raise CalibrationError("calibrate fit: give a calibrate measure FOLDER, or --runs DIR of imported runs")
     report = fit_profile(folder, world_size=world_size)
     save_profile(report.profile, out)
     _console().print(_fit_table(report))
     _console().print(f"wrote {out}; use it with --calibration {out}")
+
+
+def _held_out_table(fit: LogsFit, rows: tuple[HeldOut, ...], title: str) -> Table:
+    table = Table(title=title)
+    for col in ("run", "family", "measured ms", "predicted ms", "error %", "in interval"):
+        table.add_column(col, justify="left" if col in ("run", "family") else "right")
+    for h in rows:
+        table.add_row(h.name, h.family, f"{h.measured_s * 1e3:.1f}", f"{h.predicted_s * 1e3:.1f}",
+                      f"{(h.predicted_s / h.measured_s - 1) * 100:+.1f}", "yes" if within(h, fit.interval) else "no")
+    return table
+
+
+def fit_runs_command(root: Path, out: Path, hold_out: Optional[str]) -> None:
+    """``calibrate fit --runs``: leave-one-family-out fit on imported runs; profile and report written."""
+    runs = load_logged_runs(root)
+    with Progress(console=_console(), transient=True) as bar:
+        task = bar.add_task("fitting (each step simulates every run)", total=evaluations(runs, hold_out))
+        fit = fit_on_runs(runs, hold_out=hold_out, progress=lambda n: bar.advance(task, n))
+    save_profile(fit.profile, out)
+    write_report(fit, out)
+    fams = ", ".join(f"{k} ({v})" for k, v in sorted(families_of(runs).items()))
+    _console().print(_held_out_table(fit, fit.held_out, f"leave-one-family-out predictions; families: {fams}"))
+    lo, hi = fit.interval
+    _console().print(f"out-of-sample median |error| {fit.out_of_sample_error * 100:.1f}% (in-sample {fit.in_sample_error * 100:.1f}%, "
+                     f"base profiles {fit.before_error * 100:.1f}%); interval of a prediction: measured = predicted x "
+                     f"[{lo:.3f}, {hi:.3f}] ({(lo - 1) * 100:+.1f}% .. {(hi - 1) * 100:+.1f}%)")
+    if fit.check:
+        _console().print(_held_out_table(fit, fit.check, f"held-out family {hold_out!r}, predicted by the final fit"))
+    _console().print(f"compute scale {fit.compute_scale:.3f}, link scale {fit.link_scale:.3f}; wrote {out} and "
+                     f"{interval_path(out)} (watch reads the interval from it)")
 
 
 def check_command(
