@@ -22,6 +22,7 @@ It simulates nothing and decides nothing (``search.search`` does).
 from __future__ import annotations
 
 import hashlib
+import itertools
 from dataclasses import dataclass, field
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
@@ -68,6 +69,14 @@ class StepBound:
     _lanes: dict[tuple, list] = field(default_factory=dict)
 
     # -- cached pieces ---------------------------------------------------------------------------
+    def _run(self, layers: range) -> tuple[int, ...]:
+        """The chunk's layers as signature ids: chunks of the same layers in the same order cost the same."""
+        key = ("run", layers.start, layers.stop)
+        if key not in self._lanes:
+            ids: dict[Signature, int] = self._lanes.setdefault(("ids",), {})  # type: ignore[assignment]
+            self._lanes[key] = tuple(ids.setdefault(self._signature(i), len(ids)) for i in layers)  # type: ignore[assignment]
+        return self._lanes[key]  # type: ignore[return-value]
+
     def _signature(self, i: int) -> Signature:
         m = self.model
         return m.layer_kind(i), m.is_moe_layer(i), m.attention_window(i)
@@ -124,7 +133,7 @@ class StepBound:
         for chunks in stage_chunks(plan, self.model.num_layers):
             row = []
             for k, layers in chunks:
-                key = (shard, k == 0, k == last, layers.start, layers.stop)
+                key = (shard, k == 0, k == last, self._run(layers))
                 if key not in self._chunks:
                     self._chunks[key] = self._chunk(plan, layers, one, k == 0, k == last)
                 row.append(self._chunks[key])
@@ -168,8 +177,10 @@ class StepBound:
     def _fill_drain(self, plan: ParallelPlan, m: int, per: list[list[tuple[float, ...]]]) -> tuple[list[float], list[float]]:
         """Per stage: forwards of micro-batch 0 before its first pass, backwards after its last."""
         ends = self._ends(plan.schedule, plan.pp, m, plan.vpp)
-        fill = [sum(per[j][0][0] for j in range(s)) if ends[s][0] else 0.0 for s in range(plan.pp)]
-        drain = [sum(per[j][0][1] for j in range(s)) if ends[s][1] else 0.0 for s in range(plan.pp)]
+        f_before = list(itertools.accumulate((per[j][0][0] for j in range(plan.pp)), initial=0.0))
+        b_before = list(itertools.accumulate((per[j][0][1] for j in range(plan.pp)), initial=0.0))
+        fill = [f_before[s] if ends[s][0] else 0.0 for s in range(plan.pp)]
+        drain = [b_before[s] if ends[s][1] else 0.0 for s in range(plan.pp)]
         return fill, drain
 
     def _ends(self, schedule: str, pp: int, m: int, vpp: int) -> list[tuple[bool, bool]]:

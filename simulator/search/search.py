@@ -165,26 +165,25 @@ def search(
 ) -> SearchReport:
     """The engine's best plan under ``objective``, proven by branch and bound.
 
-    Every valid plan gets the analytical tier's estimate and ``StepBound``'s optimistic bound
-    (step time; static memory for ``objective="memory"``). The ``shortlist`` (default 3) best
-    estimates are priced by the engine first, to start with a good incumbent; then the plans are
-    priced best bound first until no unpriced plan's bound can beat the best engine score. The
-    first ranked plan is the engine's best over the whole space; the rest are the best of those
-    the engine priced. ``cost`` ranks by $/token (needs ``cluster.cost_per_gpu_hour``).
+    Every valid plan gets ``StepBound``'s optimistic bound (step time; static memory for
+    ``objective="memory"``); the plans are priced best bound first (the memory check of phase 1,
+    then the engine) until no unpriced plan's bound can beat the best engine score. With
+    ``shortlist``, the analytical tier's ``shortlist`` fastest plans are priced first. The first
+    ranked plan is the engine's best over the whole space; the rest are the best of those the
+    engine priced, each with the analytical tier's estimate beside it. ``cost`` ranks by $/token
+    (needs ``cluster.cost_per_gpu_hour``).
     """
     per_token = price_per_token(cluster, training) if objective == "cost" else 1.0
     prof = profile or default_profile(cluster.accelerator.name)
     t0 = time.perf_counter()
     plans, candidates = _valid_plans(model, training, cluster, progress)
     est = Estimator(model, training, cluster, prof)
-    estimates = {p: _safe_estimate(est, p) for p in plans}
+    seeds = _analytic_best(est, plans, shortlist) if shortlist else []
     t1 = time.perf_counter()
     sb = StepBound(model, training, cluster, prof)
     bounds = {p: (sb.static_memory(p) if objective == "memory" else sb.step_time(p) * per_token) for p in plans}
     t2 = time.perf_counter()
-    bb = _BranchAndBound(model, training, cluster, prof, objective, per_token, estimates, bounds)
-    seeds = sorted((p for p in plans if estimates[p] is not None and estimates[p].fits),  # type: ignore[union-attr]
-                   key=lambda p: (estimates[p].step_time, p.describe()))[: 3 if shortlist is None else shortlist]  # type: ignore[union-attr]
+    bb = _BranchAndBound(model, training, cluster, prof, objective, per_token, est, bounds, sb)
     for plan in seeds:
         bb.price(plan)
     bb.run(sorted(plans, key=lambda p: (bounds[p], p.describe())))
@@ -195,6 +194,12 @@ def search(
         engine_calls=bb.engine_calls, memory_rejected=bb.memory_rejected, engine_seconds=bb.seconds,
         pruned=len(plans) - len(bb.priced), pareto=pareto_front(ranked, per_token),
     )
+
+
+def _analytic_best(est: Estimator, plans: list[ParallelPlan], n: int) -> list[ParallelPlan]:
+    """The ``n`` plans the analytical tier ranks fastest among those it says fit."""
+    fits = [(e.step_time, p.describe(), p) for p in plans if (e := _safe_estimate(est, p)) is not None and e.fits]
+    return [p for _, _, p in sorted(fits, key=lambda t: t[:2])[:n]]
 
 
 def _valid_plans(model: ModelSpec, training: TrainingSpec, cluster: Cluster,
@@ -219,8 +224,9 @@ class _BranchAndBound:
     profile: CalibrationProfile
     objective: Objective
     per_token: float
-    estimates: dict[ParallelPlan, Estimate | None]
+    estimator: Estimator
     bounds: dict[ParallelPlan, float]
+    step_bound: StepBound
     priced: dict[ParallelPlan, Ranked] = field(default_factory=dict)
     best: float = math.inf
     engine_calls: int = 0
@@ -232,8 +238,15 @@ class _BranchAndBound:
         """Memory check, then (for time and cost) the engine; updates the incumbent."""
         if plan in self.priced:
             return
+        static = self.step_bound.static_memory(plan)
+        if static > self.cluster.accelerator.hbm_capacity:  # states alone overflow: phase 1 would reject it
+            self.priced[plan] = Ranked(plan=plan, estimate=None, result=None, bound=self.bounds[plan],
+                                       error=f"weights, grads and optimizer state need {static / 2**30:.1f} GiB "
+                                             f"> {self.cluster.accelerator.hbm_capacity / 2**30:.1f} GiB")
+            self.memory_rejected += 1
+            return
         t0 = time.perf_counter()
-        r = _engine(self.model, self.training, self.cluster, self.profile, plan, self.estimates[plan],
+        r = _engine(self.model, self.training, self.cluster, self.profile, plan, _safe_estimate(self.estimator, plan),
                     self.bounds[plan], engine=self.objective != "memory")
         self.seconds += time.perf_counter() - t0
         self.priced[plan] = r
@@ -257,7 +270,7 @@ class _BranchAndBound:
             for plan, r in self.priced.items():
                 if r.memory is not None and r.memory <= self.best * (1 + 1e-12):
                     self.priced[plan] = _engine(self.model, self.training, self.cluster, self.profile, plan,
-                                                self.estimates[plan], self.bounds[plan], engine=True)
+                                                _safe_estimate(self.estimator, plan), self.bounds[plan], engine=True)
                     self.engine_calls += 1
 
     def ranked(self) -> list[Ranked]:

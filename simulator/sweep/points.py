@@ -43,7 +43,7 @@ def best_result(sc: Any) -> Result:
 
 def best_search(sc: Any, top: int = 1) -> SearchReport:
     """``search`` of a scenario; an error when no plan fits."""
-    rep = search(sc.model, sc.training, sc.cluster, top=top, shortlist=3, profile=sc.profile)
+    rep = search(sc.model, sc.training, sc.cluster, top=top, profile=sc.profile)
     if not rep.ranked or rep.ranked[0].result is None:
         raise ValueError(f"no plan fits {sc.model.name} on {sc.cluster.num_gpus} GPUs")
     return rep
