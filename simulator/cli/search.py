@@ -27,14 +27,16 @@ def losses(breakdown: dict[str, float], step: float, n: int = 3) -> str:
     return " ".join(f"{k.replace('exposed_', '')} {v / step * 100:.0f}%" for v, k in parts)
 
 
-def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None) -> list[dict[str, Any]]:
-    """One flat row per engine-priced plan: time, $/M tokens, MFU, TFLOP/s/GPU, GiB, bound, tiers."""
+def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None, objective: str = "time") -> list[dict[str, Any]]:
+    """One flat row per engine-priced plan: time, $/M tokens, MFU, TFLOP/s/GPU, GiB, bound, tiers.
+    The bound is in the objective's unit: seconds (time, cost) or GiB (memory)."""
     rows = []
     for i, r in enumerate(plans, 1):
         res = r.result
         if res is None:
             continue
-        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, "bound_s": r.bound if per_token is None else r.bound / per_token,
+        bound = {"bound_gib": r.bound / 2**30} if objective == "memory" else {"bound_s": r.bound / (per_token or 1.0)}
+        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, **bound,
                      "cost_per_million_tokens": res.step_time * per_token * 1e6 if per_token else None,
                      "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu, "mfu": res.mfu, "tflops_per_gpu": res.tflops_per_gpu,
                      "peak_memory_gib": res.peak_memory / 2**30, "hbm_capacity_gib": res.hbm_capacity / 2**30,
@@ -47,14 +49,17 @@ def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None) -> list[dict
 def report_table(rep: SearchReport, title: str, per_token: float | None = None, caption: str = "") -> Table:
     """The ranked plans: step time, $/M tokens, MFU, TFLOP/s/GPU, memory, the bound and both tiers."""
     table = Table(title=title, caption=caption)
-    cols = ["#", "plan", "step s", *(["$/M tok"] if per_token else []), "MFU", "TFLOP/s/GPU", "GiB / cap", "bound s", "analytic", "losses"]
+    memory = rep.objective == "memory"
+    cols = ["#", "plan", "step s", *(["$/M tok"] if per_token else []), "MFU", "TFLOP/s/GPU", "GiB / cap",
+            "bound GiB" if memory else "bound s", "analytic", "losses"]
     for col in cols:
         table.add_column(col, justify="left" if col in ("plan", "losses") else "right")
-    for row in ranked_rows(rep.ranked, per_token):
+    for row in ranked_rows(rep.ranked, per_token, rep.objective):
         cells = [str(row["rank"]), row["plan"], f"{row['step_time_s']:.3f}"]
         cells += [f"{row['cost_per_million_tokens']:.3f}"] if per_token else []
         cells += [f"{row['mfu'] * 100:.1f}%", f"{row['tflops_per_gpu']:.0f}",
-                  f"{row['peak_memory_gib']:.1f} / {row['hbm_capacity_gib']:.0f}", f"{row['bound_s']:.3f}",
+                  f"{row['peak_memory_gib']:.1f} / {row['hbm_capacity_gib']:.0f}",
+                  f"{row['bound_gib']:.1f}" if memory else f"{row['bound_s']:.3f}",
                   f"{row['analytic_vs_engine'] * 100:+.1f}%", row["losses"]]
         table.add_row(*cells)
     return table
@@ -108,13 +113,15 @@ def register(app: typer.Typer) -> None:
                    f"bound {rep.bound_seconds:.1f} s, engine {rep.engine_seconds:.1f} s")
         if not quiet:
             console.print(report_table(rep, title, per_token, caption))
-            console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0),
+            console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0,
+                                                    objective=rep.objective),
                                        "Pareto front of the priced plans: step time vs memory headroom ($/token follows step time on one cluster)",
                                        per_token))
         if not rep.ranked:
             raise ValueError("no plan fits in memory; try more GPUs, a smaller global batch or a bigger accelerator")
         if json_out:
-            doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, per_token), "pareto": ranked_rows(rep.pareto, per_token)}
+            doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, per_token, objective),
+                   "pareto": ranked_rows(rep.pareto, per_token, objective)}
             output.emit_json(output.stamped(doc), json_out, say)
         if csv_out:
-            output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, per_token)), csv_out, say, output.stamped(header))
+            output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, per_token, objective)), csv_out, say, output.stamped(header))
