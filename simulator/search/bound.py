@@ -30,7 +30,7 @@ from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.plan.schedules import lanes, num_model_chunks
-from clustersim.simulator.step.compute import is_routed_expert, ops_time, optimizer_time
+from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, optimizer_time
 from clustersim.simulator.step.partition import RESERVED_BYTES, op_kwargs, stage_chunks
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, Op, TrainingSpec, embedding_ops, head_ops, layer_ops
@@ -40,6 +40,8 @@ SAFETY = 1.0 - 1e-9
 
 Signature = tuple[str, bool, int | None]
 """What ``layer_ops`` depends on besides the shard: (layer kind, MoE or not, attention window)."""
+ChunkBound = tuple[float, float, float, float]
+"""(forward, backward with recompute, dense params, expert params) of one chunk, one micro-batch."""
 
 
 @dataclass(frozen=True)
@@ -63,19 +65,20 @@ class StepBound:
     training: TrainingSpec
     cluster: Cluster
     profile: CalibrationProfile
-    _times: dict[tuple, PassTimes] = field(default_factory=dict)
+    _times: dict[tuple[object, ...], PassTimes] = field(default_factory=dict)
     _pricers: dict[str, CommPricer] = field(default_factory=dict)
-    _chunks: dict[tuple, tuple[float, float, float, float]] = field(default_factory=dict)
-    _lanes: dict[tuple, list] = field(default_factory=dict)
+    _chunks: dict[tuple[object, ...], ChunkBound] = field(default_factory=dict)
+    _lanes: dict[tuple[str, int, int, int], list[tuple[bool, bool]]] = field(default_factory=dict)
+    _runs: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
+    _ids: dict[Signature, int] = field(default_factory=dict)
 
     # -- cached pieces ---------------------------------------------------------------------------
     def _run(self, layers: range) -> tuple[int, ...]:
         """The chunk's layers as signature ids: chunks of the same layers in the same order cost the same."""
-        key = ("run", layers.start, layers.stop)
-        if key not in self._lanes:
-            ids: dict[Signature, int] = self._lanes.setdefault(("ids",), {})  # type: ignore[assignment]
-            self._lanes[key] = tuple(ids.setdefault(self._signature(i), len(ids)) for i in layers)  # type: ignore[assignment]
-        return self._lanes[key]  # type: ignore[return-value]
+        key = (layers.start, layers.stop)
+        if key not in self._runs:
+            self._runs[key] = tuple(self._ids.setdefault(self._signature(i), len(self._ids)) for i in layers)
+        return self._runs[key]
 
     def _signature(self, i: int) -> Signature:
         m = self.model
@@ -83,7 +86,8 @@ class StepBound:
 
     def _pass_times(self, ops: tuple[Op, ...], imbalance: float) -> PassTimes:
         acc, prof, prec = self.cluster.accelerator, self.profile, self.training.precision
-        t = lambda sel, which: ops_time(sel, acc, prof, prec, which, imbalance)  # noqa: E731
+        def t(sel: list[Op] | tuple[Op, ...], which: Pass) -> float:
+            return ops_time(sel, acc, prof, prec, which, imbalance)
         expert = sum(o.params for o in ops if is_routed_expert(o))
         return PassTimes(fwd=t(ops, "fwd"), bwd_input=t(ops, "bwd_input"), bwd_weight=t(ops, "bwd_weight"),
                          selective=t([o for o in ops if o.recompute_selective], "fwd"),
@@ -94,7 +98,7 @@ class StepBound:
         kw = op_kwargs(plan, self.training)
         key = ("layer", self._signature(i), tuple(sorted(kw.items())), plan.expert_imbalance)
         if key not in self._times:
-            ops = layer_ops(self.model, i, attention_kernel=self.training.attention_kernel, **kw)  # type: ignore[arg-type]
+            ops = layer_ops(self.model, i, attention_kernel=self.training.attention_kernel, **kw)
             self._times[key] = self._pass_times(tuple(ops), plan.expert_imbalance)
         return self._times[key]
 
@@ -102,7 +106,7 @@ class StepBound:
         kw = op_kwargs(plan, self.training)
         key = (which, tuple(sorted(kw.items())), plan.expert_imbalance)
         if key not in self._times:
-            ops = embedding_ops(self.model, **kw) if which == "embedding" else head_ops(self.model, **kw)  # type: ignore[arg-type]
+            ops = embedding_ops(self.model, **kw) if which == "embedding" else head_ops(self.model, **kw)
             self._times[key] = self._pass_times(tuple(ops), plan.expert_imbalance)
         return self._times[key]
 
@@ -122,7 +126,7 @@ class StepBound:
         return pricer.time("all_reduce", size, "tp")
 
     # -- the bound -------------------------------------------------------------------------------
-    def chunks(self, plan: ParallelPlan) -> list[list[tuple[float, float, float, float]]]:
+    def chunks(self, plan: ParallelPlan) -> list[list[ChunkBound]]:
         """Per stage, per chunk: (forward, backward incl. weight gradient and recompute, dense
         params, expert params) for one micro-batch: compute and exposed TP as lowering prices them."""
         one = self._tp_block(plan) * (1.0 - plan.tp_comm_overlap)
@@ -140,7 +144,7 @@ class StepBound:
             out.append(row)
         return out
 
-    def _chunk(self, plan: ParallelPlan, layers: range, one: float, first_chunk: bool, last_chunk: bool) -> tuple[float, float, float, float]:
+    def _chunk(self, plan: ParallelPlan, layers: range, one: float, first_chunk: bool, last_chunk: bool) -> ChunkBound:
         ends = ([self._end("embedding", plan)] if first_chunk else []) + ([self._end("head", plan)] if last_chunk else [])
         n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
         fwd = bwd = 0.0
@@ -174,7 +178,7 @@ class StepBound:
         busiest = max(fill[s] + work[s] + drain[s] for s in range(plan.pp))
         return (busiest + opt + self.profile.step_overhead) * SAFETY
 
-    def _fill_drain(self, plan: ParallelPlan, m: int, per: list[list[tuple[float, ...]]]) -> tuple[list[float], list[float]]:
+    def _fill_drain(self, plan: ParallelPlan, m: int, per: list[list[ChunkBound]]) -> tuple[list[float], list[float]]:
         """Per stage: forwards of micro-batch 0 before its first pass, backwards after its last."""
         ends = self._ends(plan.schedule, plan.pp, m, plan.vpp)
         f_before = list(itertools.accumulate((per[j][0][0] for j in range(plan.pp)), initial=0.0))

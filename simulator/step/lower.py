@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.pricing import CommPricer
-from clustersim.simulator.step.compute import COMPUTE_PARTS, is_routed_expert, ops_time, ops_time_parts, optimizer_time
+from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_expert, ops_time, ops_time_parts, optimizer_time
 from clustersim.simulator.step.costs import Bucket, ChunkCost, StageCost
 from clustersim.simulator.step.partition import chunk_ops, stage_chunks
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
@@ -168,8 +168,9 @@ def _chunk_parts(c: Costing, chunk: int, layers: range) -> dict[str, float]:
     plan = c.plan
     ops_all = chunk_ops(c.model, c.training, plan, chunk, layers)
     out = dict.fromkeys(COMPUTE_PARTS, 0.0)
-    for which in ("fwd", "bwd_input", "bwd_weight"):
-        for part, secs in ops_time_parts(ops_all, c.accelerator, c.profile, c.training.precision, which,  # type: ignore[arg-type]
+    passes: tuple[Pass, ...] = ("fwd", "bwd_input", "bwd_weight")
+    for which in passes:
+        for part, secs in ops_time_parts(ops_all, c.accelerator, c.profile, c.training.precision, which,
                                          plan.expert_imbalance).items():
             out[part] += secs
     n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))

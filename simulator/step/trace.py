@@ -67,7 +67,7 @@ def _collective_args(rows: list[Mapping[str, Any]], seconds: float) -> dict[str,
     """The priced collectives of the slice's axis: the one whose time matches, else all of them."""
     match = [r for r in rows if abs(float(r["time_s"]) - seconds) <= 1e-9 * max(seconds, 1e-12)]
     pick = match or rows
-    out = {"algorithm": ", ".join(sorted({str(r["algorithm"]) for r in pick})),
+    out: dict[str, Any] = {"algorithm": ", ".join(sorted({str(r["algorithm"]) for r in pick})),
            "link": ", ".join(sorted({str(r["busiest_link"]) for r in pick if r.get("busiest_link")}))}
     if match:  # one priced collective is this slice: its kind and size
         out.update({"collective": str(match[0]["kind"]), "bytes": float(match[0]["size_bytes"])})
