@@ -109,7 +109,7 @@ def register(app: typer.Typer) -> None:
                  f"{rep.valid:,} valid plans bounded, {rep.engine_calls} priced by the engine, {rep.pruned:,} pruned by the bound")
         caption = (f"#1 is the engine's best over all {rep.valid:,} valid plans (no unpriced plan's bound beats it); "
                    f"GBS {sc.training.global_batch_size} x seq {sc.training.seq_len}, {sc.training.precision}; profile {prof.name} "
-                   f"(fit {prof.fit_date or 'not recorded'}); analytic tier {rep.valid / max(rep.analytic_seconds, 1e-9):,.0f} plans/s, "
+                   f"(fit {prof.fit_date or 'not recorded'}); plans checked at {rep.valid / max(rep.analytic_seconds, 1e-9):,.0f} plans/s, "
                    f"bound {rep.bound_seconds:.1f} s, engine {rep.engine_seconds:.1f} s")
         if not quiet:
             console.print(report_table(rep, title, per_token, caption))
