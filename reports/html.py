@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import html
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Mapping
 
 import pandas as pd
 
@@ -53,7 +53,11 @@ figure img{max-width:100%;border:1px solid #eee}figcaption{color:#555;font-size:
 table{border-collapse:collapse;font-size:.82em;margin:8px 0;display:block;overflow-x:auto}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:right;white-space:nowrap}
 th{background:#f0f0f0}tr:nth-child(even) td{background:#fafafa}
-td:nth-child(-n+4){text-align:left}.note{color:#666;font-size:.85em}
+td.txt,th.txt{text-align:left}.note{color:#666;font-size:.85em}
+.scenario{display:grid;grid-template-columns:max-content 1fr;gap:2px 14px;font-size:.9em;
+background:#fafafa;border:1px solid #e4e4e4;padding:10px 14px}.scenario dt{color:#555}
+.scenario dd{margin:0}.verdict{background:#fff8e6;border-left:4px solid #e69138;padding:12px 18px}
+.verdict li{margin:.3em 0}
 """
 
 SCRIPT = """
@@ -87,6 +91,14 @@ def _times(value: object) -> str:
     return "—" if pd.isna(value) else f"{float(value):.2f}x"
 
 
+def _gib(value: object) -> str:
+    return "—" if pd.isna(value) else f"{float(value):.1f}"
+
+
+def _seconds(value: object) -> str:
+    return "—" if pd.isna(value) else f"{float(value):.3f}"
+
+
 def _general(value: object) -> str:
     return "—" if pd.isna(value) else f"{float(value):.4g}"
 
@@ -96,7 +108,10 @@ FORMATTERS: dict[str, Callable[[object], str]] = {
     "tokens_per_s_per_gpu": _number, "tokens_per_s": _number,
     "cost_per_gpu_hour": _dollars, "cost_per_million_tokens": _dollars,
     "step_time_s": _general, "peak_memory_gb": _general, "speedup_vs_naive_dp": _times,
-    "num_gpus": _count,
+    "num_gpus": _count, "tflops_per_gpu": _number, "peak_memory_gib": _gib, "memory_headroom_gib": _gib,
+    "hbm_capacity_gib": _gib, "t_compute": _seconds, "compute_share_of_step": _percent,
+    "c_gemm_ideal": _seconds, "c_gemm_efficiency_loss": _seconds, "c_attention_kernel": _seconds,
+    "c_elementwise": _seconds, "c_recompute": _seconds, "c_overhead": _seconds,
 }
 """How each known numeric column is shown; other columns print as they are."""
 
@@ -104,7 +119,12 @@ FORMATTERS: dict[str, Callable[[object], str]] = {
 HEADERS: dict[str, str] = {
     "num_gpus": "GPUs", "tokens_per_s_per_gpu": "tokens/s/GPU", "mfu": "MFU", "hfu": "HFU",
     "scaling_efficiency": "scaling eff.", "step_time_s": "step (s)",
-    "peak_memory_gb": "peak mem (GB)", "cost_per_gpu_hour": "$/GPU-h",
+    "peak_memory_gb": "peak mem (GB)", "cost_per_gpu_hour": "$/GPU-h", "tflops_per_gpu": "TFLOP/s/GPU",
+    "peak_memory_gib": "peak mem (GiB)", "memory_headroom_gib": "headroom (GiB)", "hbm_capacity_gib": "HBM (GiB)",
+    "t_compute": "compute (s)", "compute_share_of_step": "compute / step",
+    "c_gemm_ideal": "GEMM at peak (s)", "c_gemm_efficiency_loss": "GEMM eff. loss (s)",
+    "c_attention_kernel": "attention (s)", "c_elementwise": "element-wise (s)", "c_recompute": "recompute (s)",
+    "c_overhead": "launch/overhead (s)",
     "cost_per_million_tokens": "$/M tokens", "speedup_vs_naive_dp": "x naive DP",
     "micro_batch": "mb", "point_id": "point",
 }
@@ -120,10 +140,19 @@ def _formatted(frame: pd.DataFrame) -> pd.DataFrame:
     return out.rename(columns=HEADERS)
 
 
+def _grid(frame: pd.DataFrame, key: str) -> str:
+    """The table, numbers right-aligned and text left-aligned by the column's type."""
+    shown = _formatted(frame)
+    kinds = ["num" if pd.api.types.is_numeric_dtype(frame[c]) else "txt" for c in frame.columns]
+    head = "".join(f'<th class="{k}">{html.escape(str(c))}</th>' for c, k in zip(shown.columns, kinds))
+    body = "".join("<tr>" + "".join(f'<td class="{k}">{html.escape(str(v))}</td>' for v, k in zip(row, kinds)) + "</tr>"
+                   for row in shown.itertuples(index=False))
+    return f'<table id="{html.escape(key)}"><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
 def table_html(table: PageTable) -> str:
-    """A heading, an optional note and the table itself (escaped, formatted)."""
-    body = (_formatted(table.frame).to_html(index=False, escape=True, table_id=table.key,
-                                            border=0)
+    """A heading, an optional note and the table itself (escaped, formatted, aligned by type)."""
+    body = (_grid(table.frame, table.key)
             if not table.frame.empty else f'<table id="{html.escape(table.key)}"><tr>'
             "<td>none</td></tr></table>")
     note = f'<p class="note">{html.escape(table.note)}</p>' if table.note else ""
@@ -138,18 +167,28 @@ def figure_html(figure: PageFigure) -> str:
             "</figcaption></figure>")
 
 
+def scenario_html(header: Mapping[str, object]) -> str:
+    """The scenario as a definition list (what was simulated, by whom, when)."""
+    rows = "".join(f"<dt>{html.escape(str(k))}</dt><dd>{html.escape(str(v))}</dd>" for k, v in header.items())
+    return f'<dl class="scenario" id="scenario">{rows}</dl>'
+
+
 def render_page(*, title: str, sentences: list[str], figures: list[PageFigure],
-                tables: list[PageTable], meta: str = "") -> str:
-    """The whole self-contained page as a string."""
+                tables: list[PageTable], meta: str = "", header: Mapping[str, object] | None = None,
+                verdict: list[str] | None = None) -> str:
+    """The whole self-contained page: title, scenario, verdict, findings, figures, tables."""
     items = "\n".join(f"<li>{html.escape(s)}</li>" for s in sentences)
+    judged = "\n".join(f"<li>{html.escape(s)}</li>" for s in verdict or [])
     return "\n".join([
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         '<meta name="viewport" content="width=device-width, initial-scale=1">',
         f"<title>{html.escape(title)}</title><style>{CSS}</style>",
         f"<script>{SCRIPT}</script></head><body>",
         f"<h1>{html.escape(title)}</h1>",
+        f'<h2>Verdict</h2><ul class="verdict" id="verdict">{judged}</ul>' if judged else "",
+        scenario_html(header) if header else "",
         f'<p class="meta">{html.escape(meta)}</p>' if meta else "",
-        f'<h2>Summary</h2><ul class="summary" id="summary">{items}</ul>',
+        f'<h2>Findings</h2><ul class="summary" id="summary">{items}</ul>',
         "<h2>Figures</h2>", *[figure_html(f) for f in figures],
         *[table_html(t) for t in tables],
         "</body></html>",

@@ -17,7 +17,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.ticker import FixedLocator, FuncFormatter, NullLocator, PercentFormatter
 
-from clustersim.reports.scaling import IDEAL, SEGMENTS
+from clustersim.reports.scaling import BAND_COLUMNS, IDEAL, SEGMENTS, has_intervals
 from clustersim.reports.tables import BEST_SERIES, NAIVE_SERIES
 
 SEGMENT_COLORS: Mapping[str, str] = {
@@ -106,6 +106,10 @@ def plot_throughput_per_gpu(curves: pd.DataFrame, ax: Axes | None = None) -> Axe
     ax = ax if ax is not None else new_axes()
     _draw_curves(curves, "tokens_per_s_per_gpu", ax)
     best = curves[curves["series"] == BEST_SERIES]
+    if has_intervals(curves):
+        for _cluster, rows in best.groupby("cluster", sort=True):
+            ax.fill_between(rows["num_gpus"], rows[BAND_COLUMNS[0]], rows[BAND_COLUMNS[1]], alpha=0.2,
+                            label="prediction interval (best)")
     for i, (_cluster, rows) in enumerate(best.groupby("cluster", sort=True)):
         ax.axhline(float(rows["tokens_per_s_per_gpu"].iloc[0]), color="k", lw=1, ls="-.",
                    alpha=0.6, label="ideal linear scaling" if i == 0 else None)
@@ -146,7 +150,7 @@ def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None, *,
     """Stacked bars per scale of the step-time fraction by cause, ideal compute at the bottom."""
     ax = ax if ax is not None else new_axes()
     several = fractions["cluster"].nunique() > 1
-    labels = [f"{int(n):,}\n{c}" if several else f"{int(n):,}"
+    labels = [f"{c} {int(n):,}" if several else f"{int(n):,}"
               for c, n in zip(fractions["cluster"], fractions["num_gpus"])]
     positions = list(range(len(fractions)))
     bottom = [0.0] * len(fractions)
@@ -157,7 +161,8 @@ def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None, *,
         ax.bar(positions, values, bottom=bottom, color=SEGMENT_COLORS[cause.key],
                label=cause.label, edgecolor="white", linewidth=0.5)
         bottom = [b + v for b, v in zip(bottom, values)]
-    ax.set_xticks(positions, labels)
+    ax.set_xticks(positions, labels, rotation=35 if several or len(labels) > 8 else 0,
+                  ha="right" if several or len(labels) > 8 else "center", fontsize=8)
     ax.set_xlabel(f"GPUs ({subject} at each scale)")
     ax.set_ylabel("fraction of step time")
     ax.yaxis.set_major_formatter(PercentFormatter(1.0))
@@ -168,24 +173,29 @@ def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None, *,
 
 
 def plot_hardware(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
-    """tokens/s/GPU (left axis) and $ per million tokens (right axis) per cluster."""
-    ax = ax if ax is not None else new_axes()
-    positions = list(range(len(table)))
-    width = 0.38
-    ax.bar([p - width / 2 for p in positions], table["tokens_per_s_per_gpu"], width,
-           color="C0", label="tokens/s per GPU")
-    ax.set_ylabel("tokens/s per GPU", color="C0")
-    ax.set_xticks(positions, [f"{c}\n{int(n):,} GPUs"
-                              for c, n in zip(table["cluster"], table["num_gpus"])])
-    ax.set_title("Hardware comparison (best plan per cluster)")
-    cost = table["cost_per_million_tokens"].astype(float)
-    if cost.notna().any():
-        twin = ax.twinx()
-        twin.bar([p + width / 2 for p in positions], cost.fillna(0.0), width, color="C1",
-                 label="$ per million tokens")
-        twin.set_ylabel("$ per million tokens", color="C1")
-        handles = ax.get_legend_handles_labels()[0] + twin.get_legend_handles_labels()[0]
-        ax.legend(handles=handles, fontsize=8, loc="upper right")
+    """Per cluster, side by side: tokens/s per GPU, and $ per million tokens (when priced); two
+    panels with their own axes, never one dual axis. Returns the throughput Axes."""
+    if ax is None:
+        fig = Figure(figsize=(9.0, 3.8), dpi=110, layout="constrained")
+        FigureCanvasAgg(fig)
+        ax, cost_ax = fig.subplots(1, 2)
     else:
-        ax.legend(fontsize=8, loc="upper right")
+        cost_ax = None
+    names = [f"{c}\n{int(n):,} GPUs" for c, n in zip(table["cluster"], table["num_gpus"])]
+    positions = list(range(len(table)))
+    ax.barh(positions, table["tokens_per_s_per_gpu"].astype(float), color="C0")
+    ax.set_yticks(positions, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xlabel("tokens/s per GPU")
+    ax.set_title("Throughput per GPU (best plan)")
+    cost = table["cost_per_million_tokens"].astype(float)
+    if cost_ax is not None:
+        if cost.notna().any():
+            cost_ax.barh(positions, cost.fillna(0.0), color="C1")
+            cost_ax.set_xlabel("$ per million tokens")
+        else:
+            cost_ax.text(0.5, 0.5, "no $/GPU-hour given", ha="center", va="center", transform=cost_ax.transAxes)
+        cost_ax.set_yticks(positions, names, fontsize=8)
+        cost_ax.invert_yaxis()
+        cost_ax.set_title("Cost per token (best plan)")
     return ax

@@ -8,6 +8,7 @@ atomically (temporary name, then rename). It adds no arithmetic of its own.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
@@ -20,12 +21,14 @@ from clustersim.reports.plots import (
     plot_hardware, plot_lost_time, plot_mfu, plot_scaling_efficiency, plot_throughput_per_gpu,
     png_bytes,
 )
-from clustersim.reports.scaling import lost_time_fractions, scaling_table
-from clustersim.reports.summary import summary_sentences
+from clustersim.reports.scaling import has_intervals, lost_time_fractions, scaling_table
+from clustersim.reports.header import default_title, scenario_header
+from clustersim.reports.summary import summary_sentences, verdict_sentences
 from clustersim.reports.tables import (
-    BEST_SERIES, NAIVE_SERIES, PLAN_COLUMNS, ResultsInput, best_rows, error_table,
-    hardware_table, load_results, plan_table, series_rows, with_costs,
+    BEST_SERIES, NAIVE_SERIES, PLAN_COLUMNS, ResultsInput, best_rows, compute_table, error_table,
+    hardware_table, load_results, pareto_table, plan_table, series_rows, with_costs,
 )
+from clustersim.reports.waterfall import plot_waterfall
 
 PLANS_SHOWN_PER_SCALE = 5
 """Plans per (cluster, GPU count) in the page's plan table; plan_table.csv holds them all."""
@@ -48,9 +51,17 @@ class ReportData:
     hardware: pd.DataFrame
     """Best plan per cluster at a common scale, with $ per million tokens."""
     errors: pd.DataFrame
-    """Rows that failed to simulate."""
+    """Rows that failed to simulate, with their plan and reason."""
     sentences: list[str]
     """The key findings in words."""
+    verdict: list[str]
+    """What scales, what does not, and why: first on the page."""
+    header: dict[str, object]
+    """What was simulated (``reports.header.scenario_header``)."""
+    compute: pd.DataFrame
+    """Best plan per scale: compute seconds by where they go."""
+    pareto: pd.DataFrame
+    """Per scale: plans not beaten on step time, memory and cost at once."""
 
 
 def report_data(results: ResultsInput,
@@ -61,7 +72,8 @@ def report_data(results: ResultsInput,
         results=frame, curves=scaling_table(frame), fractions=lost_time_fractions(best_rows(frame)),
         naive_fractions=lost_time_fractions(series_rows(frame, NAIVE_SERIES)),
         plans=plan_table(frame), hardware=hardware_table(frame), errors=error_table(frame),
-        sentences=summary_sentences(frame),
+        sentences=summary_sentences(frame), verdict=verdict_sentences(frame), header=scenario_header(frame),
+        compute=compute_table(frame), pareto=pareto_table(frame),
     )
 
 
@@ -71,7 +83,10 @@ def _figures(data: ReportData) -> list[PageFigure]:
     if not data.curves.empty:
         figures += [
             PageFigure(key="throughput_per_gpu", caption="tokens/s per GPU against GPU count; "
-                       "the dash-dot line is ideal linear scaling",
+                       "the dash-dot line is ideal linear scaling; " + (
+                           "the band is the prediction interval from held-out residuals" if has_intervals(data.results)
+                           else "no band: these results carry no prediction interval (held-out error by "
+                                "regime: docs/VALIDATION.md)"),
                        png=png_bytes(plot_throughput_per_gpu(data.curves))),
             PageFigure(key="scaling_efficiency", caption="Scaling efficiency: tokens/s/GPU "
                        "relative to each series' smallest scale (ideal = 100%)",
@@ -91,7 +106,20 @@ def _figures(data: ReportData) -> list[PageFigure]:
         figures.append(PageFigure(key="hardware", caption="Best plan per cluster: tokens/s per "
                                   "GPU and $ per million tokens",
                                   png=png_bytes(plot_hardware(data.hardware))))
+    for i, row in enumerate(_largest_best(data.results)):
+        figures.append(PageFigure(key=f"waterfall_{i}", caption=f"Where peak compute goes for the best plan at "
+                                  f"{int(row['num_gpus']):,} GPUs on {row['cluster']}: compute inefficiency split into "
+                                  "GEMM efficiency, attention, element-wise, recompute and overhead",
+                                  png=png_bytes(plot_waterfall(row))))
     return figures
+
+
+def _largest_best(frame: pd.DataFrame) -> list[dict[str, object]]:
+    """The best row at the largest GPU count of each cluster."""
+    best = best_rows(frame)
+    if best.empty:
+        return []
+    return best.sort_values("num_gpus").drop_duplicates("cluster", keep="last").sort_values("cluster").to_dict("records")
 
 
 def _tables(data: ReportData) -> list[PageTable]:
@@ -105,8 +133,13 @@ def _tables(data: ReportData) -> list[PageTable]:
         PageTable(key="plan-table", caption="Plan comparison", frame=shown,
                   note=f"The {PLANS_SHOWN_PER_SCALE} fastest plans per scale; plan_table.csv "
                   f"holds all {len(data.plans):,}."),
+        PageTable(key="compute-table", caption="Where compute goes (best plan, critical stage)", frame=data.compute,
+                  note="Seconds of the critical stage's compute per step by part; they sum to compute (s)."),
+        PageTable(key="pareto-table", caption="Pareto front: step time vs memory vs cost", frame=data.pareto,
+                  note="Per scale, the simulated plans no other beats on step time, peak memory and $ per million "
+                       "tokens at once (the searched front at each scale and the naive DP plan)."),
         PageTable(key="hardware-table", caption="Hardware comparison", frame=data.hardware),
-        PageTable(key="errors-table", caption="Errors", frame=data.errors),
+        PageTable(key="errors-table", caption="Failed points: plan and reason", frame=data.errors),
     ]
     return tables
 
@@ -117,8 +150,9 @@ def write_scaling_report(results: ResultsInput, out_dir: str | Path, *, title: s
 
     Files: throughput_per_gpu.png, scaling_efficiency.png, lost_time.png,
     lost_time_naive_dp.png (when the naive baseline ran), mfu.png, hardware.png (several
-    clusters only), results.csv, scaling.csv, lost_time.csv, lost_time_naive_dp.csv,
-    plan_table.csv, hardware.csv, errors.csv, report.html (self-contained).
+    clusters only), waterfall_<i>.png (best plan at each cluster's largest scale), results.csv,
+    scaling.csv, lost_time.csv, lost_time_naive_dp.csv, plan_table.csv, hardware.csv, errors.csv,
+    compute.csv, pareto.csv, scenario.json, report.html (self-contained).
     """
     out = Path(out_dir)
     data = report_data(results, cost_per_gpu_hour)
@@ -128,18 +162,19 @@ def write_scaling_report(results: ResultsInput, out_dir: str | Path, *, title: s
     for name, frame in (("results", data.results), ("scaling", data.curves),
                         ("lost_time", data.fractions),
                         ("lost_time_naive_dp", data.naive_fractions), ("plan_table", data.plans),
-                        ("hardware", data.hardware), ("errors", data.errors)):
+                        ("hardware", data.hardware), ("errors", data.errors), ("compute", data.compute),
+                        ("pareto", data.pareto)):
         write_csv_atomic(out / f"{name}.csv", frame)
-    meta = (f"{len(data.results):,} result rows, {len(data.errors):,} failed; "
-            f"clusters: {', '.join(sorted(data.results['cluster'].unique()))}")
+    write_text_atomic(out / "scenario.json", json.dumps({"title": title, **data.header}, indent=2, default=str))
+    meta = (f"{len(data.results):,} result rows, {len(data.errors):,} failed; memory in GiB (2^30 bytes); "
+            "MFU with PaLM model FLOPs; every CSV is in this folder; scenario.json says what was simulated")
     page = render_page(title=title, sentences=data.sentences, figures=figures,
-                       tables=_tables(data), meta=meta)
+                       tables=_tables(data), meta=meta, header=data.header, verdict=data.verdict)
     return write_text_atomic(out / "report.html", page)
 
 
 def report_command(results: str | Path, out_dir: str | Path, *, title: str | None = None,
                    cost_per_gpu_hour: float | None = None) -> Path:
     """Write the scaling report of ``results`` (file or sweep directory) into ``out_dir``."""
-    name = Path(results).stem if Path(results).is_file() else Path(results).name
-    return write_scaling_report(results, out_dir, title=title or f"Scaling report: {name}",
+    return write_scaling_report(results, out_dir, title=title or default_title(load_results(results)),
                                 cost_per_gpu_hour=cost_per_gpu_hour)

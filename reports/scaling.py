@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from clustersim.reports.tables import (
-    BEST_SERIES, BREAKDOWN_COLUMNS, best_rows, ok_rows, plan_label, series_rows,
+    BEST_SERIES, BREAKDOWN_COLUMNS, PARETO_SERIES, best_rows, ok_rows, plan_label, series_rows,
 )
 
 
@@ -52,26 +52,37 @@ LOSS_CAUSES: tuple[Cause, ...] = (
 SEGMENTS: tuple[Cause, ...] = (IDEAL, *LOSS_CAUSES)
 
 
+BAND_COLUMNS: tuple[str, ...] = ("tokens_per_s_per_gpu_low", "tokens_per_s_per_gpu_high")
+"""Optional prediction interval of tokens/s/GPU (from held-out residuals); drawn as a band when present."""
+
+
+def has_intervals(frame: pd.DataFrame) -> bool:
+    """Whether the rows carry a prediction interval."""
+    return all(c in frame.columns for c in BAND_COLUMNS) and frame[list(BAND_COLUMNS)].notna().any().all()
+
+
 def scaling_table(frame: pd.DataFrame) -> pd.DataFrame:
     """tokens/s/GPU, MFU and scaling efficiency per (cluster, series, GPU count).
 
     Series "best" is derived (fastest non-naive plan per scale) when the data lacks it.
     """
-    labels = sorted(set(ok_rows(frame)["series"]) | {BEST_SERIES})
+    labels = sorted((set(ok_rows(frame)["series"]) | {BEST_SERIES}) - {PARETO_SERIES})
     parts = [_series_curve(best_rows(frame) if s == BEST_SERIES else series_rows(frame, s), s)
              for s in labels]
     parts = [p for p in parts if not p.empty]
     if not parts:
         return pd.DataFrame(columns=["cluster", "series", "num_gpus", "tokens_per_s_per_gpu",
                                      "mfu", "scaling_efficiency", "plan"])
-    return pd.concat(parts, ignore_index=True)
+    return pd.concat(parts, ignore_index=True).sort_values(["cluster", "series", "num_gpus"], kind="stable").reset_index(drop=True)
 
 
 def _series_curve(rows: pd.DataFrame, series: str) -> pd.DataFrame:
     """One series' rows with efficiency against its smallest GPU count on each cluster."""
     if rows.empty:
         return pd.DataFrame()
-    out = rows[["cluster", "num_gpus", "tokens_per_s_per_gpu", "mfu"]].copy()
+    extra = [c for c in ("tflops_per_gpu", "step_time_s", "peak_memory_gib", "cost_per_million_tokens", *BAND_COLUMNS)
+             if c in rows.columns]
+    out = rows[["cluster", "num_gpus", "tokens_per_s_per_gpu", "mfu", *extra]].copy()
     out.insert(1, "series", series)
     base = out.groupby("cluster")["tokens_per_s_per_gpu"].transform("first")
     out["scaling_efficiency"] = out["tokens_per_s_per_gpu"] / base

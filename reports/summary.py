@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from clustersim.reports.scaling import largest_loss, lost_time_fractions, scaling_table
+from clustersim.reports.scaling import LOSS_CAUSES, largest_loss, lost_time_fractions, scaling_table
 from clustersim.reports.tables import (
-    BEST_SERIES, NAIVE_SERIES, best_rows, error_table, hardware_table, plan_label,
+    BEST_SERIES, NAIVE_SERIES, best_rows, error_table, hardware_table, plan_label, series_rows,
 )
 
 
@@ -33,6 +33,44 @@ def summary_sentences(frame: pd.DataFrame) -> list[str]:
     if best.empty:
         sentences.insert(0, "No point simulated successfully; see Errors.")
     return sentences
+
+
+def verdict_sentences(frame: pd.DataFrame) -> list[str]:
+    """The verdict, first on the page: per cluster, how far the best plan and naive DP scale from the
+    smallest to the largest GPU count, and the cause whose share of the step grew most for each."""
+    out = []
+    curves = scaling_table(frame)
+    for cluster, on in curves.groupby("cluster", sort=True):
+        best = on[on["series"] == BEST_SERIES].sort_values("num_gpus")
+        naive = on[on["series"] == NAIVE_SERIES].sort_values("num_gpus")
+        if len(best) < 2:
+            continue
+        lo, hi = int(best["num_gpus"].iloc[0]), int(best["num_gpus"].iloc[-1])
+        text = (f"{cluster}, {lo:,} to {hi:,} GPUs: the best plan keeps {best['scaling_efficiency'].iloc[-1]:.0%} "
+                f"of its per-GPU throughput (MFU {best['mfu'].iloc[0]:.0%} to {best['mfu'].iloc[-1]:.0%})")
+        grown = _grown(series_rows(frame, BEST_SERIES) if (frame["series"] == BEST_SERIES).any() else best_rows(frame), str(cluster))
+        text += f"; what it loses most to at {hi:,} GPUs: {grown}" if grown else ""
+        if len(naive) >= 2:
+            text += (f". Naive DP keeps {naive['scaling_efficiency'].iloc[-1]:.0%} at "
+                     f"{int(naive['num_gpus'].iloc[-1]):,} GPUs and loses mainly to "
+                     f"{_grown(series_rows(frame, NAIVE_SERIES), str(cluster)) or 'nothing that grows'}")
+        out.append(text + ".")
+    return out
+
+
+def _grown(rows: pd.DataFrame, cluster: str) -> str:
+    """The loss whose share of the step grew most from the smallest to the largest scale, in words."""
+    rows = rows[rows["cluster"] == cluster].sort_values("num_gpus")
+    if len(rows) < 2:
+        return ""
+    fr = lost_time_fractions(rows.iloc[[0, -1]])
+    growth = [(float(fr[c.key].iloc[1] - fr[c.key].iloc[0]), c) for c in LOSS_CAUSES]
+    delta, cause = max(growth, key=lambda pair: pair[0])
+    if delta <= 0:
+        cause, share = largest_loss(fr.iloc[1])
+        return f"{cause.label} ({share:.0%} of the step; no loss grows with scale)"
+    return (f"{cause.label} ({float(fr[cause.key].iloc[0]):.0%} of the step at {int(rows['num_gpus'].iloc[0]):,} GPUs, "
+            f"{float(fr[cause.key].iloc[1]):.0%} at {int(rows['num_gpus'].iloc[-1]):,})")
 
 
 def _cluster_sentence(cluster: str, rows: pd.DataFrame, curves: pd.DataFrame) -> str:

@@ -50,6 +50,16 @@ NAIVE_SERIES = "naive_dp"
 BEST_SERIES = "best"
 """Series label of the best plan found at each scale."""
 
+PARETO_SERIES = "pareto"
+"""Series label of the engine-priced plans of a search's Pareto front (not a scaling curve)."""
+
+COMPUTE_COLUMNS: dict[str, str] = {
+    "c_gemm_ideal": "GEMM at peak", "c_gemm_efficiency_loss": "GEMM efficiency loss",
+    "c_attention_kernel": "attention kernel", "c_elementwise": "memory-bound element-wise",
+    "c_recompute": "recompute", "c_overhead": "launch/overhead",
+}
+"""The critical stage's compute seconds by where they go (they sum to ``t_compute``)."""
+
 SUM_TOLERANCE = 1e-3
 """Relative slack allowed between the breakdown's sum and ``step_time_s`` (rounding in files)."""
 
@@ -72,7 +82,7 @@ def read_results(results: ResultsInput) -> pd.DataFrame:
         case ".parquet":
             return pd.read_parquet(path)
         case ".csv":
-            return pd.read_csv(path)
+            return pd.read_csv(path, comment="#")
         case other:
             raise ReportError(f"results: unknown file type {other!r} of {path}; "
                               "use a .csv or .parquet file")
@@ -254,10 +264,11 @@ def plan_table(frame: pd.DataFrame) -> pd.DataFrame:
     keys = pd.MultiIndex.from_frame(rows[["cluster", "num_gpus"]])
     naive_tps = naive["tokens_per_s_per_gpu"].reindex(keys).to_numpy(dtype=float)
     rows["speedup_vs_naive_dp"] = rows["tokens_per_s_per_gpu"].to_numpy(dtype=float) / naive_tps
+    memory = ("peak_memory_gib", "memory_headroom_gib") if "peak_memory_gib" in rows.columns else ("peak_memory_gb",)
     columns = ["cluster", "num_gpus", "series", "plan",
                *[c for c in PLAN_COLUMNS if c in rows.columns],
-               *[c for c in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "hfu",
-                             "peak_memory_gb", "cost_per_million_tokens") if c in rows.columns],
+               *[c for c in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "hfu",
+                             *memory, "cost_per_million_tokens") if c in rows.columns],
                "speedup_vs_naive_dp"]
     ordered = rows.sort_values(["cluster", "num_gpus", "tokens_per_s_per_gpu"],
                                ascending=[True, True, False], kind="stable")
@@ -286,8 +297,48 @@ def hardware_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def error_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The rows that did not simulate, with whatever identifies them and the error message."""
-    rows = frame[frame["status"] != "ok"]
-    columns = [c for c in ("point_id", "cluster", "num_gpus", "series", *PLAN_COLUMNS,
-                           "status", "error") if c in rows.columns]
-    return rows[columns].reset_index(drop=True)
+    """The rows that did not simulate: where, which plan (or "searched" when none fits), and why."""
+    rows = frame[frame["status"] != "ok"].copy()
+    labels = []
+    for r in rows.to_dict("records"):
+        given = r.get("plan_label")
+        labels.append(str(given) if isinstance(given, str) and given else
+                      plan_label(r) if _present(r, "tp") else "searched: no plan fits")
+    rows.insert(0, "plan", labels)
+    columns = [c for c in ("cluster", "num_gpus", "series", "plan", "error", "point_id") if c in rows.columns]
+    return rows.sort_values(["cluster", "num_gpus"], kind="stable")[columns].reset_index(drop=True)
+
+
+def compute_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """The best plan per scale: compute seconds by where they go, and each part's share of compute."""
+    best = best_rows(frame)
+    present = [c for c in COMPUTE_COLUMNS if c in best.columns]
+    if best.empty or not present or best[present].isna().all().all():
+        return pd.DataFrame()
+    out = best[["cluster", "num_gpus"]].copy()
+    out["plan"] = [plan_label(r) for r in best.to_dict("records")]
+    out["t_compute"] = best["t_compute"].astype(float)
+    for c in present:
+        out[c] = best[c].astype(float)
+    out["compute_share_of_step"] = best["t_compute"].astype(float) / best["step_time_s"].astype(float)
+    return out.reset_index(drop=True)
+
+
+def pareto_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per (cluster, GPU count): the ok plans no other beats on step time, peak memory (GiB) and
+    $ per million tokens at once, fastest first."""
+    rows = ok_rows(frame).copy()
+    mem = "peak_memory_gib" if "peak_memory_gib" in rows.columns else "peak_memory_gb"
+    if rows.empty or mem not in rows.columns:
+        return pd.DataFrame()
+    keys = ["step_time_s", mem] + (["cost_per_million_tokens"] if rows["cost_per_million_tokens"].notna().any() else [])
+    rows["plan"] = [plan_label(r) for r in rows.to_dict("records")]
+    rows = rows.drop_duplicates(subset=["cluster", "num_gpus", "plan"])
+    fronts = []
+    for _, g in rows.groupby(["cluster", "num_gpus"], sort=True):
+        values = g[keys].astype(float).to_numpy()
+        keep = [not any((o <= v).all() and (o < v).any() for o in values) for v in values]
+        fronts.append(g[keep].sort_values("step_time_s", kind="stable"))
+    columns = ["cluster", "num_gpus", "plan", "step_time_s", "tokens_per_s_per_gpu", mem,
+               *[c for c in ("memory_headroom_gib", "cost_per_million_tokens") if c in rows.columns]]
+    return pd.concat(fronts)[columns].reset_index(drop=True)

@@ -34,6 +34,9 @@ def flat_result(result: Mapping[str, object]) -> dict[str, object]:
     flat = dict(result)
     if isinstance(nested, Mapping):
         flat.update({f"t_{k}": v for k, v in nested.items() if f"t_{k}" not in result})
+    parts = result.get("compute_breakdown_s")
+    if isinstance(parts, Mapping):
+        flat.update({f"c_{k}": v for k, v in parts.items() if f"c_{k}" not in result})
     return flat
 
 
@@ -54,6 +57,9 @@ def waterfall_steps(result: Mapping[str, object]) -> list[tuple[str, float, str]
               SEGMENT_COLORS["ideal_compute"])]
     for cause in LOSS_CAUSES:
         share = _loss_seconds(cause.key, seconds) / step
+        if cause.key == "compute_inefficiency" and _has_parts(result):
+            steps += _compute_steps(result, seconds, step)
+            continue
         if cause.key == "compute_inefficiency":
             recompute = min(max(_recompute_share(result, ideal), 0.0), share)
             if recompute > 0:
@@ -63,6 +69,31 @@ def waterfall_steps(result: Mapping[str, object]) -> list[tuple[str, float, str]
             steps.append((cause.label, -share, SEGMENT_COLORS[cause.key]))
     steps.append((f"achieved MFU (step {step:.3g} s)", ideal, SEGMENT_COLORS["ideal_compute"]))
     return steps
+
+
+COMPUTE_STEPS: tuple[tuple[str, str, str], ...] = (
+    ("c_gemm_efficiency_loss", "GEMM efficiency loss", "#f2b134"),
+    ("c_attention_kernel", "attention kernel (beyond its model FLOPs at peak)", "#f6d06f"),
+    ("c_elementwise", "memory-bound element-wise", "#b58b1c"),
+    ("c_recompute", "recompute", RECOMPUTE_COLOR),
+    ("c_overhead", "launch/overhead", "#8c6d1f"),
+)
+"""Compute inefficiency split by where it goes (``c_*`` columns, ``Result.compute_breakdown``)."""
+
+
+def _has_parts(result: Mapping[str, object]) -> bool:
+    return all(k in result and result[k] is not None and np.isfinite(float(result[k]))  # type: ignore[arg-type]
+               for k, _, _ in COMPUTE_STEPS) and "c_gemm_ideal" in result
+
+
+def _compute_steps(result: Mapping[str, object], seconds: Mapping[str, float], step: float) -> list[tuple[str, float, str]]:
+    """Compute inefficiency (t_compute - ideal) as its parts; the attention bar is the attention
+    kernel's time less the model FLOPs the GEMMs do not execute (mostly attention's, at peak), so
+    the bars sum to the compute inefficiency exactly."""
+    parts = {k: float(result[k]) for k, _, _ in COMPUTE_STEPS}  # type: ignore[arg-type]
+    parts["c_attention_kernel"] += float(result["c_gemm_ideal"]) - seconds["ideal_compute_s"]  # type: ignore[arg-type]
+    scale = seconds["t_compute"] / (float(result["c_gemm_ideal"]) + sum(float(result[k]) for k, _, _ in COMPUTE_STEPS))  # type: ignore[arg-type]
+    return [(label, -parts[k] * scale / step, color) for k, label, color in COMPUTE_STEPS if parts[k] != 0.0]
 
 
 def _loss_seconds(key: str, seconds: Mapping[str, float]) -> float:

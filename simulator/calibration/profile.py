@@ -53,6 +53,8 @@ class CalibrationProfile(BaseModel):
 
     name: str = "default"
     source: str = "clustersim defaults"
+    fit_date: str = ""
+    """ISO date the profile was fitted ("" when not recorded); reports print it next to the name."""
     gemm_efficiency: list[tuple[float, float]] = Field(
         default=[(1e6, 0.05), (1e9, 0.45), (1e11, 0.75), (1e13, 0.80)]
     )

@@ -20,6 +20,8 @@ from rich.progress import Progress
 from rich.table import Table
 
 from clustersim import files
+from clustersim.simulator import __version__
+from clustersim.simulator.cli import output
 from clustersim.reports.report import write_scaling_report
 from clustersim.reports.waterfall import write_waterfall
 from clustersim.simulator.cli import calibrate as calibrate_cli
@@ -48,6 +50,18 @@ from clustersim.workloads import MODEL_PRESETS
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="clustersim: predict distributed training step time, MFU and memory.")
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"clustersim {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the clustersim version and exit.")) -> None:
+    """clustersim: predict distributed training step time, MFU and memory."""
 console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
 
@@ -57,21 +71,43 @@ def write_json(doc: Any, path: str | os.PathLike[str]) -> Path:
     return files.write_json(path, doc)
 
 
+COMPUTE_LABELS: dict[str, str] = {
+    "gemm_ideal": "GEMM at peak FLOP/s", "gemm_efficiency_loss": "GEMM efficiency loss",
+    "attention_kernel": "attention kernel", "elementwise": "memory-bound element-wise",
+    "recompute": "recompute", "overhead": "launch/overhead",
+}
+
+
+def scenario_line(result: Result) -> str:
+    """One line naming what was simulated (model size, batch, sequence, precision, cluster, profile)."""
+    sc = result.scenario()
+    params = float(sc["model_params"] or 0) / 1e9
+    return (f"{sc['model']} ({params:.1f}B params, {sc['num_layers']} layers, hidden {sc['hidden_size']}), "
+            f"GBS {sc['global_batch_size']} x seq {sc['seq_len']}, {sc['precision']}; {sc['num_gpus']}x "
+            f"{sc['accelerator']} on {sc['cluster']} ({sc['fabric']}, NIC {sc['nic_bandwidth_gbps']:.0f} Gb/s); "
+            f"profile {sc['profile']} (fit {sc['profile_fit_date']}); clustersim {sc['version']}, "
+            f"inputs {str(sc['input_hash'])[:12]}")
+
+
 def result_table(result: Result, title: str, energy: StepEnergy | None = None) -> Table:
-    """The step summary and its breakdown (and its energy, when given) as a rich table."""
-    table = Table(title=title, show_header=True)
+    """The step summary and its breakdown (compute split by where it goes; its energy, when given)."""
+    table = Table(title=title, caption=scenario_line(result), show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("share", justify="right")
     step = result.step_time
     table.add_row("step time", f"{step:.4f} s", "100.0%")
     table.add_row("tokens/s/GPU", f"{result.tokens_per_s_per_gpu:,.0f}", "")
-    table.add_row("MFU (PaLM model FLOPs)", f"{result.mfu * 100:.1f}%", "")
+    table.add_row("MFU (PaLM model FLOPs)", f"{result.mfu * 100:.1f}%", f"{result.tflops_per_gpu:.0f} TFLOP/s/GPU")
     table.add_row("HFU (recompute counted)", f"{result.hfu * 100:.1f}%", "")
     table.add_row("ideal compute (100% MFU)", f"{result.ideal_compute_s:.4f} s", f"{result.ideal_compute_s / step * 100:.1f}%")
     for cat in CATEGORIES:
         secs = result.breakdown[cat]
         table.add_row(f"  {cat}", f"{secs:.4f} s", f"{secs / step * 100:.1f}%")
+        if cat == "compute":
+            for part, label in COMPUTE_LABELS.items():
+                v = result.compute_breakdown.get(part, 0.0)
+                table.add_row(f"    {label}", f"{v:.4f} s", f"{v / step * 100:.1f}%")
     if energy is not None:  # longrun.energy: the power model integrated over the step's timeline
         table.add_row("energy per step", f"{energy.facility_j / 3.6e6:.4g} kWh", f"PUE {energy.pue:.2f}")
         table.add_row("energy per token", f"{energy.j_per_token:.4g} J", f"{energy.j_per_token / 3.6:.4g} kWh/M")
@@ -79,9 +115,11 @@ def result_table(result: Result, title: str, energy: StepEnergy | None = None) -
         table.add_row("mean power per GPU", f"{energy.mean_gpu_w:.0f} W", f"node +{node_w:.0f} W/GPU")
         shares = {k: v / energy.gpu_j * 100 for k, v in energy.by_activity_j.items()} if energy.gpu_j > 0 else {}
         table.add_row("  GPU energy dense/mem/comm/wait", "/".join(f"{v:.0f}" for v in shares.values()) + " %", "")
+    cap = result.hbm_capacity / 2**30
     for m in result.memory:
-        table.add_row(f"memory stage {m.stage}", f"{m.total / 2**30:.1f} GiB",
-                      " ".join(f"{k[0]}{v / 2**30:.0f}" for k, v in m.parts().items()))
+        table.add_row(f"memory stage {m.stage} (GiB)", f"{m.total / 2**30:.1f} / {cap:.1f} GiB",
+                      f"headroom {cap - m.total / 2**30:.1f} GiB; "
+                      + " ".join(f"{k[0]}{v / 2**30:.1f}" for k, v in m.parts().items()))
     return table
 
 
@@ -89,10 +127,10 @@ def result_table(result: Result, title: str, energy: StepEnergy | None = None) -
 def simulate_cmd(
     scenario: Path = typer.Argument(..., help="Scenario YAML (see README 'Scenario format')."),
     set_: list[str] = typer.Option([], "--set", help="Override a field, e.g. --set plan.tp=4."),
-    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the Result as JSON."),
+    json_out: Optional[Path] = typer.Option(None, "--json", help="Write the Result as JSON ('-': standard output)."),
     trace: Optional[Path] = typer.Option(None, "--trace", help="Write a Chrome trace (Perfetto)."),
     mode: Optional[str] = typer.Option(None, "--mode", help="symmetric (default) or full."),
-    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
     show_placement: bool = typer.Option(False, "--placement", help="Print the rank -> device mapping."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the compute-loss waterfall as PNG."),
     force: bool = typer.Option(False, "--force", help="Run even above the work limits (GPUs, engine events)."),
@@ -108,20 +146,22 @@ def simulate_cmd(
                       mode=mode or sc.mode, seed=sc.seed)  # type: ignore[arg-type]
     title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
     energy = step_energy(result, sc.cluster)
-    console.print(result_table(result, title, energy))
-    if result.collectives:
-        console.print(collectives_table(result))
-    if show_placement:
-        console.print(placement_table(sc))
+    to_stdout = json_out is not None and str(json_out) == output.STDOUT
+    say = err_console if to_stdout else console  # keep standard output pure JSON
+    if not to_stdout:
+        console.print(result_table(result, title, energy))
+        if result.collectives:
+            console.print(collectives_table(result))
+        if show_placement:
+            console.print(placement_table(sc))
     if json_out:
-        write_json({**result.to_dict(), "energy": energy.to_dict()}, json_out)
-        console.print(f"wrote {json_out}")
+        output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict()}), json_out, say)
     if plot:
         write_waterfall(result.to_dict(), plot)
-        console.print(f"wrote {plot}")
+        output.said(plot, say, "compute-loss waterfall")
     if trace:
-        write_trace(result.intervals, sc.plan.pp, trace)
-        console.print(f"wrote {trace} (open in https://ui.perfetto.dev)")
+        write_trace(result, trace)
+        output.said(trace, say, "open in https://ui.perfetto.dev")
 
 
 def collectives_table(result: Result) -> Table:
@@ -156,30 +196,38 @@ def scale_cmd(
     set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
     cost_per_gpu_hour: Optional[float] = typer.Option(None, "--cost-per-gpu-hour", help="$ per GPU-hour."),
     force: bool = typer.Option(False, "--force", help="Run even above the work limits (GPUs, engine events)."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
 ) -> None:
-    """Scaling-efficiency report: the best plan at every scale vs naive DP replicas, with plots and HTML."""
+    """Scaling-efficiency report (strong scaling: fixed global batch): the best plan at every scale vs naive DP replicas."""
     counts = gpu_counts("--gpus", gpus, MAX_GPUS if force else GPU_LIMIT)
     output_dir("--out", out)
     base = apply_overrides(read_yaml(scenario), set_)
-    load_scenario(scenario, set_, force=force)  # validate the scenario once, with a clear error, before the sweep
+    if calibration:
+        load_profile(calibration)  # a bad profile is one clear error before any point runs
+        base["calibration"] = str(calibration.resolve())
+    sc = load_scenario(scenario, set_, force=force)  # validate the scenario once, with a clear error, before the sweep
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("simulating scales", total=None)
         rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
+    title = (f"{sc.model.name} on {sc.cluster.accelerator.name} ({sc.cluster.name}), {min(counts):,}-{max(counts):,} GPUs: "
+             f"strong scaling at global batch {sc.training.global_batch_size} x {sc.training.seq_len} tokens")
     page = files.replace_dir(out, lambda folder: write_scaling_report(  # the old report goes only as a whole
-        pd.DataFrame(rows), folder, title=f"Scaling report: {scenario.stem}", cost_per_gpu_hour=cost_per_gpu_hour))
-    console.print(scale_table(rows))
-    console.print(f"wrote {page}")
+        pd.DataFrame(rows), folder, title=title, cost_per_gpu_hour=cost_per_gpu_hour))
+    console.print(scale_table(rows, title))
+    console.print(f"wrote {page} and its figures and tables in {out}")
 
 
-def scale_table(rows: list[dict[str, Any]]) -> Table:
-    """Tokens/s/GPU, MFU and plan per (series, GPUs)."""
-    table = Table(title="scaling")
-    for col in ("series", "GPUs", "plan", "tokens/s/GPU", "MFU", "status"):
-        table.add_column(col)
-    for r in rows:
+def scale_table(rows: list[dict[str, Any]], title: str = "scaling") -> Table:
+    """Tokens/s/GPU, MFU, TFLOP/s/GPU, memory and plan per (series, GPUs), sorted by series then GPUs."""
+    table = Table(title=title)
+    for col in ("series", "GPUs", "plan", "step s", "tokens/s/GPU", "MFU", "TFLOP/s/GPU", "mem GiB", "status"):
+        table.add_column(col, justify="left" if col in ("series", "plan", "status") else "right")
+    for r in sorted(rows, key=lambda r: (str(r.get("series")), int(r.get("num_gpus") or 0))):
         ok = r.get("status") == "ok"
-        table.add_row(str(r.get("series")), str(r.get("num_gpus")), str(r.get("plan_label", "")),
-                      f"{r['tokens_per_s_per_gpu']:,.0f}" if ok else "-", f"{r['mfu'] * 100:.1f}%" if ok else "-",
+        mem = f"{r['peak_memory_gib']:.1f}/{r['hbm_capacity_gib']:.0f}" if ok else "-"
+        table.add_row(str(r.get("series")), f"{r.get('num_gpus')}", str(r.get("plan_label", "")),
+                      f"{r['step_time_s']:.3f}" if ok else "-", f"{r['tokens_per_s_per_gpu']:,.0f}" if ok else "-",
+                      f"{r['mfu'] * 100:.1f}%" if ok else "-", f"{r['tflops_per_gpu']:.0f}" if ok else "-", mem,
                       "ok" if ok else str(r.get("error", ""))[:60])
     return table
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Optional
 
 import numpy as np
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
@@ -20,6 +21,7 @@ from clustersim.files import write_atomic
 from clustersim.reports.curves import plot_bus_bandwidth
 from clustersim.reports.plots import png_bytes
 from clustersim.simulator.bounds import GPU_LIMIT
+from clustersim.simulator.cli import output
 from clustersim.simulator.calibration.profile import default_profile, load_profile
 from clustersim.simulator.network.collectives import CollectiveCost, CollectiveError, price_collective
 from clustersim.topologies.presets import get_cluster
@@ -86,23 +88,44 @@ def collective(
     algorithm: Optional[str] = typer.Option(None, "--algorithm", help="Force an algorithm (default: selector)."),
     sizes: str = typer.Option("1KiB..16GiB", "--sizes", help="Range a..b (powers of two) or a comma list."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write busbw vs size to this PNG."),
-    profile: Optional[Path] = typer.Option(None, "--profile", help="Calibration profile YAML."),
+    csv_out: Optional[Path] = typer.Option(None, "--csv", help="Write the sweep as CSV ('-': standard output)."),
+    calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
+    profile: Optional[Path] = typer.Option(None, "--profile", hidden=True, help="Renamed: use --calibration."),
 ) -> None:
     """Sweep one collective over message sizes on a cluster preset (nccl-tests style)."""
     try:
+        if profile is not None:
+            raise CollectiveError(f"--profile {profile} was renamed; pass --calibration {profile}")
         clus = get_cluster(cluster, gpus)
-        prof = load_profile(profile) if profile else default_profile(clus.accelerator.name)
+        prof = load_profile(calibration) if calibration else default_profile(clus.accelerator.name)
         groups = make_groups(clus.num_gpus, clus.gpus_per_node, group_size, axis)
         size_list = parse_sizes(sizes)
         costs = [price_collective(kind, s, groups, clus, prof, algorithm) for s in size_list]
     except ValueError as exc:
-        Console(stderr=True).print(f"[red]error: {str(exc).splitlines()[0]}[/red]", highlight=False)
+        Console(stderr=True).print(f"[red]error: {str(exc).splitlines()[0]}[/red]", highlight=False, soft_wrap=True)
         raise typer.Exit(code=2) from None
-    title = f"{kind} on {cluster} x{gpus}: {len(groups)} group(s) of {len(groups[0])}"
-    Console().print(_table(kind, size_list, costs, title))
+    title = (f"{kind} on {cluster} x{gpus} ({clus.accelerator.name}, {clus.fabric}): {len(groups)} group(s) of "
+             f"{len(groups[0])}; profile {prof.name} (fit {prof.fit_date or 'not recorded'})")
+    to_stdout = csv_out is not None and str(csv_out) == output.STDOUT
+    say = Console(stderr=True) if to_stdout else Console()
+    if not to_stdout:
+        say.print(_table(kind, size_list, costs, title))
+    if csv_out is not None:
+        header = {"kind": kind, "cluster": cluster, "num_gpus": gpus, "accelerator": clus.accelerator.name,
+                  "fabric": clus.fabric, "groups": len(groups), "group_size": len(groups[0]), "profile": prof.name,
+                  "profile_fit_date": prof.fit_date or "not recorded"}
+        output.emit_csv(sweep_frame(size_list, costs), csv_out, say, output.stamped(header))
     if plot is not None:
         write_plot(plot, size_list, costs, title)
-        Console().print(f"plot written to {plot}")
+        output.said(plot, say, "bus bandwidth against size")
+
+
+def sweep_frame(sizes: list[int], costs: list[CollectiveCost]) -> pd.DataFrame:
+    """One row per size: bytes, seconds, algorithm and bus bandwidth in bytes/s."""
+    return pd.DataFrame({"size_bytes": sizes, "time_s": [c.time for c in costs],
+                         "alg_bandwidth_bytes_per_s": [c.alg_bandwidth for c in costs],
+                         "bus_bandwidth_bytes_per_s": [c.bus_bandwidth for c in costs],
+                         "algorithm": [c.algorithm for c in costs]})
 
 
 def register(app: typer.Typer) -> None:

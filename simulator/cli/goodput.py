@@ -34,10 +34,12 @@ from clustersim.simulator.longrun.failures import FailureSpec, system_mtbf
 from clustersim.simulator.longrun.energy import RunEnergy, run_energy, step_energy
 from clustersim.simulator.longrun.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,
                                simulate_long_run, sweep_intervals)
+from clustersim.simulator.calibration.profile import load_profile
+from clustersim.simulator.scenario import load_scenario
 from clustersim.topologies.power import FacilitySpec, power_spec
 from clustersim.simulator.bounds import check_long_run
 from clustersim.simulator.cli.options import output_file
-from clustersim.simulator.scenario import LongRunOptions, load_scenario, validate_options
+from clustersim.simulator.scenario import LongRunOptions, validate_options
 
 EXIT_BAD_INPUT = 2
 HOUR = 3600.0
@@ -189,6 +191,7 @@ def goodput_command(
     life_years: Annotated[float, typer.Option(help="Years over which capex is amortised.")] = 4.0,
     grid_g_per_kwh: Annotated[float, typer.Option(help="Grid intensity, g CO2eq per kWh.")] = 0.0,
     force: Annotated[bool, typer.Option("--force", help="Run even above the work limits (failure draws).")] = False,
+    calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration profile YAML (default: the scenario's or the accelerator's bundled profile).")] = None,
 ) -> None:
     """Goodput distribution, best checkpoint interval and lost hours over a long run."""
     console, errors = Console(), Console(stderr=True)
@@ -203,6 +206,8 @@ def goodput_command(
         output_file("--json", json_out)
         interval = _parse_interval(checkpoint_interval)
         scenario = load_scenario(scenario_file, set_ or [], force=force)
+        if calibration is not None:
+            scenario = replace(scenario, profile=load_profile(calibration))
         spec, step = _long_run(scenario, days, repetitions)
         facility = FacilitySpec(pue=pue, price_per_kwh=price_per_kwh, capex_per_gpu=capex_per_gpu,
                                 life_years=life_years, grid_kg_per_kwh=grid_g_per_kwh / 1e3)
@@ -227,7 +232,9 @@ def goodput_command(
     console.print(table)
     if plot is not None:
         _save_plot(sweep, plot)
+        console.print(f"wrote {plot}")
     if json_out is not None:
         _save_json({"step_time_s": spec.step_time, "state_bytes_per_device": spec.state_bytes_per_device,
                     "days": days, "result": chosen.to_dict(), "sweep": sweep.to_dict(),
                     "energy": run.to_dict()}, json_out)
+        console.print(f"wrote {json_out}")

@@ -1,22 +1,25 @@
-"""``clustersim search``: the best plans for a scenario's model on N GPUs, with both tiers' times."""
+"""``clustersim search``: the engine's best plans for a scenario's model on N GPUs, proven by branch and bound."""
 
 from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
+import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from clustersim.simulator.bounds import GPU_LIMIT
-from clustersim.simulator.calibration.profile import load_profile
+from clustersim.simulator.calibration.profile import default_profile, load_profile
+from clustersim.simulator.cli import output
 from clustersim.simulator.scenario import load_scenario
-from clustersim.simulator.search.search import SearchReport, search
+from clustersim.simulator.search.search import OBJECTIVES, Ranked, SearchReport, price_per_token, search
 
 console = Console(width=None if sys.stdout.isatty() else 140)
+err_console = Console(stderr=True)
 
 
 def losses(breakdown: dict[str, float], step: float, n: int = 3) -> str:
@@ -25,20 +28,54 @@ def losses(breakdown: dict[str, float], step: float, n: int = 3) -> str:
     return " ".join(f"{k.replace('exposed_', '')} {v / step * 100:.0f}%" for v, k in parts)
 
 
-def report_table(rep: SearchReport, title: str) -> Table:
-    """The ranked plans: step time, MFU, memory, both tiers and where the time goes."""
-    table = Table(title=title)
-    for col in ("#", "plan", "step s", "MFU", "GiB", "analytic", "losses"):
-        table.add_column(col, justify="left" if col in ("plan", "losses") else "right")
-    for i, r in enumerate(rep.ranked, 1):
-        if r.result is None:
-            table.add_row(str(i), r.plan.describe(), "-", "-", "-", f"{r.estimate.step_time:.3f}", r.error[:40])
-            continue
+def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None, objective: str = "time") -> list[dict[str, Any]]:
+    """One flat row per engine-priced plan: time, $/M tokens, MFU, TFLOP/s/GPU, GiB, bound, tiers.
+    The bound is in the objective's unit: seconds (time, cost) or GiB (memory)."""
+    rows = []
+    for i, r in enumerate(plans, 1):
         res = r.result
-        table.add_row(str(i), r.plan.describe(), f"{res.step_time:.3f}", f"{res.mfu * 100:.1f}%",
-                      f"{res.peak_memory / 2**30:.0f}", f"{r.disagreement * 100:+.1f}%",
-                      losses(dict(res.breakdown), res.step_time))
+        if res is None:
+            continue
+        bound = {"bound_gib": r.bound / 2**30} if objective == "memory" else {"bound_s": r.bound / (per_token or 1.0)}
+        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, **bound,
+                     "cost_per_million_tokens": res.step_time * per_token * 1e6 if per_token else None,
+                     "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu, "mfu": res.mfu, "tflops_per_gpu": res.tflops_per_gpu,
+                     "peak_memory_gib": res.peak_memory / 2**30, "hbm_capacity_gib": res.hbm_capacity / 2**30,
+                     "memory_headroom_gib": res.memory_headroom / 2**30,
+                     "analytic_step_time_s": r.estimate.step_time if r.estimate else None,
+                     "analytic_vs_engine": r.disagreement, "losses": losses(dict(res.breakdown), res.step_time)})
+    return rows
+
+
+def report_table(rep: SearchReport, title: str, per_token: float | None = None, caption: str = "") -> Table:
+    """The ranked plans: step time, $/M tokens, MFU, TFLOP/s/GPU, memory, the bound and both tiers."""
+    table = Table(title=title, caption=caption)
+    memory = rep.objective == "memory"
+    cols = ["#", "plan", "step s", *(["$/M tok"] if per_token else []), "MFU", "TFLOP/s/GPU", "GiB / cap",
+            "bound GiB" if memory else "bound s", "analytic", "losses"]
+    for col in cols:
+        table.add_column(col, justify="left" if col in ("plan", "losses") else "right")
+    for row in ranked_rows(rep.ranked, per_token, rep.objective):
+        cells = [str(row["rank"]), row["plan"], f"{row['step_time_s']:.3f}"]
+        cells += [f"{row['cost_per_million_tokens']:.3f}"] if per_token else []
+        cells += [f"{row['mfu'] * 100:.1f}%", f"{row['tflops_per_gpu']:.0f}",
+                  f"{row['peak_memory_gib']:.1f} / {row['hbm_capacity_gib']:.0f}",
+                  f"{row['bound_gib']:.1f}" if memory else f"{row['bound_s']:.3f}",
+                  f"{row['analytic_vs_engine'] * 100:+.1f}%", row["losses"]]
+        table.add_row(*cells)
     return table
+
+
+def search_header(sc: Any, rep: SearchReport, profile_name: str, profile_date: str) -> dict[str, Any]:
+    """What was searched: the scenario, the objective and what the search cost."""
+    m, t, c = sc.model, sc.training, sc.cluster
+    return {"model": m.name, "model_params": m.num_params(), "num_layers": m.num_layers, "hidden_size": m.hidden_size,
+            "global_batch_size": t.global_batch_size, "seq_len": t.seq_len, "precision": t.precision,
+            "cluster": c.name, "accelerator": c.accelerator.name, "num_gpus": c.num_gpus, "fabric": c.fabric,
+            "hbm_capacity_gib": c.accelerator.hbm_capacity / 2**30, "profile": profile_name,
+            "profile_fit_date": profile_date or "not recorded", "objective": rep.objective,
+            "candidates": rep.candidates, "valid": rep.valid, "engine_calls": rep.engine_calls,
+            "memory_rejected": rep.memory_rejected, "pruned_by_bound": rep.pruned}
 
 
 def register(app: typer.Typer) -> None:
@@ -49,23 +86,43 @@ def register(app: typer.Typer) -> None:
         scenario: Path = typer.Argument(..., help="Scenario YAML; its plan is ignored."),
         gpus: Optional[int] = typer.Option(None, "--gpus", help="GPU count (default: the scenario's).", min=1, max=GPU_LIMIT),
         top: int = typer.Option(5, "--top", help="How many plans to print.", min=1, max=1000),
-        objective: str = typer.Option("time", "--objective", help="time or cost (needs cluster.cost_per_gpu_hour)."),
+        objective: str = typer.Option("time", "--objective", help="time, cost ($/token; needs cluster.cost_per_gpu_hour) or memory."),
         set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
-        calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML."),
+        calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
+        json_out: Optional[Path] = typer.Option(None, "--json", help="Write the ranked plans, Pareto front and scenario as JSON ('-': standard output)."),
+        csv_out: Optional[Path] = typer.Option(None, "--csv", help="Write the ranked plans as CSV ('-': standard output)."),
     ) -> None:
-        """Enumerate every valid plan, rank by the analytical tier, re-price the shortlist with the engine."""
-        if objective not in ("time", "cost"):
-            raise typer.BadParameter("--objective must be time or cost")
+        """The engine's best plan, proven: every valid plan bounded, the engine prices best bound first until none can win."""
+        if objective not in OBJECTIVES:
+            raise ValueError(f"--objective = {objective!r}: use one of {', '.join(OBJECTIVES)}")
         sc = load_scenario(scenario, [*set_, *([f"cluster.num_gpus={gpus}"] if gpus is not None else [])])
         profile = load_profile(calibration) if calibration else sc.profile
-        with Progress(console=console, transient=True) as bar:
-            task = bar.add_task("pricing plans", total=None)
+        per_token = price_per_token(sc.cluster, sc.training) if objective == "cost" else None
+        quiet = output.STDOUT in (str(json_out), str(csv_out))
+        say = err_console if quiet else console
+        with Progress(console=err_console, transient=True) as bar:
+            task = bar.add_task("bounding plans", total=None)
             rep = search(sc.model, sc.training, sc.cluster, top=top, objective=objective, profile=profile,  # type: ignore[arg-type]
                          progress=lambda n: bar.update(task, completed=n))
-        title = (f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name}: {rep.candidates} candidates, "
-                 f"{rep.valid} valid, {rep.fitting} fit; analytic tier {rep.valid / max(rep.analytic_seconds, 1e-9):,.0f} plans/s")
-        console.print(report_table(rep, title))
+        prof = profile or default_profile(sc.cluster.accelerator.name)
+        header = search_header(sc, rep, prof.name, prof.fit_date)
+        title = (f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}), objective {objective}: "
+                 f"{rep.valid:,} valid plans bounded, {rep.engine_calls} priced by the engine, {rep.pruned:,} pruned by the bound")
+        caption = (f"#1 is the engine's best over all {rep.valid:,} valid plans (no unpriced plan's bound beats it); "
+                   f"GBS {sc.training.global_batch_size} x seq {sc.training.seq_len}, {sc.training.precision}; profile {prof.name} "
+                   f"(fit {prof.fit_date or 'not recorded'}); plans checked at {rep.valid / max(rep.analytic_seconds, 1e-9):,.0f} plans/s, "
+                   f"bound {rep.bound_seconds:.1f} s, engine {rep.engine_seconds:.1f} s")
+        if not quiet:
+            console.print(report_table(rep, title, per_token, caption))
+            console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0,
+                                                    objective=rep.objective),
+                                       "Pareto front of the priced plans: step time vs memory headroom ($/token follows step time on one cluster)",
+                                       per_token))
         if not rep.ranked:
             raise ValueError("no plan fits in memory; try more GPUs, a smaller global batch or a bigger accelerator")
-
-
+        if json_out:
+            doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, per_token, objective),
+                   "pareto": ranked_rows(rep.pareto, per_token, objective)}
+            output.emit_json(output.stamped(doc), json_out, say)
+        if csv_out:
+            output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, per_token, objective)), csv_out, say, output.stamped(header))

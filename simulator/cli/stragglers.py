@@ -8,14 +8,17 @@ symmetric step's compute and communication time. Prints p50/p99/max and the rank
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 import typer
 from rich.console import Console
 from rich.table import Table
 
+from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.cli.options import int_range, real_range
@@ -51,6 +54,7 @@ def register(app: typer.Typer) -> None:
         seed: int = typer.Option(0, "--seed", help="Seed of the numpy Generator."),
         full_limit: int = typer.Option(256, "--full-limit", help="Largest GPU count simulated in full mode."),
         set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
+        calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the scenario's or the accelerator's bundled profile)."),
     ) -> None:
         """Step-time distribution (p50, p99, max) and per-rank wait with stragglers."""
         int_range("--steps", steps, 1, 100_000)
@@ -59,6 +63,8 @@ def register(app: typer.Typer) -> None:
         real_range("--slow-factor", slow_factor, 1.0, 1000.0)
         int_range("--full-limit", full_limit, 1, GPU_LIMIT)
         sc = load_scenario(scenario, set_)
+        if calibration is not None:
+            sc = dataclasses.replace(sc, profile=load_profile(calibration))
         spec = StragglerSpec(jitter_cv=jitter_cv, slow_device_fraction=slow_fraction, slow_device_factor=slow_factor)
         rng = np.random.default_rng(seed)
         if sc.cluster.num_gpus <= full_limit:

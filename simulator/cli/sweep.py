@@ -8,6 +8,7 @@ Owns: the command's options, the summary it prints and its exit codes (0 done, 2
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from pathlib import Path
 from typing import Annotated
@@ -17,6 +18,7 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.sweep.executors import SchedulerLost, default_workers, make_executor
 from clustersim.simulator.sweep.sweep import DEFAULT_EVALUATOR, SweepInterrupted, SweepReport, expand_points
@@ -45,6 +47,8 @@ def sweep_command(
         help="Recompute points whose stored row has status error.")] = False,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     dry_run: Annotated[bool, typer.Option(help="Only count the points and exit.")] = False,
+    calibration: Annotated[Path | None, typer.Option(
+        "--calibration", help="Calibration profile YAML for every point (default: the base scenario's).")] = None,
 ) -> None:
     """Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."""
     console, errors = Console(), Console(stderr=True)
@@ -53,6 +57,9 @@ def sweep_command(
         raise typer.Exit(EXIT_BAD_INPUT)
     try:
         spec = load_sweep(sweep_file)
+        if calibration is not None:
+            load_profile(calibration)  # one clear error before any point runs
+            spec = dataclasses.replace(spec, base={**spec.base, "calibration": str(calibration.resolve())})
         if dry_run:
             console.print(f"{len(expand_points(spec))} points in {sweep_file}")
             return
@@ -75,6 +82,7 @@ def sweep_command(
         errors.print("[yellow]interrupted[/yellow] before any point finished")
         raise typer.Exit(EXIT_INTERRUPTED) from None
     console.print(summary_table(report))
+    console.print(f"wrote {escape(str(out))}/results.parquet and results.csv")
     if report.lost:
         shown = ", ".join(report.lost[:10]) + (f" and {len(report.lost) - 10} more" if len(report.lost) > 10 else "")
         errors.print(f"[red]lost {len(report.lost)} point(s):[/red] {shown}; rerun the same command to retry "

@@ -1,29 +1,36 @@
-"""Plan search: every valid plan for a model on N GPUs, priced by two tiers.
+"""Plan search: the engine's best plan for a model on N GPUs, proven by branch and bound.
 
 Owns the enumeration of candidate plans (tp, pp, vpp, dp, cp, ep, ZeRO/FSDP, micro-batch,
-recompute, schedule), pruning by divisibility and by the analytical tier's memory, ranking by
-the analytical tier (``clustersim.simulator.search.estimate``), and re-pricing the shortlist with the SimPy engine
-(``simulate``), reporting how far the tiers disagree. It prints nothing (the CLI does).
+recompute, schedule), pruning by divisibility (``check_plan``), the objectives (step time, $ per
+token, peak memory), the branch and bound over the optimistic bounds of ``search.bound`` (the
+engine prices plans best bound first until no bound can beat the best engine score; memory is
+the engine's own phase-1 check), the Pareto front of the priced plans, and how far the analytical
+tier (``search.estimate``, which orders the first plans priced) is from the engine. It prints
+nothing (the CLI does).
 """
 
 from __future__ import annotations
 
 import itertools
 import time
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal
 
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
 from clustersim.simulator.plan.checks import check_plan
 from clustersim.simulator.errors import ClusterSimError
+from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.estimate import Estimate, Estimator
+from clustersim.simulator.step.partition import partition_memory
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.result import Result
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec
 
-Objective = Literal["time", "cost"]
+Objective = Literal["time", "cost", "memory"]
+OBJECTIVES: tuple[str, ...] = ("time", "cost", "memory")
 
 
 @dataclass(frozen=True)
@@ -31,15 +38,20 @@ class Ranked:
     """One shortlisted plan with both tiers' verdicts."""
 
     plan: ParallelPlan
-    estimate: Estimate
+    estimate: Estimate | None
+    """The analytical tier's estimate (None when it cannot price the plan)."""
     result: Result | None
     """The engine's result (None when the engine rejected it, e.g. out of memory)."""
     error: str = ""
+    bound: float = 0.0
+    """``StepBound``'s optimistic score of the plan (seconds, $/token or bytes by objective)."""
+    memory: float | None = None
+    """Peak bytes per device from phase 1 (None when it does not fit)."""
 
     @property
     def disagreement(self) -> float:
         """(analytic - engine) / engine step time."""
-        if self.result is None:
+        if self.result is None or self.estimate is None:
             return float("nan")
         return (self.estimate.step_time - self.result.step_time) / self.result.step_time
 
@@ -54,8 +66,26 @@ class SearchReport:
     valid: int
     """Plans that divide the model and the cluster."""
     fitting: int
-    """Valid plans that fit in memory per the analytical tier."""
+    """Plans whose memory was checked (phase 1) and fit."""
     analytic_seconds: float
+    """Seconds to enumerate, check and estimate every plan."""
+    objective: str = "time"
+    bound_seconds: float = 0.0
+    """Seconds to bound every valid plan."""
+    engine_calls: int = 0
+    """Engine simulations run (plans that fit, priced before the bound stopped the search)."""
+    memory_rejected: int = 0
+    """Plans priced whose memory (phase 1) did not fit."""
+    engine_seconds: float = 0.0
+    pruned: int = 0
+    """Valid plans never priced: their bound could not beat the best engine score."""
+    pareto: tuple[Ranked, ...] = ()
+    """Engine-priced plans not beaten on step time, memory and $/token at once."""
+
+    @property
+    def best(self) -> Ranked | None:
+        """The engine's best plan under the objective over the whole space (None: none fits)."""
+        return self.ranked[0] if self.ranked else None
 
 
 def _divisors(n: int) -> list[int]:
@@ -103,10 +133,23 @@ def plan_is_valid(model: ModelSpec, training: TrainingSpec, cluster: Cluster, pl
     return True
 
 
-def _score(objective: Objective, cluster: Cluster) -> Callable[[float], float]:
-    if objective == "cost":
-        return lambda step: step * cluster.num_gpus * cluster.cost_per_gpu_hour / 3600.0
-    return lambda step: step
+def price_per_token(cluster: Cluster, training: TrainingSpec) -> float:
+    """$ per token per second of step time: GPUs x $/GPU-hour / 3600 / tokens per step."""
+    if not cluster.cost_per_gpu_hour > 0:
+        raise ValueError(f"--objective cost ranks by $/token and needs a price: cluster.cost_per_gpu_hour is "
+                         f"{cluster.cost_per_gpu_hour} for {cluster.name}; set it, e.g. --set cluster.cost_per_gpu_hour=2.5")
+    return cluster.num_gpus * cluster.cost_per_gpu_hour / 3600.0 / training.tokens_per_step
+
+
+def _score(objective: Objective, r: Ranked, per_token: float) -> tuple[float, float]:
+    """What ``objective`` minimises, then the step time: (seconds | $ per token | bytes, seconds)."""
+    assert r.result is not None
+    match objective:
+        case "cost":
+            return r.result.step_time * per_token, r.result.step_time
+        case "memory":
+            return r.result.peak_memory, r.result.step_time
+    return r.result.step_time, r.result.step_time
 
 
 def search(
@@ -120,29 +163,132 @@ def search(
     shortlist: int | None = None,
     progress: Callable[[int], None] | None = None,
 ) -> SearchReport:
-    """Rank every valid plan; the best ``shortlist`` (default 3 x top) are re-priced by the engine."""
+    """The engine's best plan under ``objective``, proven by branch and bound.
+
+    Every valid plan gets ``StepBound``'s optimistic bound (step time; static memory for
+    ``objective="memory"``); the plans are priced best bound first (the memory check of phase 1,
+    then the engine) until no unpriced plan's bound can beat the best engine score. With
+    ``shortlist``, the analytical tier's ``shortlist`` fastest plans are priced first. The first
+    ranked plan is the engine's best over the whole space; the rest are the best of those the
+    engine priced, each with the analytical tier's estimate beside it. ``cost`` ranks by $/token
+    (needs ``cluster.cost_per_gpu_hour``).
+    """
+    per_token = price_per_token(cluster, training) if objective == "cost" else 1.0
     prof = profile or default_profile(cluster.accelerator.name)
-    est = Estimator(model, training, cluster, prof)
     t0 = time.perf_counter()
-    candidates = valid = 0
-    fitting: list[Estimate] = []
+    plans, candidates = _valid_plans(model, training, cluster, progress)
+    est = Estimator(model, training, cluster, prof)
+    seeds = _analytic_best(est, plans, shortlist) if shortlist else []
+    t1 = time.perf_counter()
+    sb = StepBound(model, training, cluster, prof)
+    bounds = {p: (sb.static_memory(p) if objective == "memory" else sb.step_time(p) * per_token) for p in plans}
+    t2 = time.perf_counter()
+    bb = _BranchAndBound(model, training, cluster, prof, objective, per_token, est, bounds, sb)
+    for plan in seeds:
+        bb.price(plan)
+    bb.run(sorted(plans, key=lambda p: (bounds[p], p.describe())))
+    ranked = bb.ranked()
+    return SearchReport(
+        ranked=tuple(ranked[:top]), candidates=candidates, valid=len(plans), fitting=bb.fitting,
+        analytic_seconds=t1 - t0, objective=objective, bound_seconds=t2 - t1,
+        engine_calls=bb.engine_calls, memory_rejected=bb.memory_rejected, engine_seconds=bb.seconds,
+        pruned=len(plans) - len(bb.priced), pareto=pareto_front(ranked, per_token),
+    )
+
+
+def _analytic_best(est: Estimator, plans: list[ParallelPlan], n: int) -> list[ParallelPlan]:
+    """The ``n`` plans the analytical tier ranks fastest among those it says fit."""
+    fits = [(e.step_time, p.describe(), p) for p in plans if (e := _safe_estimate(est, p)) is not None and e.fits]
+    return [p for _, _, p in sorted(fits, key=lambda t: t[:2])[:n]]
+
+
+def _valid_plans(model: ModelSpec, training: TrainingSpec, cluster: Cluster,
+                 progress: Callable[[int], None] | None) -> tuple[list[ParallelPlan], int]:
+    plans, candidates = [], 0
     for plan in candidate_plans(model, training, cluster):
         candidates += 1
         if progress and candidates % 500 == 0:
             progress(candidates)
-        if not plan_is_valid(model, training, cluster, plan):
-            continue
-        valid += 1
-        e = _safe_estimate(est, plan)
-        if e is not None and e.fits:
-            fitting.append(e)
-    seconds = time.perf_counter() - t0
-    fitting.sort(key=lambda e: (e.step_time, e.plan.describe()))
-    ranked = [_engine(model, training, cluster, prof, e) for e in fitting[: shortlist or 3 * top]]
-    score = _score(objective, cluster)
-    ranked.sort(key=lambda r: (r.result is None, score(r.result.step_time) if r.result else 0.0, r.plan.describe()))
-    return SearchReport(ranked=tuple(ranked[:top]), candidates=candidates, valid=valid, fitting=len(fitting),
-                        analytic_seconds=seconds)
+        if plan_is_valid(model, training, cluster, plan):
+            plans.append(plan)
+    return plans, candidates
+
+
+@dataclass
+class _BranchAndBound:
+    """The engine pricing of one search: the incumbent, what was priced, what it cost."""
+
+    model: ModelSpec
+    training: TrainingSpec
+    cluster: Cluster
+    profile: CalibrationProfile
+    objective: Objective
+    per_token: float
+    estimator: Estimator
+    bounds: dict[ParallelPlan, float]
+    step_bound: StepBound
+    priced: dict[ParallelPlan, Ranked] = field(default_factory=dict)
+    best: float = math.inf
+    engine_calls: int = 0
+    memory_rejected: int = 0
+    fitting: int = 0
+    seconds: float = 0.0
+
+    def price(self, plan: ParallelPlan) -> None:
+        """Memory check, then (for time and cost) the engine; updates the incumbent."""
+        if plan in self.priced:
+            return
+        static = self.step_bound.static_memory(plan)
+        if static > self.cluster.accelerator.hbm_capacity:  # states alone overflow: phase 1 would reject it
+            self.priced[plan] = Ranked(plan=plan, estimate=None, result=None, bound=self.bounds[plan],
+                                       error=f"weights, grads and optimizer state need {static / 2**30:.1f} GiB "
+                                             f"> {self.cluster.accelerator.hbm_capacity / 2**30:.1f} GiB")
+            self.memory_rejected += 1
+            return
+        t0 = time.perf_counter()
+        r = _engine(self.model, self.training, self.cluster, self.profile, plan, _safe_estimate(self.estimator, plan),
+                    self.bounds[plan], engine=self.objective != "memory")
+        self.seconds += time.perf_counter() - t0
+        self.priced[plan] = r
+        if r.memory is None:
+            self.memory_rejected += 1
+            return
+        self.fitting += 1
+        if r.result is None and self.objective != "memory":
+            return
+        self.engine_calls += self.objective != "memory"
+        score = r.memory if self.objective == "memory" else _score(self.objective, r, self.per_token)[0]
+        self.best = min(self.best, score)
+
+    def run(self, ordered: list[ParallelPlan]) -> None:
+        """Price best bound first until no bound can beat the incumbent."""
+        for plan in ordered:
+            if self.bounds[plan] >= self.best:
+                break
+            self.price(plan)
+        if self.objective == "memory":  # ties at the least memory: the engine decides by time
+            for plan, r in self.priced.items():
+                if r.memory is not None and r.memory <= self.best * (1 + 1e-12):
+                    self.priced[plan] = _engine(self.model, self.training, self.cluster, self.profile, plan,
+                                                _safe_estimate(self.estimator, plan), self.bounds[plan], engine=True)
+                    self.engine_calls += 1
+
+    def ranked(self) -> list[Ranked]:
+        done = [r for r in self.priced.values() if r.result is not None]
+        done.sort(key=lambda r: (*_score(self.objective, r, self.per_token), r.plan.describe()))
+        return done
+
+
+def pareto_front(ranked: list[Ranked], per_token: float = 1.0) -> tuple[Ranked, ...]:
+    """The engine-priced plans no other priced plan beats on step time, peak memory and $/token
+    at once (on one cluster $/token follows step time, so it is time against memory headroom)."""
+    done = sorted((r for r in ranked if r.result is not None), key=lambda r: (r.result.step_time, r.result.peak_memory))  # type: ignore[union-attr]
+    front: list[Ranked] = []
+    for r in done:
+        assert r.result is not None
+        if all(r.result.peak_memory < f.result.peak_memory for f in front):  # type: ignore[union-attr]
+            front.append(r)
+    return tuple(front)
 
 
 def _safe_estimate(est: Estimator, plan: ParallelPlan) -> Estimate | None:
@@ -152,8 +298,17 @@ def _safe_estimate(est: Estimator, plan: ParallelPlan) -> Estimate | None:
         return None  # e.g. a workload shape rule (MoE with tp needs sp) the plan check does not cover
 
 
-def _engine(model: ModelSpec, training: TrainingSpec, cluster: Cluster, prof: CalibrationProfile, e: Estimate) -> Ranked:
+def _engine(model: ModelSpec, training: TrainingSpec, cluster: Cluster, prof: CalibrationProfile, plan: ParallelPlan,
+            e: Estimate | None, bound: float, *, engine: bool) -> Ranked:
+    """The plan's memory (phase 1) and, when ``engine``, its engine result; errors as text."""
     try:
-        return Ranked(plan=e.plan, estimate=e, result=simulate(model, training, cluster, e.plan, profile=prof))
+        memory = max(m.total for m in partition_memory(model, training, plan, cluster))
     except ClusterSimError as exc:
-        return Ranked(plan=e.plan, estimate=e, result=None, error=str(exc))
+        return Ranked(plan=plan, estimate=e, result=None, error=str(exc), bound=bound)
+    if not engine:
+        return Ranked(plan=plan, estimate=e, result=None, bound=bound, memory=memory)
+    try:
+        return Ranked(plan=plan, estimate=e, result=simulate(model, training, cluster, plan, profile=prof),
+                      bound=bound, memory=memory)
+    except ClusterSimError as exc:
+        return Ranked(plan=plan, estimate=e, result=None, error=str(exc), bound=bound, memory=memory)

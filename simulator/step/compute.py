@@ -1,7 +1,7 @@
 """Phase 2: the time of each op on one accelerator.
 
 Roofline per op: max(FLOP / (peak * efficiency(op)), bytes / (HBM bandwidth * memory efficiency))
-plus a launch overhead. The efficiency curve comes from the calibration profile (data, not code).
+plus a launch overhead, and the same time split by where it goes (``COMPUTE_PARTS``). The efficiency curve comes from the calibration profile (data, not code).
 Owns nothing about communication or scheduling.
 """
 
@@ -74,6 +74,58 @@ def op_time(
     math = flops * flops_scale / (peak * eff * clock_fraction(accelerator)) if flops > 0 else 0.0
     memory = nbytes * flops_scale / (accelerator.hbm_bandwidth * profile.memory_efficiency)
     return max(math, memory) + profile.kernel_overhead
+
+
+COMPUTE_PARTS: tuple[str, ...] = (
+    "gemm_ideal", "gemm_efficiency_loss", "attention_kernel", "elementwise", "recompute", "overhead",
+)
+"""Where compute time goes: GEMM FLOPs at peak; the rest of the GEMMs' time (efficiency curve,
+memory-bound GEMMs, expert imbalance); attention kernels; memory-bound element-wise ops (norms,
+activations, residuals, embedding, loss, router); the recomputed forward; per-kernel launch overhead."""
+
+
+def op_time_parts(
+    op: Op,
+    accelerator: AcceleratorSpec,
+    profile: CalibrationProfile,
+    precision: str,
+    which: Pass = "fwd",
+    flops_scale: float = 1.0,
+) -> dict[str, float]:
+    """``op_time`` split into ``COMPUTE_PARTS`` (no recompute: the caller knows what is recomputed);
+    the parts sum to ``op_time`` with the same arguments."""
+    parts = dict.fromkeys(COMPUTE_PARTS, 0.0)
+    total = op_time(op, accelerator, profile, precision, which, flops_scale)
+    if total <= 0:
+        return parts
+    busy = total - profile.kernel_overhead
+    parts["overhead"] = profile.kernel_overhead
+    if op.kind in ("gemm", "bmm"):
+        flops = _flops_bytes(op, which)[0] * op.causal_flops_fraction
+        ideal = min(busy, flops / peak_for(accelerator, precision, op.fp8))
+        parts["gemm_ideal"], parts["gemm_efficiency_loss"] = ideal, busy - ideal
+    elif op.kind == "attention":
+        parts["attention_kernel"] = busy
+    else:
+        parts["elementwise"] = busy
+    return parts
+
+
+def ops_time_parts(
+    ops: Iterable[Op],
+    accelerator: AcceleratorSpec,
+    profile: CalibrationProfile,
+    precision: str,
+    which: Pass = "fwd",
+    expert_scale: float = 1.0,
+) -> dict[str, float]:
+    """``ops_time`` split into ``COMPUTE_PARTS`` (sums to ``ops_time`` with the same arguments)."""
+    out = dict.fromkeys(COMPUTE_PARTS, 0.0)
+    for op in ops:
+        scale = expert_scale / profile.expert_efficiency if is_routed_expert(op) else 1.0
+        for k, v in op_time_parts(op, accelerator, profile, precision, which, scale).items():
+            out[k] += v
+    return out
 
 
 def ops_time(

@@ -5,7 +5,8 @@ input-gradient, weight-gradient, recompute), and the exposed communication insid
 collectives on the critical path, CP ring exchange hidden behind attention, EP all-to-all, FSDP
 gathers prefetched one layer ahead); plus the DP gradient buckets, the ZeRO-1/2 parameter gathers
 (their total, and the lead the chunk's first forward waits for when they run layer by layer ahead
-of it) and the optimizer of each stage. Every collective is priced by ``CommPricer``. Scheduling is the engine's.
+of it) and the optimizer of each stage; and, for the Result, each stage's compute split by where it
+goes (``compute_parts``). Every collective is priced by ``CommPricer``. Scheduling is the engine's.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from dataclasses import dataclass
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.pricing import CommPricer
-from clustersim.simulator.step.compute import is_routed_expert, ops_time, optimizer_time
+from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_expert, ops_time, ops_time_parts, optimizer_time
 from clustersim.simulator.step.costs import Bucket, ChunkCost, StageCost
 from clustersim.simulator.step.partition import chunk_ops, stage_chunks
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.topologies import AcceleratorSpec
 from clustersim.workloads import ModelSpec, Op, TrainingSpec
 from clustersim.workloads.mamba import mamba_cp_alltoall_bytes
@@ -118,19 +119,14 @@ def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
     per_layer = _per_layer(c, chunk, layers)
     n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
     acc = {k: 0.0 for k in ("tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "ep_fwd", "ep_bwd")}
-    recompute = rec_flops = 0.0
     for j, (ops, moe) in enumerate(per_layer):
         full = plan.recompute == "full" and j < n_full
         blocks = 2 if model.layer_kind(layers[j]) == "transformer" else 1
         for k, v in _layer_comm(c, ops, moe, full, blocks).items():
             acc[k] += v
-        if full:
-            recompute += c.time(ops, "fwd")
-            rec_flops += sum(o.flops for o in ops)
-        elif plan.recompute == "selective":
-            sel = [o for o in ops if o.recompute_selective]
-            recompute += c.time(sel, "fwd")
-            rec_flops += sum(o.flops for o in sel)
+    recomputed = _recomputed(c, per_layer, n_full)
+    recompute = sum(c.time(ops, "fwd") for ops in recomputed)
+    rec_flops = sum(o.flops for ops in recomputed for o in ops)
     dp_fwd, dp_bwd = _fsdp_exposed(c, per_layer)
     gather, lead = _param_gathers(c, ops_all, per_layer)
     return ChunkCost(
@@ -139,6 +135,47 @@ def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
         buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, **acc,
     )
+
+
+def _recomputed(c: Costing, per_layer: list[tuple[list[Op], bool]], n_full: int) -> list[list[Op]]:
+    """The ops each layer runs again in backward: all of its first ``n_full`` layers under full
+    recompute, the attention core under selective, none otherwise."""
+    match c.plan.recompute:
+        case "full":
+            return [ops for j, (ops, _) in enumerate(per_layer) if j < n_full]
+        case "selective":
+            return [[o for o in ops if o.recompute_selective] for ops, _ in per_layer]
+    return []
+
+
+def compute_parts(c: Costing) -> tuple[dict[str, float], ...]:
+    """Per stage: the compute seconds of one step on one device (every pass of every chunk, as the
+    engine runs them) split into ``compute.COMPUTE_PARTS``; each sums to the stage's compute."""
+    m = num_microbatches(c.plan, c.training)
+    counts = [m // 2, m - m // 2] if c.plan.schedule == "dualpipe" else [m] * c.plan.vpp  # passes per chunk
+    out = []
+    for chunks in stage_chunks(c.plan, c.model.num_layers):
+        total = dict.fromkeys(COMPUTE_PARTS, 0.0)
+        for n, (k, layers) in zip(counts, chunks):
+            for part, secs in _chunk_parts(c, k, layers).items():
+                total[part] += n * secs
+        out.append(total)
+    return tuple(out)
+
+
+def _chunk_parts(c: Costing, chunk: int, layers: range) -> dict[str, float]:
+    """One micro-batch of one chunk: forward, input- and weight-gradient split by part, recompute whole."""
+    plan = c.plan
+    ops_all = chunk_ops(c.model, c.training, plan, chunk, layers)
+    out = dict.fromkeys(COMPUTE_PARTS, 0.0)
+    passes: tuple[Pass, ...] = ("fwd", "bwd_input", "bwd_weight")
+    for which in passes:
+        for part, secs in ops_time_parts(ops_all, c.accelerator, c.profile, c.training.precision, which,
+                                         plan.expert_imbalance).items():
+            out[part] += secs
+    n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
+    out["recompute"] = sum(c.time(ops, "fwd") for ops in _recomputed(c, _per_layer(c, chunk, layers), n_full))
+    return out
 
 
 def _per_layer(c: Costing, chunk: int, layers: range) -> list[tuple[list[Op], bool]]:

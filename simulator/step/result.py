@@ -6,6 +6,9 @@ stage, provenance, and the flat row that sweeps and reports read. Metric definit
   (step_time · GPUs · dense peak of the training precision).
 - ``hfu`` = FLOPs the devices execute, recompute included / (step_time · GPUs · peak).
 - ``ideal_compute_s`` = model FLOPs / (GPUs · peak): the step at 100% MFU.
+- ``tflops_per_gpu`` = model FLOPs / (step_time · GPUs) / 1e12 (what Megatron and NeMo print).
+- ``compute_breakdown``: the critical stage's compute by ``step.compute.COMPUTE_PARTS``.
+- memory in GiB (2^30 bytes) against the device's HBM capacity: ``memory_headroom``.
 It does not render anything (``reports/`` does) and does not run the engine.
 """
 
@@ -85,6 +88,8 @@ class Result:
     busiest link and its utilisation with all concurrent groups (flow fidelity only)."""
     rank_wait_time: tuple[float, ...] | None = None
     """Full mode: seconds each rank waited for others (TP/DP sync, pipeline); None when symmetric."""
+    compute_breakdown: Mapping[str, float] = field(default_factory=dict)
+    """``breakdown["compute"]`` of the critical stage split by ``COMPUTE_PARTS`` (sums to it)."""
     intervals: tuple[Interval, ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -102,6 +107,21 @@ class Result:
     @property
     def hfu(self) -> float:
         return self.hardware_flops / (self.step_time * self.num_gpus * self.peak_flops)
+
+    @property
+    def tflops_per_gpu(self) -> float:
+        """Model TFLOP/s per GPU (PaLM model FLOPs / step time / GPUs / 1e12): MFU x peak."""
+        return self.model_flops / (self.step_time * self.num_gpus) / 1e12
+
+    @property
+    def hbm_capacity(self) -> float:
+        """Bytes of HBM per device (0 when the labels do not say)."""
+        return float(self.labels.get("hbm_capacity_gib", 0.0) or 0.0) * GIB
+
+    @property
+    def memory_headroom(self) -> float:
+        """HBM capacity minus the peak bytes per device."""
+        return self.hbm_capacity - self.peak_memory
 
     @property
     def ideal_compute_s(self) -> float:
@@ -123,14 +143,28 @@ class Result:
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
             "model_flops": self.model_flops, "hardware_flops": self.hardware_flops,
             "ideal_compute_s": self.ideal_compute_s, "num_gpus": self.num_gpus,
+            "tflops_per_gpu": self.tflops_per_gpu,
             "tokens_per_step": self.tokens_per_step, "breakdown_s": dict(self.breakdown),
+            "compute_breakdown_s": dict(self.compute_breakdown),
+            "peak_memory_gib": self.peak_memory / GIB, "hbm_capacity_gib": self.hbm_capacity / GIB,
+            "memory_headroom_gib": self.memory_headroom / GIB,
             "stage_breakdowns_s": [dict(b) for b in self.stage_breakdowns],
             "memory_gib": [{k: v / GIB for k, v in {**m.parts(), "total": m.total}.items()} for m in self.memory],
             "plan": dict(self.plan), **{k: v for k, v in self.labels.items()},
+            "scenario": self.scenario(),
             "provenance": dict(self.provenance),
             "rank_wait_time_s": list(self.rank_wait_time) if self.rank_wait_time is not None else None,
             "collectives": [dict(c) for c in self.collectives],
         }
+
+    def scenario(self) -> dict[str, Any]:
+        """What was simulated, for every output's header: model, batch, sequence, precision,
+        cluster and fabric, calibration profile and fit date, version, input hash."""
+        keys = ("model", "model_params", "num_layers", "hidden_size", "global_batch_size", "seq_len", "precision",
+                "cluster", "accelerator", "gpus_per_node", "fabric", "nic_bandwidth_gbps", "nvlink_domain_size",
+                "hbm_capacity_gib", "profile", "profile_fit_date")
+        return {"num_gpus": self.num_gpus, **{k: self.labels.get(k) for k in keys},
+                "version": self.provenance.get("version"), "input_hash": self.provenance.get("input_hash")}
 
     def to_row(self) -> dict[str, Any]:
         """The flat row of the sweep DataFrame (docs/ARCHITECTURE.md)."""
@@ -144,9 +178,16 @@ class Result:
             "step_time_s": self.step_time, "tokens_per_s": self.tokens_per_s,
             "tokens_per_s_per_gpu": self.tokens_per_s_per_gpu, "mfu": self.mfu, "hfu": self.hfu,
             "peak_memory_gb": self.peak_memory / 1e9, "ideal_compute_s": self.ideal_compute_s,
+            "tflops_per_gpu": self.tflops_per_gpu, "peak_memory_gib": self.peak_memory / GIB,
+            "hbm_capacity_gib": self.hbm_capacity / GIB, "memory_headroom_gib": self.memory_headroom / GIB,
             "cost_per_gpu_hour": cost_h,
             "cost_per_million_tokens": cost_h * self.num_gpus / 3600.0 / self.tokens_per_s * 1e6,
         }
         for cat in CATEGORIES:
             row[f"t_{cat}"] = self.breakdown[cat]
+        for part, secs in self.compute_breakdown.items():
+            row[f"c_{part}"] = secs
+        scenario = self.scenario()
+        row.update({k: scenario[k] for k in ("model_params", "num_layers", "hidden_size", "precision", "fabric",
+                                             "profile", "profile_fit_date", "version", "input_hash")})
         return row

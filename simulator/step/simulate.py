@@ -22,7 +22,7 @@ from clustersim.simulator.network.pricing import CommPricer, Fidelity
 from clustersim.simulator.step.compute import peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.costs import StageCost
-from clustersim.simulator.step.lower import Costing, lower
+from clustersim.simulator.step.lower import Costing, compute_parts, lower
 from clustersim.simulator.step.partition import partition_memory
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
@@ -57,7 +57,8 @@ def simulate(
     prof = profile or default_profile(cluster.accelerator.name)
     placement = Placement(plan, cluster.gpus_per_node)
     pricer = CommPricer(cluster, placement, prof, fidelity)
-    stages = lower(Costing(model, training, plan, cluster.accelerator, prof, pricer))
+    costing = Costing(model, training, plan, cluster.accelerator, prof, pricer)
+    stages = lower(costing)
     rank_scale = _rank_scale(plan, mode, compute_scale)
     unit_scale = _unit_scale(placement, rank_scale) if mode == "full" else np.ones((1, plan.pp))
     m = num_microbatches(plan, training)
@@ -70,7 +71,23 @@ def simulate(
     inputs = _inputs_doc(model, training, cluster, plan, prof, mode, seed, fidelity, rank_scale)
     result = _summarise(model, training, cluster, plan, stages, memory, intervals, step, m, inputs,
                         _rank_waits(placement, intervals, rank_scale, unit_scale) if mode == "full" else None)
-    return dataclasses.replace(result, collectives=tuple(pricer.summary()))
+    crit = critical_unit(intervals)
+    scale = float(unit_scale[crit[0], crit[1]])  # a straggling unit's compute runs at its scale
+    parts = {k: v * scale for k, v in compute_parts(costing)[crit[1]].items()}
+    return dataclasses.replace(result, collectives=tuple(pricer.summary()), compute_breakdown=parts,
+                               labels={**result.labels, **scenario_labels(model, training, cluster, prof)})
+
+
+def scenario_labels(model: ModelSpec, training: TrainingSpec, cluster: Cluster, prof: CalibrationProfile) -> dict[str, Any]:
+    """What a reader needs to know was simulated: model size and shape, batch, sequence, precision,
+    cluster, fabric, memory capacity, the calibration profile and its fit date."""
+    return {
+        "model_params": model.num_params(), "num_layers": model.num_layers, "hidden_size": model.hidden_size,
+        "precision": training.precision, "gpus_per_node": cluster.gpus_per_node, "fabric": cluster.fabric,
+        "nic_bandwidth_gbps": cluster.nic_bandwidth * 8 / 1e9, "nvlink_domain_size": cluster.nvlink_domain_size,
+        "hbm_capacity_gib": cluster.accelerator.hbm_capacity / 2**30, "profile": prof.name,
+        "profile_fit_date": prof.fit_date or "not recorded",
+    }
 
 
 def _check_inputs(model: object, training: object, cluster: object, plan: object, mode: object) -> None:

@@ -1,42 +1,147 @@
-"""Chrome trace (Perfetto) export of a step's timeline.
+"""Chrome trace (Perfetto) export of a step's timeline, in the Trace Event Format.
 
-Owns the conversion of engine intervals to the Trace Event Format: one process per pipeline stage
-(and replica in full mode), one thread per stream (compute, DP, p2p), complete ("X") events in
-microseconds. Written to a temporary name, then renamed.
+Owns the conversion of a Result's engine intervals to trace events (Trace Event Format spec,
+"JSON Object Format"): one process per pipeline stage (and replica in full mode), pid = 1 +
+replica x pp + stage (never 0, which viewers treat as the idle/swapper process), named and sorted;
+one thread per stream (compute, DP, p2p forward, p2p backward); complete ("X") events in
+microseconds whose args say the pass, micro-batch and chunk, the bytes, algorithm and link of
+communication; exposed communication named for its axis ("exposed TP", "exposed DP: ..."), never
+like the compute it interrupts; flow events ("s"/"f") from each activation transfer to the
+stage that receives it; and the run's metadata (scenario, plan, step time) in ``otherData``.
+Written through the one atomic writer.
 """
 
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Mapping
 
 from clustersim.files import write_json
 from clustersim.simulator.step.engine import Interval
+from clustersim.simulator.step.result import Result
 
 STREAMS = {"compute": 0, "dp": 1, "p2p-fwd": 2, "p2p-bwd": 3}
+NAMES = {"exposed_tp": "exposed TP", "exposed_cp": "exposed CP", "exposed_ep": "exposed EP",
+         "exposed_pp": "exposed PP: wait for p2p", "bubble": "bubble: wait for a producer",
+         "optimizer": "optimizer", "dp_comm": "DP", "p2p": "p2p send"}
+"""Slice names by category (compute slices keep the pass label, e.g. ``F3.0``)."""
+PASS = re.compile(r"^([FBW])(\d+)\.(\d+)$")
+AXIS_OF = {"exposed_tp": ("tp",), "exposed_cp": ("cp",), "exposed_ep": ("ep",), "dp_comm": ("dp", "dp+cp", "edp", "dp_shard", "dp_rep")}
 
 
-def trace_events(intervals: Iterable[Interval], pp: int) -> list[dict[str, Any]]:
-    """Trace events for ``intervals``; pid = replica * pp + stage."""
+def pid_of(iv: Interval, pp: int) -> int:
+    """The trace process of a unit: 1 + replica x pp + stage."""
+    return 1 + iv.replica * pp + iv.stage
+
+
+def _name(iv: Interval) -> str:
+    if iv.category == "compute":
+        return iv.label
+    if iv.category == "exposed_dp":
+        return f"exposed DP: {iv.label}"
+    if iv.category in ("dp_comm",):
+        return f"DP {iv.label}"
+    base = NAMES.get(iv.category, iv.category)
+    return f"{base} {iv.label}" if PASS.match(iv.label) else base
+
+
+def _args(iv: Interval, pp: int, comm: Mapping[str, list[Mapping[str, Any]]], p2p_bytes: float) -> dict[str, Any]:
+    out: dict[str, Any] = {"category": iv.category, "stage": iv.stage, "replica": iv.replica}
+    m = PASS.match(iv.label)
+    if m:
+        out.update({"pass": m.group(1), "micro_batch": int(m.group(2)), "chunk": int(m.group(3))})
+    if iv.stream.startswith("p2p"):
+        src, dst = _p2p_ends(iv, pp)
+        out.update({"bytes": p2p_bytes, "algorithm": "send_recv", "link": f"stage {src} -> stage {dst}"})
+    for axis in AXIS_OF.get(iv.category, ()):
+        rows = comm.get(axis)
+        if rows:
+            out.update(_collective_args(rows, iv.end - iv.start))
+            break
+    return out
+
+
+def _collective_args(rows: list[Mapping[str, Any]], seconds: float) -> dict[str, Any]:
+    """The priced collectives of the slice's axis: the one whose time matches, else all of them."""
+    match = [r for r in rows if abs(float(r["time_s"]) - seconds) <= 1e-9 * max(seconds, 1e-12)]
+    pick = match or rows
+    out: dict[str, Any] = {"algorithm": ", ".join(sorted({str(r["algorithm"]) for r in pick})),
+           "link": ", ".join(sorted({str(r["busiest_link"]) for r in pick if r.get("busiest_link")}))}
+    if match:  # one priced collective is this slice: its kind and size
+        out.update({"collective": str(match[0]["kind"]), "bytes": float(match[0]["size_bytes"])})
+    else:  # several collectives of the axis share the slice (a layer's gather and scatter, a chunk's buckets)
+        out.update({"collectives": ", ".join(sorted({str(r["kind"]) for r in pick}))})
+    return out
+
+
+def _p2p_ends(iv: Interval, pp: int) -> tuple[int, int]:
+    """(sender, receiver) stage of a transfer on link ``iv.stage`` (fwd: s -> s+1, bwd: s+1 -> s)."""
+    nxt = (iv.stage + 1) % pp
+    return (iv.stage, nxt) if iv.stream == "p2p-fwd" else (nxt, iv.stage)
+
+
+def _metadata(pids: dict[int, tuple[int, int]]) -> list[dict[str, Any]]:
     events: list[dict[str, Any]] = []
-    seen: set[int] = set()
-    for iv in intervals:
-        pid = iv.replica * pp + iv.stage
-        if pid not in seen:
-            seen.add(pid)
-            events.append({"ph": "M", "name": "process_name", "pid": pid,
-                           "args": {"name": f"replica {iv.replica} stage {iv.stage}"}})
-            for name, tid in STREAMS.items():
-                events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
-        events.append({
-            "ph": "X", "name": iv.label, "cat": iv.category, "pid": pid,
-            "tid": STREAMS.get(iv.stream, 9), "ts": iv.start * 1e6, "dur": (iv.end - iv.start) * 1e6,
-        })
+    for pid, (replica, stage) in sorted(pids.items()):
+        events += [{"ph": "M", "name": "process_name", "pid": pid, "tid": 0,
+                    "args": {"name": f"stage {stage}" + (f" replica {replica}" if replica else "")}},
+                   {"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}}]
+        for name, tid in STREAMS.items():
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "args": {"name": name}})
     return events
 
 
-def write_trace(intervals: Iterable[Interval], pp: int, path: str | os.PathLike[str]) -> Path:
+def trace_events(result: Result) -> list[dict[str, Any]]:
+    """Every trace event of ``result``: metadata, slices and flows between stages."""
+    pp = int(result.plan["pp"])
+    comm: dict[str, list[Mapping[str, Any]]] = {}
+    for c in result.collectives:
+        comm.setdefault(str(c["axis"]), []).append(c)
+    p2p_bytes = _p2p_bytes(result)
+    pids: dict[int, tuple[int, int]] = {}
+    slices: list[dict[str, Any]] = []
+    flows: list[dict[str, Any]] = []
+    for iv in result.intervals:
+        pid = pid_of(iv, pp)
+        pids.setdefault(pid, (iv.replica, iv.stage))
+        ts, dur = iv.start * 1e6, (iv.end - iv.start) * 1e6
+        slices.append({"ph": "X", "name": _name(iv), "cat": iv.category, "pid": pid,
+                       "tid": STREAMS.get(iv.stream, 9), "ts": ts, "dur": dur, "args": _args(iv, pp, comm, p2p_bytes)})
+        if iv.stream.startswith("p2p"):
+            flows += _flow(iv, pp, len(flows) // 2 + 1, ts, dur)
+    return _metadata(pids) + slices + flows
+
+
+def _flow(iv: Interval, pp: int, ident: int, ts: float, dur: float) -> list[dict[str, Any]]:
+    """An arrow from the transfer (on the sender's p2p thread) to the receiving stage's compute."""
+    _, dst = _p2p_ends(iv, pp)
+    receiver = 1 + iv.replica * pp + dst
+    common = {"name": f"activation {iv.label}" if iv.stream == "p2p-fwd" else f"gradient {iv.label}", "cat": "p2p", "id": ident}
+    return [{**common, "ph": "s", "pid": 1 + iv.replica * pp + iv.stage, "tid": STREAMS[iv.stream], "ts": ts},
+            {**common, "ph": "f", "bp": "e", "pid": receiver, "tid": STREAMS["compute"], "ts": ts + dur}]
+
+
+def _p2p_bytes(result: Result) -> float:
+    """Bytes of one activation transfer: micro_batch x seq / cp x hidden x 2 bytes (/ tp with SP)."""
+    p, labels = result.plan, result.labels
+    hidden, seq = labels.get("hidden_size"), labels.get("seq_len")
+    if not hidden or not seq:
+        return float("nan")
+    dtype = 4 if labels.get("precision") == "fp32" else 2
+    size = int(p["micro_batch"]) * int(seq) / int(p["cp"]) * int(hidden) * dtype
+    return size / (int(p["tp"]) if p.get("sp") else 1)
+
+
+def trace_document(result: Result) -> dict[str, Any]:
+    """The whole trace file: events, display unit, and the run's metadata in ``otherData``."""
+    other = {**result.scenario(), "plan": dict(result.plan), "step_time_s": result.step_time,
+             "mfu": result.mfu, "mode": result.provenance.get("mode")}
+    return {"traceEvents": trace_events(result), "displayTimeUnit": "ms",
+            "otherData": other}
+
+
+def write_trace(result: Result, path: str | os.PathLike[str]) -> Path:
     """Write a Chrome trace JSON that opens in Perfetto; atomic."""
-    doc = {"traceEvents": trace_events(intervals, pp), "displayTimeUnit": "ms"}
-    return write_json(path, doc, indent=None, default=None)
+    return write_json(path, trace_document(result), indent=None, default=None)

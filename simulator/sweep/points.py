@@ -13,7 +13,8 @@ from typing import Any, Mapping
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.scenario import scenario_from_dict
-from clustersim.simulator.search.search import search
+from clustersim.simulator.search.search import SearchReport, search
+from clustersim.simulator.step.result import Result
 
 
 def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
@@ -24,19 +25,45 @@ def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
     try:
         sc = scenario_from_dict(data)
         if mode == "best":
-            ranked = search(sc.model, sc.training, sc.cluster, top=1, shortlist=3, profile=sc.profile).ranked
-            if not ranked or ranked[0].result is None:
-                raise ValueError(f"no plan fits {sc.model.name} on {sc.cluster.num_gpus} GPUs")
-            result = ranked[0].result
+            result = best_result(sc)
         else:
             result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=sc.profile,
                               mode=sc.mode, seed=sc.seed)  # type: ignore[arg-type]
     except ValueError as exc:
         return {"status": "error", "error": str(exc).splitlines()[0], "series": series or mode,
-                "num_gpus": _gpus(point), "model": _name(point.get("model")), "cluster": _name(point.get("cluster"))}
+                "num_gpus": _gpus(point), "model": _name(point.get("model")), "cluster": _name(point.get("cluster")),
+                "plan_label": _plan_label(point.get("plan")) if mode != "best" else "searched: no plan fits"}
+    return result_row(result, series or mode)
+
+
+def best_result(sc: Any) -> Result:
+    """The engine's best plan of a scenario (branch and bound over every valid plan)."""
+    return best_search(sc, top=1).ranked[0].result  # type: ignore[return-value]
+
+
+def best_search(sc: Any, top: int = 1) -> SearchReport:
+    """``search`` of a scenario; an error when no plan fits."""
+    rep = search(sc.model, sc.training, sc.cluster, top=top, profile=sc.profile)
+    if not rep.ranked or rep.ranked[0].result is None:
+        raise ValueError(f"no plan fits {sc.model.name} on {sc.cluster.num_gpus} GPUs")
+    return rep
+
+
+def result_row(result: Result, series: str) -> dict[str, Any]:
+    """The flat row of a simulated point."""
     row = result.to_row()
-    row.update(status="ok", error="", series=series or mode, plan_label=ParallelPlan(**result.plan).describe())
+    row.update(status="ok", error="", series=series, plan_label=ParallelPlan(**result.plan).describe())
     return row
+
+
+def _plan_label(plan: Any) -> str:
+    """The plan of a failed point, as written in the point (it may not even build)."""
+    if not isinstance(plan, Mapping):
+        return "-"
+    try:
+        return ParallelPlan(**plan).describe()
+    except (TypeError, ValueError):
+        return " ".join(f"{k}={v}" for k, v in plan.items())
 
 
 def _name(spec: Any) -> Any:

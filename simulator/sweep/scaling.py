@@ -1,7 +1,8 @@
 """The scaling study behind the scaling-efficiency report: best plan per scale vs naive DP.
 
-Owns the two series the report compares: ``best`` (the searched best plan at every GPU count)
-and ``naive_dp`` (the smallest plan that fits at the first GPU count, scaled by adding
+Owns the two series the report compares: ``best`` (the engine's best plan at every GPU count,
+proven by ``search``'s branch and bound, with the rest of that search's Pareto front as ``pareto``
+rows) and ``naive_dp`` (the smallest plan that fits at the first GPU count, scaled by adding
 data-parallel replicas only: the shortcut users must be shown to be wrong). Rows are the sweep
 rows of ``evaluate_point``; it renders nothing.
 """
@@ -14,7 +15,7 @@ from typing import Any, Callable, Iterable, Mapping
 from clustersim.simulator.search.estimate import Estimator
 from clustersim.simulator.calibration.profile import default_profile
 from clustersim.simulator.plan.plan import ParallelPlan
-from clustersim.simulator.sweep.points import evaluate_point
+from clustersim.simulator.sweep.points import best_search, evaluate_point, result_row
 from clustersim.simulator.scenario import scenario_from_dict
 from clustersim.simulator.search.search import candidate_plans, plan_is_valid
 
@@ -59,11 +60,24 @@ def scaling_points(base: Mapping[str, Any], gpu_counts: Iterable[int]) -> list[d
 
 def scaling_rows(base: Mapping[str, Any], gpu_counts: Iterable[int],
                  progress: Callable[[int, int], None] | None = None) -> list[dict[str, Any]]:
-    """Evaluate every scaling point in order (the CLI may run them through a sweep executor)."""
+    """Evaluate every scaling point in order: the best plan of each scale with the rest of its
+    search's Pareto front (series ``pareto``), and the naive DP points."""
     points = scaling_points(base, gpu_counts)
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, point in enumerate(points):
-        rows.append(evaluate_point(point))
+        rows += _best_and_front(point) if point.get("plan_mode") == "best" else [evaluate_point(point)]
         if progress:
             progress(i + 1, len(points))
+    return rows
+
+
+def _best_and_front(point: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The ``best`` row of a scale and one ``pareto`` row per other plan of its search's front."""
+    data = {k: v for k, v in point.items() if k not in ("plan_mode", "series")}
+    try:
+        rep = best_search(scenario_from_dict(data))
+    except ValueError:
+        return [evaluate_point(point)]  # the same error row as a sweep's
+    rows = [result_row(rep.ranked[0].result, "best")]  # type: ignore[arg-type]
+    rows += [result_row(r.result, "pareto") for r in rep.pareto if r.result is not None and r.plan != rep.ranked[0].plan]
     return rows

@@ -31,7 +31,14 @@ def _row(*, cluster: str, n: int, series: str, dp_loss: float, bubble_loss: floa
         "t_optimizer": 0.01 * ideal, "t_other": 0.002 * ideal,
     }
     step = sum(parts.values())
-    return {
+    compute = parts["t_compute"]  # split like Result.compute_breakdown: the parts sum to t_compute
+    split = {"c_gemm_ideal": 0.55 * compute, "c_gemm_efficiency_loss": 0.25 * compute,
+             "c_attention_kernel": 0.12 * compute, "c_elementwise": 0.05 * compute,
+             "c_recompute": 0.0, "c_overhead": 0.03 * compute}
+    return {**split, "model_params": 7e9, "num_layers": 32, "hidden_size": 4096, "precision": "bf16",
+        "fabric": "fat_tree", "profile": f"{cluster}-test-profile", "profile_fit_date": "2026-11-30",
+        "version": "0.1.0", "input_hash": f"hash-{cluster}-{series}-{n}", "peak_memory_gib": 55.9,
+        "hbm_capacity_gib": 80.0, "memory_headroom_gib": 24.1, "tflops_per_gpu": MODEL_FLOPS_PER_STEP / step / n / 1e12,
         "point_id": f"{cluster}-{series}-{n}", "model": "llama-7b", "cluster": cluster,
         "accelerator": cluster.upper(), "num_gpus": n, "series": series, "status": "ok",
         "tp": tp, "pp": pp, "dp": n // (tp * pp), "cp": 1, "ep": 1, "vpp": 1, "micro_batch": 1,

@@ -18,9 +18,9 @@ from clustersim.reports.report import write_scaling_report
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 FIGURES = ("throughput_per_gpu", "scaling_efficiency", "lost_time", "lost_time_naive_dp", "mfu",
-           "hardware")
-CSVS = ("results", "scaling", "lost_time", "plan_table", "hardware", "errors")
-TABLE_IDS = ("scaling-table", "plan-table", "hardware-table", "errors-table")
+           "hardware", "waterfall_0", "waterfall_1")  # a waterfall per cluster
+CSVS = ("results", "scaling", "lost_time", "plan_table", "hardware", "errors", "compute", "pareto")
+TABLE_IDS = ("scaling-table", "plan-table", "compute-table", "pareto-table", "hardware-table", "errors-table")
 
 
 @pytest.fixture(scope="module")

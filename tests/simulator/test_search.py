@@ -1,0 +1,99 @@
+"""Plan search returns the engine's best plan: a small space priced exhaustively by the engine.
+
+Every valid plan of a 4-layer Llama 2 7B on 8 H100 is simulated; ``search`` (branch and bound)
+and ``plan: best`` of a sweep point must return the plan with the least engine step time (and
+$/token, and peak memory), and the optimistic bound of ``search.bound`` must never exceed the
+engine's step time (nor static memory the engine's peak memory) on any plan.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import pytest
+
+from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.errors import ClusterSimError
+from clustersim.simulator.search.bound import StepBound
+from clustersim.simulator.search.search import candidate_plans, plan_is_valid, search
+from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.sweep.points import evaluate_point
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
+
+MODEL = dataclasses.replace(get_model("llama2-7b"), num_layers=4)
+TRAINING = TrainingSpec(seq_len=2048, global_batch_size=16)
+PRICE = 2.5
+
+
+@pytest.fixture(scope="module")
+def space() -> dict:
+    cluster = dataclasses.replace(get_cluster("dgx-h100", 8), cost_per_gpu_hour=PRICE)
+    prof = default_profile(cluster.accelerator.name)
+    bound = StepBound(MODEL, TRAINING, cluster, prof)
+    rows = []
+    for plan in candidate_plans(MODEL, TRAINING, cluster):
+        if not plan_is_valid(MODEL, TRAINING, cluster, plan):
+            continue
+        try:
+            r = simulate(MODEL, TRAINING, cluster, plan, profile=prof)
+        except ClusterSimError:
+            continue
+        rows.append((plan, r.step_time, r.peak_memory, bound.step_time(plan), bound.static_memory(plan)))
+    return {"cluster": cluster, "rows": rows}
+
+
+def test_the_space_is_not_trivial(space: dict) -> None:
+    times = [t for _, t, *_ in space["rows"]]
+    assert len(times) > 100 and max(times) > 1.5 * min(times)
+
+
+def test_bound_never_exceeds_the_engine(space: dict) -> None:
+    for plan, step, mem, bound, mem_bound in space["rows"]:
+        assert bound <= step, plan.describe()
+        assert mem_bound <= mem, plan.describe()
+    # and it is a useful bound: within 10 % of the engine on the fastest plans
+    fastest = sorted(space["rows"], key=lambda r: r[1])[:10]
+    assert all(b > 0.9 * t for _, t, _, b, _ in fastest)
+
+
+def test_search_returns_the_engine_best_time_and_cost(space: dict) -> None:
+    best = min(t for _, t, *_ in space["rows"])
+    for objective in ("time", "cost"):
+        rep = search(MODEL, TRAINING, space["cluster"], top=3, objective=objective)
+        assert rep.best is not None and math.isclose(rep.best.result.step_time, best, rel_tol=1e-12)
+        assert rep.engine_calls < len(space["rows"]) / 2  # the bound prunes most of the space
+        assert rep.pruned + len(rep.ranked) <= rep.valid
+
+
+def test_search_memory_objective_returns_the_least_memory(space: dict) -> None:
+    least = min(m for _, _, m, *_ in space["rows"])
+    rep = search(MODEL, TRAINING, space["cluster"], top=3, objective="memory")
+    assert math.isclose(rep.best.result.peak_memory, least, rel_tol=1e-12)
+    fastest_least = min(t for _, t, m, *_ in space["rows"] if math.isclose(m, least, rel_tol=1e-12))
+    assert math.isclose(rep.best.result.step_time, fastest_least, rel_tol=1e-12)
+
+
+def test_pareto_front_is_non_dominated(space: dict) -> None:
+    rep = search(MODEL, TRAINING, space["cluster"], top=3)
+    front = [(r.result.step_time, r.result.peak_memory) for r in rep.pareto]
+    assert front and front[0][0] == rep.best.result.step_time
+    for t, m in front:
+        assert not any(t2 <= t and m2 <= m and (t2, m2) != (t, m) for t2, m2 in front)
+
+
+def test_plan_best_point_is_the_engine_best(space: dict) -> None:
+    best = min(t for _, t, *_ in space["rows"])
+    point = {"model": {"preset": "llama2-7b", "num_layers": 4},
+             "training": {"seq_len": 2048, "global_batch_size": 16},
+             "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "plan": {"tp": 8},
+             "plan_mode": "best"}
+    row = evaluate_point(point)
+    assert row["status"] == "ok", row
+    assert math.isclose(row["step_time_s"], best, rel_tol=1e-12)
+
+
+def test_cost_objective_without_a_price_is_refused() -> None:
+    with pytest.raises(ValueError, match="cost_per_gpu_hour"):
+        search(MODEL, TRAINING, get_cluster("dgx-h100", 8), objective="cost")
