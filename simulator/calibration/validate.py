@@ -280,6 +280,26 @@ MEGATRON_LM_FRAMEWORKS: tuple[str, ...] = ("Megatron-LM", "Megatron-Core")
 the DeepSpeed ZeRO-3 rows of SC'21 Table 2 and the NeMo/Megatron-Bridge recipes are not among them."""
 
 
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("megatron-bridge-", "megatron-bridge"),
+    ("mosaicml-", "mosaicml"),
+    ("sc21-", "sc21"),
+    ("megatron-readme-", "megatron-lm-readme"),
+    ("nemo-perf-", "nemo"),
+)
+"""(``source_id`` prefix, publication family). A family is one publisher's series of one
+benchmark: every Megatron-Bridge release re-publishes the same recipes (25.09 ... 26.08), the
+Megatron-LM README tables (2021-01, 2021-04, 2024) are one README, the NeMo performance pages
+(24.07, long-sequence) one site. Cross-validation holds out a whole family at a time. A
+``source_id`` matching no prefix is its own family."""
+
+
+def family_of(source_id: str) -> str:
+    """The publication family of ``source_id`` (``FAMILIES``; else the id itself)."""
+    sid = source_id.strip().lower()
+    return next((fam for prefix, fam in FAMILIES if sid.startswith(prefix)), sid)
+
+
 def megatron_lm_rows(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows run with Megatron-LM (``framework`` starts with Megatron-LM or Megatron-Core)."""
     return frame[frame.framework.fillna("").str.startswith(MEGATRON_LM_FRAMEWORKS)]
