@@ -29,13 +29,17 @@ from clustersim.simulator.calibration.fit_first_order import (
     FLASH2_FACTOR, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors, first_order_problem, fit_scales,
     held_out_folds, measured_times, row_weights,
 )
-from clustersim.simulator.calibration.validate import validate_row
+from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, validate_row
+from clustersim.topologies.accelerators import normalise_gpu
 from clustersim.simulator.calibration.validate_rules import SkipRow, attention_kernel, precision_of
 
 def profile_key(gpu_type: str, keys: Sequence[str]) -> str | None:
-    """The profile stem a GPU type uses, as ``default_profile`` picks it (A100-SXM4 -> a100)."""
-    name = gpu_type.lower().split()[0] if gpu_type.strip() else ""
-    return next((k for k in sorted(keys) if name.startswith(k)), None)
+    """The profile stem a GPU type uses (``validate.SYSTEM_OF_PART``: A100-SXM4 -> a100, H800 -> h100)."""
+    try:
+        stem = SYSTEM_OF_PART[normalise_gpu(gpu_type)][1]
+    except (ValueError, KeyError):
+        return None
+    return stem if stem in keys else None
 
 
 def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FACTOR) -> CalibrationProfile:
