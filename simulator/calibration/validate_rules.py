@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any, Mapping
 
 from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
@@ -18,6 +19,7 @@ from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model, megatron_flops_per_step, resolve_model_name
 from clustersim.workloads.errors import WorkloadError
+from clustersim.workloads.presets import KNOWN_FAMILIES
 
 MEGATRON_CORE_FRAMEWORKS: tuple[str, ...] = ("megatron-core", "nemo", "megatron-bridge")
 """Framework strings (lower case) of Megatron-Core based runs (distributed optimizer, SP, TE)."""
@@ -140,6 +142,9 @@ def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
                           "Lightning: no citable layer pattern, LatentMoE and MTP shapes)") from None
         if text(row, "arch_type") != "dense":
             raise SkipRow(f"model {name!r}: MoE without a preset and without its shape in the row") from None
+        if re.search(KNOWN_FAMILIES, name.lower()):
+            raise SkipRow(f"model {name!r}: a known family without a preset of this size (its MLP, norm and "
+                          "attention are not GPT-style); add a preset or an hf_config") from None
         return _gpt_style(row, shape, notes)
     if model.is_moe:
         return model
