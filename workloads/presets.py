@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from clustersim.workloads.errors import WorkloadError
+from clustersim.workloads.hf_config import model_from_hf_config
 from clustersim.workloads.model import ModelSpec
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -112,6 +113,9 @@ def load_model(path_or_mapping: str | Path | Mapping[str, Any]) -> ModelSpec:
         else dict(path_or_mapping)
     if "preset" in data:
         base = get_model(str(data.pop("preset")))
+        return model_from_mapping({**dataclasses.asdict(base), **data})
+    if "hf_config" in data:  # model: {hf_config: path/to/config.json, <ModelSpec overrides>}
+        base = model_from_hf_config(str(data.pop("hf_config")), name=data.pop("name", None))
         return model_from_mapping({**dataclasses.asdict(base), **data})
     return model_from_mapping(data)
 
