@@ -159,7 +159,8 @@ def _simulate_chunk(items: list[tuple[dict[str, Any], CalibrationProfile, Calibr
         full = validate_row(row, profile=full_prof, fidelity=fidelity, cache=cache)
         out.append({"row_id": int(row["row_id"]), "held_out_s": held["predicted_step_time_s"],
                     "in_sample_s": full["predicted_step_time_s"], "held_status": held["status"],
-                    "held_reason": held["reason"], "regime": regime_of_row(row)})
+                    "held_reason": held["reason"], "regime": regime_of_row(row),
+                    "predicted_oom": "memory check lifted" in str(full["inferred"] or "")})
     return out
 
 
@@ -169,7 +170,8 @@ class CrossValidation:
 
     rows: pd.DataFrame
     """Per simulated row: row_id, source_id, family, gpu_type, group, regime, num_gpus, measured_s,
-    in_sample_s, held_out_s, first_order_held_out_s, error_in_pct, error_out_pct (signed)."""
+    in_sample_s, held_out_s, first_order_held_out_s, error_in_pct, error_out_pct (signed), predicted_oom
+    (the published plan was predicted not to fit and simulated with the memory check lifted)."""
     by_family: pd.DataFrame
     """Per held-out family and "all": rows, in-sample and out-of-sample MAPE (%)."""
     params: pd.DataFrame

@@ -24,6 +24,8 @@ import yaml
 
 from clustersim.files import write_atomic
 from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.step.result import Result
+from clustersim.workloads import ModelSpec
 
 INTERVALS_PATH = Path(__file__).parent / "intervals.yaml"
 """The bundled interval table (``clustersim validate --cross-validate family --write-intervals``)."""
@@ -226,3 +228,10 @@ def _nearest(tab: Mapping[str, Any], reg: str) -> str:
 def model_kind(layer_pattern: str | None, is_moe: bool) -> str:
     """dense | moe | hybrid from a ModelSpec's ``layer_pattern`` and ``is_moe``."""
     return "hybrid" if layer_pattern is not None else ("moe" if is_moe else "dense")
+
+
+def interval_of(result: Result, model: ModelSpec, *, level: float = 0.8,
+                table: Mapping[str, Any] | None = None) -> Interval:
+    """The interval of a simulated ``result`` of ``model`` (its regime from the model and accelerator)."""
+    return interval_for(result.step_time, model_kind(model.layer_pattern, model.is_moe),
+                        str(result.labels.get("accelerator", "")), result.num_gpus, level=level, table=table)

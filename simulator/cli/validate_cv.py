@@ -82,4 +82,6 @@ def _print(console: Console, cv: CrossValidation, coverage: pd.DataFrame, t_sens
     console.print(c)
     params = ", ".join(f"{r['gpu_type']} {r['own_params']}" for r in cv.params.to_dict("records"))
     console.print(f"fitted parameters per GPU type (own; plus {cv.params.shared_params.iloc[0]} shared): {params}")
+    oom = int(cv.rows.predicted_oom.sum())
+    console.print(f"published plans predicted out of memory (simulated with the check lifted): {oom} of {len(cv.rows)}")
     console.print(f"sensitivities {t_sens:.0f} s, folds and held-out re-simulation {t_cv:.0f} s; files in {out_dir}")

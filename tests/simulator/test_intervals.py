@@ -72,3 +72,17 @@ def test_interval_for_and_the_table_round_trip(tmp_path) -> None:
         assert x.extrapolated and x.low_s <= 2 * lo ** WIDEN * 1.0001 and x.high_s >= 2 * hi ** WIDEN * 0.9999
     assert "dense/hopper" in far.nearest
     assert generation("GB200 NVL72") == "blackwell" and generation("H100-SXM5") == "hopper"
+
+
+def test_interval_of_a_result_uses_its_regime() -> None:
+    from clustersim.simulator.calibration.intervals import interval_of
+    from clustersim.simulator.plan.plan import ParallelPlan
+    from clustersim.simulator.step.simulate import simulate
+    from clustersim.topologies import get_cluster
+    from clustersim.workloads import TrainingSpec, get_model
+    model = get_model("llama3-8b")
+    res = simulate(model, TrainingSpec(seq_len=2048, global_batch_size=16), get_cluster("dgx-h100", 8),
+                   ParallelPlan(tp=1, dp=8, zero=1), fidelity="analytic")
+    iv = interval_of(res, model, table=interval_table(_cv()))
+    assert iv.regime == "dense/hopper" and not iv.extrapolated
+    assert iv.low_s < res.step_time < iv.high_s
