@@ -149,18 +149,18 @@ def regime_of_row(row: Mapping[str, Any]) -> str:
     return "hybrid" if model.layer_pattern is not None else ("moe" if model.is_moe else "dense")
 
 
-def _simulate_chunk(items: list[tuple[dict[str, Any], CalibrationProfile, CalibrationProfile]],
+def _simulate_chunk(items: list[tuple[dict[str, Any], CalibrationProfile, CalibrationProfile | None]],
                     fidelity: Fidelity) -> list[dict[str, Any]]:
-    """Worker: each row at its fold profile (held out) and at the all-families profile (in sample)."""
+    """Worker: each row at its fold profile (held out) and, unless None, at the all-families profile."""
     cache: dict = {}
     out = []
     for row, fold_prof, full_prof in items:
         held = validate_row(row, profile=fold_prof, fidelity=fidelity, cache=cache)
-        full = validate_row(row, profile=full_prof, fidelity=fidelity, cache=cache)
+        full = validate_row(row, profile=full_prof, fidelity=fidelity, cache=cache) if full_prof is not None else None
         out.append({"row_id": int(row["row_id"]), "held_out_s": held["predicted_step_time_s"],
-                    "in_sample_s": full["predicted_step_time_s"], "held_status": held["status"],
+                    "in_sample_s": full["predicted_step_time_s"] if full else None, "held_status": held["status"],
                     "held_reason": held["reason"], "regime": regime_of_row(row),
-                    "predicted_oom": "memory check lifted" in str(full["inferred"] or "")})
+                    "predicted_oom": "memory check lifted" in str((full or held)["inferred"] or "")})
     return out
 
 
@@ -182,10 +182,13 @@ class CrossValidation:
 
 def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *,
                             bounds: Bounds = Bounds(), sweeps: int = 4, fidelity: Fidelity = "analytic",
-                            workers: int = 2, progress: Callable[[int, int], None] | None = None) -> CrossValidation:
+                            workers: int = 2, progress: Callable[[int, int], None] | None = None,
+                            in_sample: Mapping[int, float] | None = None) -> CrossValidation:
     """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
 
     ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).
+    ``in_sample`` (row_id -> seconds) reuses predictions already simulated at the all-families fit
+    (``--fit-profiles``' ``fit_rows.csv``) instead of simulating them again.
     """
     ok = sens[sens.status == "ok"].reset_index(drop=True)
     fam = ok.source_id.astype(str).map(family_of).to_numpy()
@@ -203,7 +206,9 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
         folds.append(ff)
         fold_of[f] = ff
         first_order[test] = _first_order_at(pb, ok, profiles, ff)[test]
-    sim = _simulate_all(runs, ok, fam, fold_of, full, fidelity, workers, progress)
+    sim = _simulate_all(runs, ok, fam, fold_of, None if in_sample is not None else full, fidelity, workers, progress)
+    if in_sample is not None:
+        sim["in_sample_s"] = sim.row_id.map(in_sample)
     frame = ok[["row_id", "source_id", "gpu_type", "group", "measured"]].rename(columns={"measured": "measured_s"})
     frame = frame.assign(family=fam, first_order_held_out_s=first_order).merge(sim, on="row_id", how="left")
     gpus = runs.set_index(runs.row_id.astype(int)).num_gpus
@@ -235,14 +240,14 @@ def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, Calibratio
 
 
 def _simulate_all(runs: pd.DataFrame, ok: pd.DataFrame, fam: np.ndarray, fold_of: Mapping[str, FoldFit],
-                  full: FoldFit, fidelity: Fidelity, workers: int,
+                  full: FoldFit | None, fidelity: Fidelity, workers: int,
                   progress: Callable[[int, int], None] | None) -> pd.DataFrame:
     by_id = {int(r["row_id"]): r for r in runs.to_dict("records")}
-    keys = list(full.profiles)
+    keys = list(next(iter(fold_of.values())).profiles)
     items = []
     for rid, f, gpu in zip(ok.row_id.astype(int), fam, ok.gpu_type.astype(str)):
         key = profile_key(gpu, keys)
-        items.append((by_id[rid], fold_of[f].profiles[key], full.profiles[key]))
+        items.append((by_id[rid], fold_of[f].profiles[key], full.profiles[key] if full is not None else None))
     chunks = [items[i:i + 8] for i in range(0, len(items), 8)]
     records: list[dict[str, Any]] = []
     if workers <= 1:
