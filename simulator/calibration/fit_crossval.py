@@ -178,17 +178,20 @@ class CrossValidation:
     """Per GPU type: fitted per-type parameters in the all-families fit, shared parameters."""
     folds: tuple[FoldFit, ...]
     """The in-sample fit first, then one per family."""
+    in_sample_from: str = "simulated"
+    """"simulated" at the all-families fit, or "fit_rows.csv" of the --fit-profiles run (same fit)."""
 
 
 def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *,
                             bounds: Bounds = Bounds(), sweeps: int = 4, fidelity: Fidelity = "analytic",
                             workers: int = 2, progress: Callable[[int, int], None] | None = None,
-                            in_sample: Mapping[int, float] | None = None) -> CrossValidation:
+                            reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
+                            ) -> CrossValidation:
     """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
 
     ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).
-    ``in_sample`` (row_id -> seconds) reuses predictions already simulated at the all-families fit
-    (``--fit-profiles``' ``fit_rows.csv``) instead of simulating them again.
+    ``reuse`` = (profiles, row_id -> seconds) of a ``--fit-profiles`` run: its predictions serve as
+    the in-sample figure when its profiles are the all-families fit's (checked), else ignored.
     """
     ok = sens[sens.status == "ok"].reset_index(drop=True)
     fam = ok.source_id.astype(str).map(family_of).to_numpy()
@@ -196,6 +199,7 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     if len(families) < 2:
         raise CalibrationError(f"cross-validation by family needs 2 or more families, the rows have {families}")
     full = fit_fold(ok, profiles, np.ones(len(ok), bool), bounds=bounds, sweeps=sweeps)
+    in_sample = reuse[1] if reuse is not None and same_fit(full, reuse[0]) else None
     folds = [full]
     fold_of: dict[str, FoldFit] = {}
     pb = first_order_problem(ok, profiles)
@@ -216,7 +220,17 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     frame["num_gpus"] = frame.row_id.map(gpus).astype(int)
     frame["error_in_pct"] = (frame.in_sample_s - frame.measured_s) / frame.measured_s * 100.0
     frame["error_out_pct"] = (frame.held_out_s - frame.measured_s) / frame.measured_s * 100.0
-    return CrossValidation(rows=frame, by_family=family_table(frame), params=param_table(full), folds=tuple(folds))
+    return CrossValidation(rows=frame, by_family=family_table(frame), params=param_table(full), folds=tuple(folds),
+                           in_sample_from="simulated" if in_sample is None else "fit_rows.csv")
+
+
+def same_fit(full: FoldFit, fitted: Mapping[str, CalibrationProfile]) -> bool:
+    """Whether ``fitted`` holds the fitted values of ``full`` for every GPU type with training rows."""
+    def key(p: CalibrationProfile) -> tuple:
+        return (p.gemm_efficiency, p.attention_efficiency, p.link_efficiency, p.memory_efficiency, p.kernel_overhead,
+                p.expert_efficiency, p.precision_efficiency, p.attention_kernel_efficiency)
+    own = [g for g, n in full.fitted_params.items() if n > 0]
+    return all(g in fitted and key(full.profiles[g])[:5] == key(fitted[g])[:5] for g in own)
 
 
 def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], ff: FoldFit) -> np.ndarray:

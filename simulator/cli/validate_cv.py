@@ -11,14 +11,13 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
 from clustersim.files import write_atomic
-from clustersim.simulator.calibration.fit_crossval import CrossValidation, cross_validate_families, fit_fold
+from clustersim.simulator.calibration.fit_crossval import CrossValidation, cross_validate_families
 from clustersim.simulator.calibration.fit_defaults import sensitivities
 from clustersim.simulator.calibration.intervals import coverage_by_family, interval_table, write_intervals
 from clustersim.simulator.calibration.profile import PROFILE_DIR, load_profile
@@ -49,30 +48,20 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
         task2 = bar.add_task("held-out re-simulation", total=int((sens.status == "ok").sum()))
         cv = cross_validate_families(table, sens, profiles, fidelity=fidelity, workers=workers,  # type: ignore[arg-type]
                                      progress=lambda d, _t: bar.update(task2, completed=d),
-                                     in_sample=_fitted_rows(sens_csv, profiles, sens))
+                                     reuse=_fit_run(sens_csv))
     coverage = coverage_by_family(cv.rows)
     _write(out_dir, cv, coverage, sens if sens_csv is None else None)
     _print(console, cv, coverage, t_sens, time.perf_counter() - start - t_sens, out_dir)
     return cv
 
 
-def _fitted_rows(sens_csv: Path | None, profiles: dict, sens: pd.DataFrame) -> dict[int, float] | None:
-    """In-sample seconds from the ``fit_rows.csv`` next to ``sens_csv``, when its profiles are the
-    ones the all-families fit of the folds reproduces (checked, else None: simulate them again)."""
+def _fit_run(sens_csv: Path | None) -> tuple[dict, dict[int, float]] | None:
+    """The profiles and per-row predictions of the ``--fit-profiles`` run that wrote ``sens_csv``."""
     if sens_csv is None or not (sens_csv.parent / "fit_rows.csv").exists():
         return None
     fitted = {p.stem: load_profile(p) for p in sorted(sens_csv.parent.glob("*.yaml"))}
-    full = fit_fold(sens[sens.status == "ok"].reset_index(drop=True), profiles,
-                    np.ones(int((sens.status == "ok").sum()), bool))
-    for g in fitted:
-        a, b = full.profiles.get(g), fitted[g]
-        if a is None or full.fitted_params.get(g, 0) == 0:
-            continue
-        if (a.gemm_efficiency, a.attention_efficiency, a.link_efficiency, a.memory_efficiency, a.kernel_overhead) != \
-                (b.gemm_efficiency, b.attention_efficiency, b.link_efficiency, b.memory_efficiency, b.kernel_overhead):
-            return None
     rows = pd.read_csv(sens_csv.parent / "fit_rows.csv")
-    return dict(zip(rows.row_id.astype(int), rows.base.astype(float)))
+    return fitted, dict(zip(rows.row_id.astype(int), rows.base.astype(float)))
 
 
 def _write(out_dir: Path, cv: CrossValidation, coverage: pd.DataFrame, sens: pd.DataFrame | None) -> None:
@@ -106,4 +95,5 @@ def _print(console: Console, cv: CrossValidation, coverage: pd.DataFrame, t_sens
     console.print(f"fitted parameters per GPU type (own; plus {cv.params.shared_params.iloc[0]} shared): {params}")
     oom = int(cv.rows.predicted_oom.sum())
     console.print(f"published plans predicted out of memory (simulated with the check lifted): {oom} of {len(cv.rows)}")
+    console.print(f"in-sample predictions: {cv.in_sample_from}")
     console.print(f"sensitivities {t_sens:.0f} s, folds and held-out re-simulation {t_cv:.0f} s; files in {out_dir}")

@@ -88,3 +88,12 @@ def test_at_bounds_reports_a_value_on_its_bound() -> None:
     on = BASE.replace(precision_efficiency={"fp8": b.fp8[1], "fp4": 1.0})
     assert any(s.startswith("fp8") for s in at_bounds(on, b))
     assert not any(s.startswith("fp8") for s in at_bounds(BASE, b))
+
+
+def test_cli_rejects_an_unknown_cross_validation_scheme() -> None:
+    from typer.testing import CliRunner
+
+    from clustersim.simulator.cli.app import app
+    res = CliRunner().invoke(app, ["validate", "--cross-validate", "random", "--no-progress"])
+    assert res.exit_code == 2
+    assert "--cross-validate 'random': use family" in res.output
