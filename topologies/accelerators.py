@@ -343,6 +343,9 @@ def get_accelerator(name: str, memory_gb: float | None = None) -> AcceleratorSpe
     key = name.strip().lower().replace(" ", "_")
     if key not in ACCELERATORS:
         key = normalise_gpu(name)
+        if (limit := stated_power_limit(name)) is not None:
+            raise TopologyError(f"accelerator {name!r} states a {limit:g} W power cap: use {key!r} with "
+                                "topologies.power.with_power_limit (or the cluster's power_limit_w)")
     spec = ACCELERATORS[key]
     if memory_gb is not None and spec is A100_80GB and round(memory_gb) == 40:
         return A100_40GB
@@ -405,7 +408,7 @@ part name as vendors, papers and logs print it (``normalise_gpu``)."""
 WATTS = r"\b(\d{3,4})\s*w\b"
 """A stated board power; below the part's TDP it is a power cap."""
 POWER_CAP_WORDS = r"power[- ]?(cap|capped|limit|limited)"
-"""Words that state a power limit without (or besides) a figure."""
+"""Words that state a power limit (a figure in watts must come with them)."""
 
 
 def _clean_gpu(text: str) -> str:
@@ -416,18 +419,22 @@ def _clean_gpu(text: str) -> str:
     return re.sub(r"\s+", " ", s).strip()
 
 
-def normalise_gpu(text: str) -> str:
-    """The ``ACCELERATORS`` key of a GPU part as written (``GPU_SPELLINGS``).
+def stated_power_limit(text: str) -> float | None:
+    """The board power limit a GPU spelling states (watts below the part's TDP), else None."""
+    key = normalise_gpu(text)
+    watts = re.search(WATTS, _clean_gpu(text))
+    if watts and float(watts.group(1)) < ACCELERATORS[key].tdp_watts:
+        return float(watts.group(1))
+    return None
 
-    A stated power cap raises (not modelled), as does an unknown part; both name the value.
-    """
+
+def normalise_gpu(text: str) -> str:
+    """The ``ACCELERATORS`` key of a GPU part as written (``GPU_SPELLINGS``); a stated wattage is
+    read by ``stated_power_limit``. A power cap stated without a figure, or an unknown part, raises."""
     s = _clean_gpu(text)
     key = next((k for pattern, k, _ in GPU_SPELLINGS if re.search(pattern, s)), None)
-    watts = re.search(WATTS, s)
-    capped = re.search(POWER_CAP_WORDS, s) is not None
-    if key is not None and (capped or (watts and float(watts.group(1)) < ACCELERATORS[key].tdp_watts)):
-        raise TopologyError(f"GPU {text!r}: a power cap below the {ACCELERATORS[key].tdp_watts:.0f} W TDP is not "
-                            "modelled (no cited clock-vs-power curve); give the part at its full TDP or leave the row out")
+    if key is not None and re.search(POWER_CAP_WORDS, s) and not re.search(WATTS, s):
+        raise TopologyError(f"GPU {text!r}: a power cap without its figure; state it in watts (e.g. 'H100 SXM 500W')")
     if key is not None:
         return key
     raise TopologyError(f"unknown accelerator {text!r}; use one of {sorted(ACCELERATORS)} "

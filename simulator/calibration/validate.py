@@ -31,7 +31,8 @@ from clustersim.simulator.calibration.validate_rules import (
     SkipRow, attention_kernel, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,
 )
 from clustersim.topologies import Cluster, get_cluster
-from clustersim.topologies.accelerators import get_accelerator, normalise_gpu
+from clustersim.topologies.accelerators import get_accelerator, normalise_gpu, stated_power_limit
+from clustersim.topologies.power import with_power_limit
 from clustersim.workloads import ModelSpec, TrainingSpec
 from clustersim.workloads.presets import DATA_DIR
 
@@ -115,6 +116,11 @@ def _accelerator_overrides(row: Mapping[str, Any], precision_label: str,
     """
     part = part_of_row(row)
     base = get_accelerator(part) if part not in ("a100", "h100", "h200", "b200", "b300", "gb200", "gb300") else None
+    if (limit := stated_power_limit(text(row, "gpu_type"))) is not None:  # cube-law clock, topologies.power
+        try:
+            base = with_power_limit(base or get_accelerator(part), limit)
+        except ValueError as exc:
+            raise SkipRow(f"gpu_type {text(row, 'gpu_type')!r}: {str(exc).splitlines()[0]}") from None
     if precision_label == "nvfp4":
         base = base or get_accelerator(part)
         eff = (profile or default_profile(base.name)).precision_efficiency

@@ -77,3 +77,15 @@ def test_batch_semantics_by_framework() -> None:
         batch_from_config("DeepSpeed", {"train_micro_batch_size_per_gpu": 2, "train_batch_size": 100}, dp=16)
     with pytest.raises(UnknownSpelling, match="'jax-mystery'"):
         batch_from_config("jax-mystery", {}, dp=1)
+
+
+def test_a_row_with_a_power_capped_gpu_is_simulated_slower_not_skipped() -> None:
+    from clustersim.simulator.calibration.validate import load_runs, validate_row
+    runs = load_runs()
+    row = runs[(runs.source_id == "mosaicml-llmfoundry") & (runs.gpu_type == "H100")].iloc[-1].to_dict()
+    full = validate_row(row)
+    capped = validate_row({**row, "gpu_type": "H100 SXM5 450W"})
+    assert full["status"] == capped["status"] == "ok"
+    assert capped["predicted_step_time_s"] > full["predicted_step_time_s"]
+    unknown = validate_row({**row, "gpu_type": "TPU v5p"})
+    assert unknown["status"] == "skipped" and "'TPU v5p'" in unknown["reason"]

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from clustersim.topologies.accelerators import ACCELERATORS, get_accelerator, normalise_gpu
+from clustersim.topologies.accelerators import ACCELERATORS, get_accelerator, normalise_gpu, stated_power_limit
 from clustersim.topologies.errors import TopologyError
 
 
 @pytest.mark.parametrize(("text", "key"), [
     ("H100", "h100"), ("H100-SXM5", "h100"), ("H100 SXM5 80GB", "h100"), ("H100 80GB HBM3", "h100"),
-    ("NVIDIA H100 Tensor Core GPU", "h100"), ("H100 SXM5 700W", "h100"), ("H100 PCIe", "h100-pcie"),
+    ("NVIDIA H100 Tensor Core GPU", "h100"), ("H100 SXM5 700W", "h100"), ("H100 SXM5 500W", "h100"), ("H100 PCIe", "h100-pcie"),
     ("H100-PCIE-80GB", "h100-pcie"), ("H100 NVL", "h100-nvl"), ("H100 NVL 94GB", "h100-nvl"),
     ("A100", "a100"), ("A100-SXM4", "a100"), ("A100-SXM4-80GB", "a100"), ("A100 80GB SXM", "a100"),
     ("A100-SXM4-40GB", "a100_40gb"), ("A100 40GB", "a100_40gb"), ("A100 PCIe 80GB", "a100-pcie"),
@@ -24,7 +24,8 @@ from clustersim.topologies.errors import TopologyError
 ])
 def test_spelling(text: str, key: str) -> None:
     assert normalise_gpu(text) == key
-    assert get_accelerator(text) is ACCELERATORS[key]
+    if stated_power_limit(text) is None:
+        assert get_accelerator(text) is ACCELERATORS[key]
 
 
 def test_parts_differ_where_their_datasheets_do() -> None:
@@ -36,10 +37,18 @@ def test_parts_differ_where_their_datasheets_do() -> None:
     assert get_accelerator("MI325X").peak("bf16") == get_accelerator("MI300X").peak("bf16")
 
 
-@pytest.mark.parametrize("text", ["H100 (power capped)", "H100 SXM5 500W", "A100 power limit 250W"])
-def test_power_cap_is_refused_naming_it(text: str) -> None:
-    with pytest.raises(TopologyError, match="power cap"):
-        normalise_gpu(text)
+@pytest.mark.parametrize(("text", "watts"), [("H100 SXM5 500W", 500.0), ("A100 power limit 250W", 250.0),
+                                            ("H100 SXM5 700W", None), ("H100", None)])
+def test_stated_power_cap_is_read_and_never_dropped(text: str, watts: float | None) -> None:
+    assert stated_power_limit(text) == watts
+    if watts is not None:  # the plain lookup refuses rather than silently run at TDP
+        with pytest.raises(TopologyError, match="power cap"):
+            get_accelerator(text)
+
+
+def test_power_cap_without_a_figure_is_refused() -> None:
+    with pytest.raises(TopologyError, match="without its figure"):
+        normalise_gpu("H100 (power capped)")
 
 
 def test_unknown_part_names_the_value() -> None:
