@@ -15,7 +15,8 @@ is per direction per device: half the bidirectional figure of the datasheets.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+import re
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Mapping
 
@@ -244,6 +245,72 @@ MI300X = AcceleratorSpec(
 )
 
 
+# --- parts read from real run descriptions (``normalise_gpu``); each figure from the cited datasheet.
+# NVIDIA H100 datasheet, PCIe and NVL columns (sparse figures halved for dense): PCIe BF16 1,513 ->
+# 756.5 TF, FP8 3,026 -> 1,513, 80 GB HBM2e 2.0 TB/s, 350 W, NVLink bridge 600 GB/s -> 300 per direction;
+# NVL BF16 1,671 -> 835.5, FP8 3,341 -> 1,670.5, 94 GB HBM3 3.9 TB/s, 400 W, NVLink 600 GB/s -> 300.
+H100_PCIE = AcceleratorSpec(
+    name="H100 PCIe 80GB",
+    peak_flops={"fp32": 51.2 * TERA, "tf32": 378 * TERA, "bf16": 756.5 * TERA, "fp16": 756.5 * TERA, "fp8": 1513 * TERA},
+    hbm_capacity=80 * GIB, hbm_bandwidth=2.0 * TERA, nvlink_bandwidth=300e9, tdp_watts=350.0,
+    source="NVIDIA H100 datasheet, PCIe column (dense = sparse / 2)",
+)
+H100_NVL = AcceleratorSpec(
+    name="H100 NVL 94GB",
+    peak_flops={"fp32": 60 * TERA, "tf32": 417.5 * TERA, "bf16": 835.5 * TERA, "fp16": 835.5 * TERA, "fp8": 1670.5 * TERA},
+    hbm_capacity=94 * GIB, hbm_bandwidth=3.9 * TERA, nvlink_bandwidth=300e9, tdp_watts=400.0,
+    source="NVIDIA H100 datasheet, NVL column (dense = sparse / 2)",
+)
+# NVIDIA H800 / A800: the export variants of H100 SXM / A100 SXM with the same Tensor Core figures and
+# NVLink cut to 400 GB/s bidirectional -> 200 GB/s per direction (NVIDIA H800 and A800 product briefs).
+H800 = AcceleratorSpec(
+    name="H800 SXM 80GB", peak_flops=_HOPPER_PEAKS, hbm_capacity=80 * GIB, hbm_bandwidth=3.35 * TERA,
+    nvlink_bandwidth=200e9, tdp_watts=700.0, nvls=True,
+    source="NVIDIA H800 product brief: H100 SXM compute, NVLink 400 GB/s bidirectional",
+)
+A800_80GB = AcceleratorSpec(
+    name="A800 SXM4 80GB", peak_flops=_A100_PEAKS, hbm_capacity=80 * GIB, hbm_bandwidth=2039e9,
+    nvlink_bandwidth=200e9, tdp_watts=400.0,
+    source="NVIDIA A800 product brief: A100 80GB SXM compute and memory, NVLink 400 GB/s bidirectional",
+)
+# NVIDIA A100 datasheet, PCIe 80GB column: same Tensor Core peaks, 1,935 GB/s, 300 W, NVLink bridge
+# 600 GB/s bidirectional (2 GPUs) -> 300 per direction.
+A100_PCIE_80GB = AcceleratorSpec(
+    name="A100 PCIe 80GB", peak_flops=_A100_PEAKS, hbm_capacity=80 * GIB, hbm_bandwidth=1935e9,
+    nvlink_bandwidth=300e9, tdp_watts=300.0, source="NVIDIA A100 Tensor Core GPU datasheet, PCIe 80GB column",
+)
+# NVIDIA H20 product brief: BF16 148 TF dense, FP8 296, 96 GB HBM3 at 4.0 TB/s, NVLink 900 GB/s
+# bidirectional -> 450 per direction, 400 W.
+H20 = AcceleratorSpec(
+    name="H20 96GB",
+    peak_flops={"fp32": 44 * TERA, "tf32": 74 * TERA, "bf16": 148 * TERA, "fp16": 148 * TERA, "fp8": 296 * TERA},
+    hbm_capacity=96 * GIB, hbm_bandwidth=4.0 * TERA, nvlink_bandwidth=450e9, tdp_watts=400.0, nvls=True,
+    source="NVIDIA H20 product brief",
+)
+# NVIDIA GH200 Grace Hopper Superchip datasheet: H100 Tensor Core figures, 96 GB HBM3 at 4 TB/s
+# (144 GB HBM3e at 4.9 TB/s for the HBM3e part), NVLink 900 GB/s -> 450 per direction; GPU share of
+# the up-to-1,000 W module taken as H100 SXM's 700 W.
+GH200 = AcceleratorSpec(
+    name="GH200 96GB", peak_flops=_HOPPER_PEAKS, hbm_capacity=96 * GIB, hbm_bandwidth=4.0 * TERA,
+    nvlink_bandwidth=450e9, tdp_watts=700.0, nvls=True, source="NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3 96GB)",
+)
+GH200_144GB = replace(GH200, name="GH200 144GB", hbm_capacity=144 * GIB, hbm_bandwidth=4.9 * TERA,
+                      source="NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3e 144GB)")
+# AMD Instinct MI250X data sheet (one OAM = 2 GCDs; a training job sees each GCD as one device): BF16
+# 383 TF -> 191.5 per GCD, FP32 matrix 95.7 -> 47.9, 128 GB HBM2e at 3.2768 TB/s -> 64 GB, 1.6384 TB/s;
+# 560 W -> 280; Infinity Fabric 8 links x 100 GB/s per OAM, ~200 GB/s per direction per GCD.
+MI250X_GCD = AcceleratorSpec(
+    name="MI250X (per GCD)",
+    peak_flops={"fp32": 47.9 * TERA, "bf16": 191.5 * TERA, "fp16": 191.5 * TERA},
+    hbm_capacity=64 * GIB, hbm_bandwidth=1.6384 * TERA, nvlink_bandwidth=200e9, tdp_watts=280.0,
+    source="AMD Instinct MI250X data sheet (OAM totals / 2 GCDs)",
+)
+# AMD Instinct MI325X data sheet: MI300X compute (BF16 1,307.4 TF dense, FP8 2,614.9), 256 GB HBM3E at
+# 6 TB/s, 1,000 W, Infinity Fabric 896 GB/s -> 448 per direction.
+MI325X = replace(MI300X, name="MI325X 256GB", hbm_capacity=256 * GIB, hbm_bandwidth=6.0 * TERA, tdp_watts=1000.0,
+                 source="AMD Instinct MI325X accelerator data sheet")
+
+
 def _accelerator_table() -> dict[str, AcceleratorSpec]:
     """Lower-case names and aliases (incl. the gpu_type values of published_runs.csv)."""
     return {
@@ -262,6 +329,8 @@ def _accelerator_table() -> dict[str, AcceleratorSpec]:
         "gb200": GB200,
         "gb300": GB300,
         "mi300x": MI300X,
+        "h100-pcie": H100_PCIE, "h100-nvl": H100_NVL, "h800": H800, "a800": A800_80GB, "a100-pcie": A100_PCIE_80GB,
+        "h20": H20, "gh200": GH200, "gh200-144gb": GH200_144GB, "mi250x": MI250X_GCD, "mi325x": MI325X,
     }
 
 
@@ -273,7 +342,10 @@ def get_accelerator(name: str, memory_gb: float | None = None) -> AcceleratorSpe
     """The preset called ``name`` (case-insensitive); ``memory_gb=40`` picks the A100 40GB."""
     key = name.strip().lower().replace(" ", "_")
     if key not in ACCELERATORS:
-        raise TopologyError(f"unknown accelerator {name!r}; use one of {sorted(ACCELERATORS)}")
+        key = normalise_gpu(name)
+        if (limit := stated_power_limit(name)) is not None:
+            raise TopologyError(f"accelerator {name!r} states a {limit:g} W power cap: use {key!r} with "
+                                "topologies.power.with_power_limit (or the cluster's power_limit_w)")
     spec = ACCELERATORS[key]
     if memory_gb is not None and spec is A100_80GB and round(memory_gb) == 40:
         return A100_40GB
@@ -307,3 +379,63 @@ def cpu_accelerator(
         tdp_watts=tdp_watts,
         source=source,
     )
+
+
+GPU_SPELLINGS: tuple[tuple[str, str, str], ...] = (
+    (r"\bgh200\b.*(144|hbm3e)|(144|hbm3e).*\bgh200\b", "gh200-144gb", "GH200 144GB HBM3e"),
+    (r"\bgh200\b", "gh200", "GH200, GH200 96GB, Grace Hopper"),
+    (r"\bgb300\b", "gb300", "GB300, GB300 NVL72"),
+    (r"\bgb200\b", "gb200", "GB200, GB200 NVL72"),
+    (r"\bb300\b", "b300", "B300, HGX B300, Blackwell Ultra"),
+    (r"\bb200\b", "b200", "B200, HGX B200, DGX B200"),
+    (r"\bh800\b", "h800", "H800, H800 SXM5, H800 80GB"),
+    (r"\bh20\b", "h20", "H20, H20 96GB"),
+    (r"\bh200\b", "h200", "H200, H200 SXM 141GB"),
+    (r"\bh100\b.*\bpcie\b", "h100-pcie", "H100 PCIe, H100-PCIE-80GB"),
+    (r"\bh100\b.*\bnvl\b", "h100-nvl", "H100 NVL, H100 NVL 94GB"),
+    (r"\bh100\b", "h100", "H100, H100-SXM5, H100 SXM5 80GB, H100 80GB HBM3, NVIDIA H100 Tensor Core"),
+    (r"\ba800\b", "a800", "A800, A800-SXM4-80GB"),
+    (r"\ba100\b.*\bpcie\b", "a100-pcie", "A100 PCIe 80GB"),
+    (r"\ba100\b.*\b40gb\b", "a100_40gb", "A100 40GB, A100-SXM4-40GB"),
+    (r"\ba100\b", "a100", "A100, A100-SXM4-80GB, A100 80GB SXM"),
+    (r"\bmi325x\b", "mi325x", "MI325X, AMD Instinct MI325X"),
+    (r"\bmi300x\b", "mi300x", "MI300X, AMD Instinct MI300X"),
+    (r"\bmi250x?\b", "mi250x", "MI250X, AMD Instinct MI250X (one device = one GCD)"),
+)
+"""(regex on the cleaned spelling, ``ACCELERATORS`` key, spellings it covers), first match wins: a
+part name as vendors, papers and logs print it (``normalise_gpu``)."""
+
+WATTS = r"\b(\d{3,4})\s*w\b"
+"""A stated board power; below the part's TDP it is a power cap."""
+POWER_CAP_WORDS = r"power[- ]?(cap|capped|limit|limited)"
+"""Words that state a power limit (a figure in watts must come with them)."""
+
+
+def _clean_gpu(text: str) -> str:
+    """Lower case; '-', '_', '/' and ',' as spaces; memory sizes as '<n>gb'; vendor words dropped."""
+    s = re.sub(r"[-_/,()]+", " ", text.lower())
+    s = re.sub(r"(\d+)\s*gb\b", r"\1gb", s)
+    s = re.sub(r"\b(nvidia|amd|instinct|tensor|core|gpus?|accelerators?)\b", " ", s)
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def stated_power_limit(text: str) -> float | None:
+    """The board power limit a GPU spelling states (watts below the part's TDP), else None."""
+    key = normalise_gpu(text)
+    watts = re.search(WATTS, _clean_gpu(text))
+    if watts and float(watts.group(1)) < ACCELERATORS[key].tdp_watts:
+        return float(watts.group(1))
+    return None
+
+
+def normalise_gpu(text: str) -> str:
+    """The ``ACCELERATORS`` key of a GPU part as written (``GPU_SPELLINGS``); a stated wattage is
+    read by ``stated_power_limit``. A power cap stated without a figure, or an unknown part, raises."""
+    s = _clean_gpu(text)
+    key = next((k for pattern, k, _ in GPU_SPELLINGS if re.search(pattern, s)), None)
+    if key is not None and re.search(POWER_CAP_WORDS, s) and not re.search(WATTS, s):
+        raise TopologyError(f"GPU {text!r}: a power cap without its figure; state it in watts (e.g. 'H100 SXM 500W')")
+    if key is not None:
+        return key
+    raise TopologyError(f"unknown accelerator {text!r}; use one of {sorted(ACCELERATORS)} "
+                        "or a spelling of topologies.accelerators.GPU_SPELLINGS")

@@ -101,11 +101,14 @@ def attention_core_op(model: ModelSpec, shape: LocalShape, heads_local: int,
 def mha_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> tuple[Op, ...]:
     """QKV projection, attention core and output projection of MHA/GQA/MQA.
 
-    Megatron-core shards query heads and key/value groups over tp (requires both divisible).
+    Megatron-core shards query heads and key/value groups over tp; with tp > num_kv_heads (tp a
+    multiple of it, e.g. MQA at tp 4) each rank holds one KV head, replicated over tp / num_kv_heads
+    ranks (megatron/core/transformer/attention.py: num_query_groups_per_partition = max(1, g / tp)).
     """
     h, d, dt = model.hidden_size, model.attn_head_dim, shape.dtype_bytes
     heads = split(model.num_heads, shape.tp, "num_heads", "tp")
-    kv = split(model.num_kv_heads, shape.tp, "num_kv_heads", "tp")
+    replicated = model.num_kv_heads < shape.tp and shape.tp % model.num_kv_heads == 0
+    kv = 1 if replicated else split(model.num_kv_heads, shape.tp, "num_kv_heads", "tp")
     n_qkv = (heads + 2 * kv) * d
     qkv_bias = n_qkv if model.linear_bias else 0
     out_bias = h if model.linear_bias else 0  # row-parallel bias is replicated on tp ranks

@@ -16,6 +16,7 @@ from typing import Any
 import yaml
 
 from clustersim.workloads.errors import WorkloadError
+from clustersim.workloads.hf_config import model_from_hf_config
 from clustersim.workloads.model import ModelSpec
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -48,7 +49,29 @@ MODEL_ALIASES: dict[str, str] = {
     "mixtral-8x7b-v0.1": "mixtral-8x7b",
     "llama-4-scout": "llama4-scout",
     "llama4-scout-17b-16e": "llama4-scout",
+    "llama3.3-70b": "llama3-70b",  # Llama 3.3 70B: the Llama 3.1 70B architecture (same config.json shape)
 }
+
+MODEL_SPELLING_RULES: tuple[tuple[str, str, str], ...] = (
+    (r"^[\w.-]+/", "", "hub id: organisation dropped (meta-llama/Llama-3.1-8B -> Llama-3.1-8B)"),
+    (r"[-_ ](hf|base|instruct|chat|it)$", "", "checkpoint suffix: -hf, -Base, -Instruct, -chat, -it"),
+    (r"^meta-", "", "Meta-Llama-3-8B -> Llama-3-8B"),
+    (r"^llama-(\d)", r"llama\1", "Llama 2 70B / Llama-2-70b -> llama2-70b; Llama-3.1-8B -> llama3.1-8b"),
+)
+"""(regex, replacement, spellings) applied in order to the normalised name before the lookup: the
+spellings a model card, a hub id or a paper uses for a preset."""
+
+KNOWN_FAMILIES = r"llama|mistral|mixtral|qwen|deepseek|gemma|phi|falcon|olmo|nemotron|mpt|gpt-oss|dbrx|grok|starcoder|kimi"
+"""Model families whose shape is never GPT-style: a name of one without a preset is an error, not a
+fallback to a generic model."""
+
+
+def canonical_model_name(name: str) -> str:
+    """``name`` normalised and rewritten by ``MODEL_SPELLING_RULES``."""
+    key = normalise_model_name(name.strip().rsplit("/", 1)[-1] if "/" in name else name)
+    for pattern, repl, _ in MODEL_SPELLING_RULES[1:]:
+        key = re.sub(pattern, repl, key)
+    return key
 
 
 def normalise_model_name(name: str) -> str:
@@ -65,11 +88,11 @@ def resolve_model_name(name: str) -> str:
     """
     candidates = [name, re.sub(r"\s*\(.*\)\s*$", "", name)]
     for candidate in candidates:
-        key = normalise_model_name(candidate)
-        if key in MODEL_PRESETS:
-            return key
-        if key in MODEL_ALIASES:
-            return MODEL_ALIASES[key]
+        for key in (normalise_model_name(candidate), canonical_model_name(candidate)):
+            if key in MODEL_PRESETS:
+                return key
+            if key in MODEL_ALIASES:
+                return MODEL_ALIASES[key]
     raise WorkloadError(
         f"model = {name!r} is not a preset: use one of {', '.join(sorted(MODEL_PRESETS))} "
         "or a YAML file with ModelSpec fields"
@@ -90,6 +113,9 @@ def load_model(path_or_mapping: str | Path | Mapping[str, Any]) -> ModelSpec:
         else dict(path_or_mapping)
     if "preset" in data:
         base = get_model(str(data.pop("preset")))
+        return model_from_mapping({**dataclasses.asdict(base), **data})
+    if "hf_config" in data:  # model: {hf_config: path/to/config.json, <ModelSpec overrides>}
+        base = model_from_hf_config(str(data.pop("hf_config")), name=data.pop("name", None))
         return model_from_mapping({**dataclasses.asdict(base), **data})
     return model_from_mapping(data)
 

@@ -26,16 +26,20 @@ from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.pricing import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
-    PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors, first_order_problem, fit_scales,
+    FLASH2_FACTOR, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors, first_order_problem, fit_scales,
     held_out_folds, measured_times, row_weights,
 )
-from clustersim.simulator.calibration.validate import validate_row
+from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, validate_row
+from clustersim.topologies.accelerators import normalise_gpu
 from clustersim.simulator.calibration.validate_rules import SkipRow, attention_kernel, precision_of
 
 def profile_key(gpu_type: str, keys: Sequence[str]) -> str | None:
-    """The profile stem a GPU type uses, as ``default_profile`` picks it (A100-SXM4 -> a100)."""
-    name = gpu_type.lower().split()[0] if gpu_type.strip() else ""
-    return next((k for k in sorted(keys) if name.startswith(k)), None)
+    """The profile stem a GPU type uses (``validate.SYSTEM_OF_PART``: A100-SXM4 -> a100, H800 -> h100)."""
+    try:
+        stem = SYSTEM_OF_PART[normalise_gpu(gpu_type)][1]
+    except (ValueError, KeyError):
+        return None
+    return stem if stem in keys else None
 
 
 def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FACTOR) -> CalibrationProfile:
@@ -162,7 +166,7 @@ PROFILE_HEADER = (
     "of the datasheet peak in topologies/accelerators.py, overheads in seconds).\n"
     "Source: fitted on the published runs bundled in workloads/data/published_runs.csv (sources in\n"
     "workloads/data/SOURCES.md) by `clustersim validate --fit-profiles` (simulator/calibration/fit_defaults.py):\n"
-    "first-order model of the step time in the inverse efficiencies, Megatron-LM rows weighted 3x,\n"
+    "first-order model of the step time in the inverse efficiencies, equal weight per publication family,\n"
     "MAPE minimised per GPU type; curve shape, kernel overhead and memory efficiency shared by all\n"
     "GPU types. Method and errors: docs/VALIDATION.md, section \"Default profiles\".")
 """Comment header of a fitted profile (``{gpu}``: the GPU type)."""
@@ -198,6 +202,8 @@ def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, Ca
         if stem in fitted and donor in out and not (sens.loc[sens.group == stem, "exp"] != sens.loc[sens.group == stem, "base"]).any():
             out[stem] = out[stem].replace(expert_efficiency=out[donor].expert_efficiency)
     for stem, prof in fitted.items():
+        if stem in FLASH2_FACTOR:
+            out[stem] = out[stem].replace(attention_kernel_efficiency={"flash2": FLASH2_FACTOR[stem]})
         rows = sens[(sens.group == stem) & (sens.status == "ok")]
         out[stem] = out[stem].replace(name=f"{stem}-published-runs", source=(
             f"fitted by clustersim validate --fit-profiles on workloads/data/published_runs.csv ({len(rows)} "

@@ -5,7 +5,9 @@ the model built from their sensitivities, T = T0 + sum_k A_k (1/s_k - 1) with
 A_k = (T_k - T0) / (1/F - 1), and the search for multiplicative scales s_k that minimise the
 weighted MAPE within ``Bounds`` (``fit``, ``fit_scales``); its k-fold held-out check
 (``cross_validate``) and applying the scales to a profile (``apply_scales``). Per GPU type: a GEMM
-scale, attention, link (NVLink and NIC) and expert scales, FP8, FP4 and flash2 attention factors;
+scale, attention, link (NVLink and NIC) and expert scales, FP8 and FP4 factors (the flash2
+attention factor is the cited constant ``FLASH2_FACTOR``, not fitted); rows weighted equally per
+publication family (``row_weights``);
 shared by all GPU types: the GEMM curve shape, kernel overhead and memory efficiency. numpy only
 (no scipy): a deterministic bounded coordinate search on a grid, then on shrinking local steps.
 It simulates nothing (``clustersim.simulator.calibration.fit_defaults``).
@@ -21,21 +23,30 @@ import pandas as pd
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.errors import CalibrationError
-from clustersim.simulator.calibration.validate import MEGATRON_LM_FRAMEWORKS
+from clustersim.simulator.calibration.validate import family_of
 
 PERTURB_FACTOR = 0.85
 """Efficiencies are multiplied by this factor to measure a sensitivity (kernel overhead doubles)."""
 GEMM_POINTS = 6
 """Points of the GEMM efficiency curve (1e8 ... 1e13 FLOP per call in the bundled profiles)."""
 PARAMS: tuple[str, ...] = tuple(f"g{j}" for j in range(GEMM_POINTS)) + (
-    "attn", "link", "mem", "kern", "exp", "fp8", "fp4", "ak")
+    "attn", "link", "mem", "kern", "exp", "fp8", "fp4")
 """Perturbed parameters: GEMM curve point j, attention curve, NVLink+NIC link efficiency, memory
-efficiency, kernel overhead, expert_efficiency, precision_efficiency fp8 and fp4, and
-attention_kernel_efficiency flash2 ("ak")."""
-PER_GROUP: tuple[str, ...] = ("gemm", "attn", "link", "exp", "fp8", "fp4", "ak")
-"""Scales fitted per GPU type; ``curve`` (one per GEMM point), ``kern`` and ``mem`` are shared."""
-MEGATRON_WEIGHT = 3.0
-"""Weight of the Megatron-LM rows in the fitted MAPE (docs/VALIDATION.md)."""
+efficiency, kernel overhead, expert_efficiency, precision_efficiency fp8 and fp4. The flash2
+attention-kernel factor is not fitted (its only rows are one publication family): ``FLASH2_FACTOR``."""
+PER_GROUP: tuple[str, ...] = ("gemm", "attn", "link", "exp", "fp8", "fp4")
+"""Scales fitted per GPU type, the same set for every type; ``curve`` (one per GEMM point),
+``kern`` and ``mem`` are shared."""
+FLASH2_SPEEDUP_HOPPER = 1.75
+"""FlashAttention-3 over FlashAttention-2 on H100: "1.5-2.0x faster" forward, 1.5-1.75x backward
+(Shah et al., FlashAttention-3, arXiv:2407.08608, abstract and Sec. 4.1); the midpoint 1.75."""
+FLASH2_FACTOR: Mapping[str, float] = {
+    "a100": 1.0, "h100": round(1 / FLASH2_SPEEDUP_HOPPER, 3), "h200": round(1 / FLASH2_SPEEDUP_HOPPER, 3),
+    "b200": round(1 / FLASH2_SPEEDUP_HOPPER, 3), "b300": round(1 / FLASH2_SPEEDUP_HOPPER, 3),
+    "gb200": round(1 / FLASH2_SPEEDUP_HOPPER, 3), "gb300": round(1 / FLASH2_SPEEDUP_HOPPER, 3)}
+"""``attention_kernel_efficiency["flash2"]`` per profile, a cited constant, not fitted: Ampere runs
+FlashAttention-2 natively (FA3 needs Hopper's wgmma/TMA), so the A100 attention curve is FA2's (1.0);
+Hopper and later run FA2 at 1/1.75 of their tuned kernels (``FLASH2_SPEEDUP_HOPPER``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -52,8 +63,6 @@ class Bounds:
     """Range of ``precision_efficiency["fp4"]``."""
     expert: tuple[float, float] = (0.1, 1.0)
     """Range of ``expert_efficiency``."""
-    attention_kernel: tuple[float, float] = (0.3, 1.2)
-    """Range of ``attention_kernel_efficiency["flash2"]``."""
 
 
 # ---------------------------------------------------------------- first-order model and fit
@@ -107,7 +116,7 @@ def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
     zero = np.zeros_like(t)
     for j in range(GEMM_POINTS):
         t += s.get(f"g{j}", zero) * (1.0 / (x["gemm"][g] * x["curve"][j]) - 1.0)
-    for p, k in (("attn", "attn"), ("link", "link"), ("exp", "exp"), ("fp8", "fp8"), ("fp4", "fp4"), ("ak", "ak")):
+    for p, k in (("attn", "attn"), ("link", "link"), ("exp", "exp"), ("fp8", "fp8"), ("fp4", "fp4")):
         t += s.get(p, zero) * (1.0 / x[k][g] - 1.0)
     t += s.get("mem", zero) * (1.0 / x["mem"][0] - 1.0) + s.get("kern", zero) * (x["kern"][0] - 1.0)
     return t
@@ -121,8 +130,7 @@ def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
               np.all(b["nvlink"] * x["link"] <= hi), np.all(b["nic"] * x["link"] <= bounds.max_nic_efficiency + 1e-12),
               np.all(b["mem"] * x["mem"][0] <= hi), _within(b["exp"] * x["exp"], bounds.expert),
               _within(b["fp8"] * x["fp8"], bounds.fp8), _within(b["fp4"] * x["fp4"], bounds.fp4),
-              _within(b["ak"] * x["ak"], bounds.attention_kernel),
-              np.all(b["attn_max"] * x["attn"] * b["ak"] * x["ak"] <= hi))
+              np.all(b["attn_max"] * x["attn"] * b["ak"] <= hi))
     return bool(all(checks))
 
 
@@ -143,9 +151,15 @@ def weighted_mape(pred: np.ndarray, measured: np.ndarray, weights: np.ndarray, s
 
 
 def row_weights(sens: pd.DataFrame) -> np.ndarray:
-    """3 for Megatron-LM rows (``framework`` starts with Megatron-LM/Megatron-Core), else 1."""
+    """Equal total weight per publication family (``validate.family_of`` of ``source_id``).
+
+    Each of a family's n rows weighs 1/n times the mean family size, so no family (216 MosaicML
+    rows, 12 SC'21 rows) outvotes another and the weights still average 1 per row.
+    """
     ok = sens[sens.status == "ok"] if "status" in sens else sens
-    return np.where(ok.framework.fillna("").str.startswith(MEGATRON_LM_FRAMEWORKS), MEGATRON_WEIGHT, 1.0)
+    fam = ok.source_id.fillna("").astype(str).map(family_of)
+    counts = fam.map(fam.value_counts())
+    return (len(fam) / fam.nunique() / counts).to_numpy(float)
 
 
 def _candidates(v: float, step: float | None) -> np.ndarray:
@@ -208,7 +222,6 @@ def apply_scales(profile: CalibrationProfile, i: int, x: Mapping[str, np.ndarray
         expert_efficiency=_r3(profile.expert_efficiency * x["exp"][i]),
         precision_efficiency={"fp8": _r3(prec.get("fp8", 1.0) * x["fp8"][i]),
                               "fp4": _r3(prec.get("fp4", 1.0) * x["fp4"][i])},
-        attention_kernel_efficiency={"flash2": _r3(profile.attention_kernel_efficiency.get("flash2", 1.0) * x["ak"][i])},
         memory_efficiency=_r3(profile.memory_efficiency * x["mem"][0]),
         kernel_overhead=float(round(profile.kernel_overhead * x["kern"][0], 9)))
 

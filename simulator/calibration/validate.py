@@ -26,11 +26,13 @@ from clustersim.simulator.network.pricing import Fidelity
 from clustersim.simulator.errors import OutOfMemoryError, ScenarioError
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.result import Result
+from clustersim.simulator.calibration.spellings import UnknownSpelling, nic_gbps_per_gpu
 from clustersim.simulator.calibration.validate_rules import (
     SkipRow, attention_kernel, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,
 )
 from clustersim.topologies import Cluster, get_cluster
-from clustersim.topologies.accelerators import get_accelerator
+from clustersim.topologies.accelerators import get_accelerator, normalise_gpu, stated_power_limit
+from clustersim.topologies.power import with_power_limit
 from clustersim.workloads import ModelSpec, TrainingSpec
 from clustersim.workloads.presets import DATA_DIR
 
@@ -86,18 +88,23 @@ def load_runs(path: str | Path | None = None) -> pd.DataFrame:
     return runs
 
 
-def _nic_bandwidth(row: Mapping[str, Any], notes: list[str]) -> dict[str, float]:
-    """Scale-out bandwidth per GPU from ``inter_node_interconnect`` (Gb/s per HCA, one HCA per GPU)."""
-    inter = text(row, "inter_node_interconnect").lower()
+NODE_GPUS: Mapping[str, int] = {"gb200-nvl72": 4, "gb300-nvl72": 4}
+"""GPUs per node of a system preset when the row prints none (NVL72 compute trays hold 4; DGX 8)."""
+
+
+def _nic_bandwidth(row: Mapping[str, Any], system: str, notes: list[str]) -> dict[str, float]:
+    """Scale-out bandwidth per GPU from ``inter_node_interconnect`` (``spellings.nic_gbps_per_gpu``)."""
+    inter = text(row, "inter_node_interconnect")
     if not inter:
         return {}
-    if "1600 gbps node-to-node" in inter:  # 1600 Gb/s per 8-GPU node -> 200 Gb/s per GPU
-        return {"nic_bandwidth": 200 * GBIT}
-    for gbps in (800, 400, 200, 100):
-        if f"{gbps} gb/s" in inter or f"{gbps} gbps" in inter:
-            return {"nic_bandwidth": gbps * GBIT}
-    notes.append(f"inter_node_interconnect {inter!r} not parsed: preset NIC speed")
-    return {}
+    per_node = int(num(row, "gpus_per_node") or NODE_GPUS.get(system, 8))
+    try:
+        gbps, how = nic_gbps_per_gpu(inter, per_node)
+    except UnknownSpelling as exc:
+        raise SkipRow(str(exc)) from None
+    if "per node" in how:
+        notes.append(f"NIC: {how}")
+    return {"nic_bandwidth": gbps * GBIT}
 
 
 def _accelerator_overrides(row: Mapping[str, Any], precision_label: str,
@@ -107,18 +114,46 @@ def _accelerator_overrides(row: Mapping[str, Any], precision_label: str,
     TrainingSpec has no fp4 precision, so an NVFP4 row is an fp8 run on a device whose fp8 key holds
     the FP4 dense peak times precision_efficiency["fp4"] / precision_efficiency["fp8"] of the profile.
     """
-    gpu = text(row, "gpu_type")
-    mem = num(row, "gpu_mem_gb")
-    base = None
-    if gpu.lower().startswith("a100") and mem is not None and round(mem) == 40:
-        base = get_accelerator("a100", memory_gb=40)
+    part = part_of_row(row)
+    base = get_accelerator(part) if part not in ("a100", "h100", "h200", "b200", "b300", "gb200", "gb300") else None
+    if (limit := stated_power_limit(text(row, "gpu_type"))) is not None:  # cube-law clock, topologies.power
+        try:
+            base = with_power_limit(base or get_accelerator(part), limit)
+        except ValueError as exc:
+            raise SkipRow(f"gpu_type {text(row, 'gpu_type')!r}: {str(exc).splitlines()[0]}") from None
     if precision_label == "nvfp4":
-        base = base or get_accelerator(gpu)
+        base = base or get_accelerator(part)
         eff = (profile or default_profile(base.name)).precision_efficiency
         peaks = dict(base.peak_flops)
         peaks["fp8"] = peaks.get("fp4", peaks["fp8"]) * eff.get("fp4", 1.0) / eff.get("fp8", 1.0)
         base = replace(base, peak_flops=peaks)
     return {"accelerator": base} if base is not None else {}
+
+
+SYSTEM_OF_PART: Mapping[str, tuple[str, str]] = {
+    "a100": ("dgx-a100", "a100"), "a100_40gb": ("dgx-a100", "a100"), "a800": ("dgx-a100", "a100"),
+    "h100": ("dgx-h100", "h100"), "h800": ("dgx-h100", "h100"), "h20": ("dgx-h100", "h100"),
+    "h200": ("dgx-h200", "h200"), "b200": ("dgx-b200", "b200"), "b300": ("dgx-b300", "b300"),
+    "gb200": ("gb200-nvl72", "gb200"), "gb300": ("gb300-nvl72", "gb300")}
+"""Accelerator key (``normalise_gpu``) -> (cluster preset of 8-GPU NVSwitch boards or NVL72 racks
+built with that part, profile stem). H800/A800/H20 are HGX boards of the same generation as
+H100/A100 (their own datasheet figures, the generation's fitted efficiencies). Parts without a
+system preset here (PCIe and NVL cards, GH200 nodes, AMD Instinct) are skipped naming the part."""
+
+
+def part_of_row(row: Mapping[str, Any]) -> str:
+    """The accelerator key of ``gpu_type`` (``gpu_mem_gb = 40`` on an A100 picks the 40 GB part)."""
+    gpu = text(row, "gpu_type")
+    try:
+        key = normalise_gpu(gpu)
+    except ValueError as exc:
+        raise SkipRow(f"gpu_type {gpu!r}: {str(exc).splitlines()[0]}") from None
+    mem = num(row, "gpu_mem_gb")
+    if key == "a100" and mem is not None and round(mem) == 40:
+        return "a100_40gb"
+    if key not in SYSTEM_OF_PART:
+        raise SkipRow(f"gpu_type {gpu!r} ({key}): no system preset for this part (SYSTEM_OF_PART)")
+    return key
 
 
 def cluster_for_row(row: Mapping[str, Any], precision_label: str, notes: list[str],
@@ -129,12 +164,13 @@ def cluster_for_row(row: Mapping[str, Any], precision_label: str, notes: list[st
     n = int(num(row, "num_gpus") or 0)
     if not gpu or n <= 0:
         raise SkipRow("gpu_type or num_gpus missing")
-    overrides = {**_nic_bandwidth(row, notes), **_accelerator_overrides(row, precision_label, profile)}
-    key = (gpu.lower(), n, tuple(sorted((k, repr(v)) for k, v in overrides.items())))
+    system = SYSTEM_OF_PART[part_of_row(row)][0]
+    overrides = {**_nic_bandwidth(row, system, notes), **_accelerator_overrides(row, precision_label, profile)}
+    key = (system, gpu.lower(), n, tuple(sorted((k, repr(v)) for k, v in overrides.items())))
     if cache is not None and key in cache:
         return cache[key]
     try:
-        cluster = get_cluster(gpu, n, **overrides)
+        cluster = get_cluster(system, n, **overrides)
     except ValueError as exc:
         raise SkipRow(f"cluster: {str(exc).splitlines()[0]}") from None
     if cache is not None:
@@ -219,6 +255,8 @@ def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None =
     rec = _base_record(row)
     start = time.perf_counter()
     try:
+        if profile is None:  # the profile of the part's generation (H800 -> h100), as the fit groups rows
+            profile = default_profile(SYSTEM_OF_PART[part_of_row(row)][1])
         sc = scenario_for_row(row, cache, profile)
         if plan is not None:
             sc = replace(sc, plan=plan, candidates=())
@@ -231,7 +269,7 @@ def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None =
         return rec
     err = (res.step_time - sc.measured_step_time) / sc.measured_step_time * 100.0
     # MFU against the datasheet peak of the run's GEMM precision (FP4 for NVFP4 rows)
-    peak = get_accelerator(text(row, "gpu_type")).peak("fp4" if "nvfp4" in text(row, "precision").lower()
+    peak = sc.cluster.accelerator.peak("fp4" if "nvfp4" in text(row, "precision").lower()
                                                         else sc.training.precision)
     rec.update(status="ok", predicted_step_time_s=res.step_time, measured_step_time_s=sc.measured_step_time,
                error_pct=err, predicted_mfu=res.model_flops / (res.step_time * res.num_gpus * peak), measured_from=sc.measured_from,
@@ -278,6 +316,26 @@ def summarise(results: pd.DataFrame) -> dict[str, Any]:
 MEGATRON_LM_FRAMEWORKS: tuple[str, ...] = ("Megatron-LM", "Megatron-Core")
 """``framework`` prefixes of the runs made with Megatron-LM itself (README tables, SC'21 PTD-P);
 the DeepSpeed ZeRO-3 rows of SC'21 Table 2 and the NeMo/Megatron-Bridge recipes are not among them."""
+
+
+FAMILIES: tuple[tuple[str, str], ...] = (
+    ("megatron-bridge-", "megatron-bridge"),
+    ("mosaicml-", "mosaicml"),
+    ("sc21-", "sc21"),
+    ("megatron-readme-", "megatron-lm-readme"),
+    ("nemo-perf-", "nemo"),
+)
+"""(``source_id`` prefix, publication family). A family is one publisher's series of one
+benchmark: every Megatron-Bridge release re-publishes the same recipes (25.09 ... 26.08), the
+Megatron-LM README tables (2021-01, 2021-04, 2024) are one README, the NeMo performance pages
+(24.07, long-sequence) one site. Cross-validation holds out a whole family at a time. A
+``source_id`` matching no prefix is its own family."""
+
+
+def family_of(source_id: str) -> str:
+    """The publication family of ``source_id`` (``FAMILIES``; else the id itself)."""
+    sid = source_id.strip().lower()
+    return next((fam for prefix, fam in FAMILIES if sid.startswith(prefix)), sid)
 
 
 def megatron_lm_rows(frame: pd.DataFrame) -> pd.DataFrame:

@@ -11,12 +11,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from typing import Any, Mapping
 
+from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model, megatron_flops_per_step, resolve_model_name
 from clustersim.workloads.errors import WorkloadError
+from clustersim.workloads.presets import KNOWN_FAMILIES
 
 MEGATRON_CORE_FRAMEWORKS: tuple[str, ...] = ("megatron-core", "nemo", "megatron-bridge")
 """Framework strings (lower case) of Megatron-Core based runs (distributed optimizer, SP, TE)."""
@@ -139,6 +142,9 @@ def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
                           "Lightning: no citable layer pattern, LatentMoE and MTP shapes)") from None
         if text(row, "arch_type") != "dense":
             raise SkipRow(f"model {name!r}: MoE without a preset and without its shape in the row") from None
+        if re.search(KNOWN_FAMILIES, name.lower()):
+            raise SkipRow(f"model {name!r}: a known family without a preset of this size (its MLP, norm and "
+                          "attention are not GPT-style); add a preset or an hf_config") from None
         return _gpt_style(row, shape, notes)
     if model.is_moe:
         return model
@@ -154,15 +160,16 @@ def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
 # ---------------------------------------------------------------- precision and plan
 
 def precision_of(row: Mapping[str, Any], notes: list[str]) -> tuple[str, str]:
-    """(TrainingSpec precision, label): fp8/MXFP8 -> fp8; NVFP4 -> fp8 at the FP4 peak; else bf16."""
-    p = text(row, "precision").lower()
-    if "nvfp4" in p:
-        return "fp8", "nvfp4"
-    if "fp8" in p:
-        return "fp8", "fp8"
+    """(TrainingSpec precision, label) by ``spellings.PRECISION_SPELLINGS``; missing -> bf16, noted."""
+    p = text(row, "precision")
     if not p:
         notes.append("precision: bf16 (peak basis of the source is the BF16 peak)")
-    return "bf16", "bf16"
+        return "bf16", "bf16"
+    try:
+        label = precision_label(p)
+    except UnknownSpelling as exc:
+        raise SkipRow(str(exc)) from None
+    return TRAINING_PRECISION[label], label
 
 
 def _degree(row: Mapping[str, Any], key: str) -> int | None:
@@ -187,24 +194,28 @@ def _model_parallel(row: Mapping[str, Any], cluster: Cluster, notes: list[str]) 
     return tp or 1, pp or 1
 
 
-def _sharding(row: Mapping[str, Any], notes: list[str]) -> dict[str, Any]:
-    """zero / fsdp / gradient dtype from ``zero_fsdp`` and ``precision``."""
-    z = text(row, "zero_fsdp").lower()
+def _sharding(row: Mapping[str, Any], cluster: Cluster, tp: int, cp: int, notes: list[str]) -> dict[str, Any]:
+    """zero / fsdp / gradient dtype from ``zero_fsdp`` (``spellings.SHARDING_SPELLINGS``) and ``precision``."""
+    z = text(row, "zero_fsdp")
     grad = 2 if "pure" in text(row, "precision").lower() else 4  # Composer PURE reduces in bf16
-    if "full_shard" in z or "megatron-fsdp" in z:
-        return {"fsdp": "full", "zero": 0, "grad_dtype_bytes": grad}
-    if "shard_grad_op" in z:
-        return {"zero": 2, "grad_dtype_bytes": grad}
-    if "zero-3" in z:
-        return {"zero": 3}
-    if "distributed optimizer" in z:
-        return {"zero": 1}
-    if z:
+    if not z:
+        if framework_is_mcore(row):
+            notes.append("zero_fsdp: distributed optimizer (Megatron-Core/NeMo default)")
+            return {"zero": 1}
         return {"zero": 0}
-    if framework_is_mcore(row):
-        notes.append("zero_fsdp: distributed optimizer (Megatron-Core/NeMo default)")
-        return {"zero": 1}
-    return {"zero": 0}
+    try:
+        sh = sharding(z)
+    except UnknownSpelling as exc:
+        raise SkipRow(str(exc)) from None
+    if sh.fsdp == "hybrid":  # FSDP1 HYBRID_SHARD: shard inside a node, replicate across nodes
+        shard = max(cluster.gpus_per_node // (tp * cp), 1)
+        notes.append(f"HSDP: shard group = GPUs per node / (tp*cp) = {shard}")
+        return {"fsdp": "hybrid", "dp_shard": shard, "zero": 0, "grad_dtype_bytes": grad}
+    if sh.fsdp == "full":
+        return {"fsdp": "full", "zero": 0, "grad_dtype_bytes": grad}
+    if sh.zero == 2:
+        return {"zero": 2, "grad_dtype_bytes": grad}
+    return {"zero": sh.zero}
 
 
 TUNED_MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)
@@ -301,5 +312,5 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, sp=sp, vpp=vpp, micro_batch=mb,
         schedule="interleaved" if vpp > 1 else "1f1b", recompute=_recompute(row, notes),  # type: ignore[arg-type]
         tp_comm_overlap=TP_COMM_OVERLAP if (mcore and tp > 1 and text(row, "gpu_type").upper() != "A100") else 0.0,
-        **_sharding(row, notes),
+        **_sharding(row, cluster, tp, cp, notes),
     )

@@ -7,6 +7,8 @@ Subcommands owned by other modules are added by their ``register(app)`` function
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import sys
 from pathlib import Path
@@ -37,6 +39,7 @@ from clustersim.simulator.cli import sweep as sweep_cli
 from clustersim.simulator.cli import validate as validate_cli
 from clustersim.simulator.cli import watch as watch_cli
 from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_of
 from clustersim.simulator.longrun.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
@@ -148,14 +151,19 @@ def simulate_cmd(
     energy = step_energy(result, sc.cluster)
     to_stdout = json_out is not None and str(json_out) == output.STDOUT
     say = err_console if to_stdout else console  # keep standard output pure JSON
+    iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
     if not to_stdout:
         console.print(result_table(result, title, energy))
+        if iv is not None:
+            console.print(f"80 % interval {iv.low_s:.3g}-{iv.high_s:.3g} s ({iv.regime}"
+                          f"{', EXTRAPOLATED; nearest validated: ' + iv.nearest if iv.extrapolated else ''}; docs/VALIDATION.md)")
         if result.collectives:
             console.print(collectives_table(result))
         if show_placement:
             console.print(placement_table(sc))
     if json_out:
-        output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict()}), json_out, say)
+        output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict(),
+                                         **({"interval": dataclasses.asdict(iv)} if iv else {})}), json_out, say)
     if plot:
         write_waterfall(result.to_dict(), plot)
         output.said(plot, say, "compute-loss waterfall")

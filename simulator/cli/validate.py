@@ -25,6 +25,7 @@ from clustersim.simulator.cli.options import output_dir, output_file
 from clustersim.simulator.calibration.profile import PROFILE_DIR, load_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.calibration.fit_defaults import PROFILE_HEADER, FitOutcome, fit_default_profiles, write_profiles
+from clustersim.simulator.cli.validate_cv import run_cross_validation
 from clustersim.simulator.calibration.validate import error_stats, load_runs, megatron_lm_rows, summarise, validate_runs
 
 EXIT_BAD_INPUT = 2
@@ -82,7 +83,15 @@ def validate_command(
         "--fit-profiles", help="Refit the default profiles on the runs from the bundled ones and write them, "
         "with fit_report.csv, fit_folds.csv, fit_rows.csv and fit_sensitivities.csv, into this directory.")] = None,
     fit_rounds: Annotated[int, typer.Option(help="With --fit-profiles: rounds of simulate-and-fit.", min=1)] = 1,
-    workers: Annotated[int, typer.Option(help="With --fit-profiles: simulation processes.", min=1)] = 2,
+    workers: Annotated[int, typer.Option(help="With --fit-profiles or --cross-validate: simulation processes.", min=1)] = 2,
+    cross_validate: Annotated[str | None, typer.Option(
+        "--cross-validate", help="family: leave-one-publication-family-out, the profile fit redone in each fold; "
+        "writes cv_rows.csv, cv_families.csv, cv_coverage.csv, cv_params.csv, cv_notes.txt, intervals.yaml "
+        "into --cv-dir.")] = None,
+    cv_dir: Annotated[Path, typer.Option(help="With --cross-validate: output directory.")] = Path("cv"),
+    sensitivities_csv: Annotated[Path | None, typer.Option(
+        "--sensitivities", help="With --cross-validate: reuse a fit_sensitivities.csv of --fit-profiles taken at "
+        "the bundled profiles (else one sensitivity pass is simulated first).")] = None,
 ) -> None:
     """Re-predict published training runs and report the step-time error."""
     console, errors = Console(width=None if sys.stdout.isatty() else 140), Console(stderr=True)
@@ -93,6 +102,13 @@ def validate_command(
         if fit_profiles is not None:
             output_dir("--fit-profiles", fit_profiles)
         table = load_runs(runs)
+        if cross_validate is not None:
+            if cross_validate != "family":
+                raise ClusterSimError(f"--cross-validate {cross_validate!r}: use family")
+            if calibration is not None or fit_profiles is not None:
+                raise ClusterSimError("--cross-validate starts from the bundled profiles; drop --calibration and --fit-profiles")
+            run_cross_validation(console, errors, table, fidelity, workers, progress, cv_dir, sensitivities_csv)
+            return
         if fit_profiles is not None:
             if calibration is not None:
                 raise ClusterSimError("--fit-profiles starts from the bundled profiles; drop --calibration")

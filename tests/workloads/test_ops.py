@@ -144,7 +144,6 @@ def test_mla_and_moe_ops_present() -> None:
 
 @pytest.mark.parametrize(("kwargs", "field"), [
     ({"tp": 3}, "num_heads"),
-    ({"tp": 16}, "num_kv_heads"),
     ({"cp": 5}, "seq_len"),
     ({"ep": 3}, "num_experts"),
 ])
@@ -152,6 +151,16 @@ def test_indivisible_sharding_names_the_field(kwargs: dict[str, int], field: str
     model = dataclasses.replace(get_model("tiny-moe"), num_heads=16, num_kv_heads=8)
     with pytest.raises(WorkloadError, match=field):
         layer_ops(model, 3, micro_batch=1, seq_len=768, **kwargs)
+
+
+def test_kv_heads_replicate_when_tp_is_a_multiple_and_fail_otherwise() -> None:
+    # Megatron-Core replicates KV groups when tp > num_query_groups and tp % groups == 0 (tp 16, 8 KV
+    # heads: one KV head per rank); tp 12 with 8 KV heads neither divides nor replicates evenly
+    model = dataclasses.replace(get_model("tiny-moe"), num_heads=16, num_kv_heads=8)
+    assert layer_ops(model, 3, micro_batch=1, seq_len=768, tp=16)
+    wide = dataclasses.replace(get_model("tiny-moe"), num_heads=24, num_kv_heads=8, hidden_size=24 * 64)
+    with pytest.raises(WorkloadError, match="num_kv_heads"):
+        layer_ops(wide, 3, micro_batch=1, seq_len=768, tp=12)
 
 
 def test_ops_are_deterministic() -> None:

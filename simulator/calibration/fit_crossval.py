@@ -1,0 +1,297 @@
+"""Cross-validation by publication family: the out-of-sample error of the whole profile fit.
+
+Owns the group k-fold protocol of docs/VALIDATION.md ("Out-of-sample"): a fold is one publication
+family (``validate.FAMILIES``); inside each fold everything that learns from measured rows is redone
+on the other families only: the first-order profile fit (``fit_first_order.fit_scales``, same
+bounds, same weights), the choice of which per-GPU factors have evidence (a factor no training row
+moves takes its prior, ``PRIORS``; a GPU type without training rows takes the fitted profile of
+its donor, ``GROUP_DONORS``), and the schedule knobs a row leaves unpublished (re-tuned at the fold's
+profile by ``validate_row``, which picks the fastest plan and never looks at the measured time).
+Held-out rows are then re-simulated at their fold's profile, so the held-out error is the
+simulator's, not the first-order model's. One pass of sensitivities (``fit_defaults.sensitivities``,
+or a cached ``fit_sensitivities.csv``) serves every fold: the fit only rescales them.
+It also reports the fitted parameters per GPU type and the values sitting at their bounds.
+It does not compute intervals (``calibration.intervals``) nor print (``cli.validate``).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+
+from clustersim.simulator.calibration.fit_defaults import profile_key
+from clustersim.simulator.calibration.fit_first_order import (
+    FLASH2_FACTOR, GEMM_POINTS, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
+    predict, row_weights,
+)
+from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.calibration.validate import family_of, validate_row
+from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
+from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.network.pricing import Fidelity
+
+GROUP_DONORS: Mapping[str, tuple[str, ...]] = {
+    "a100": ("h100",), "h100": ("h200", "a100"), "h200": ("h100", "a100"),
+    "b200": ("b300", "gb200", "gb300", "h100"), "b300": ("b200", "gb300", "gb200", "h100"),
+    "gb200": ("gb300", "b200", "b300", "h100"), "gb300": ("gb200", "b300", "b200", "h100")}
+"""Where a GPU type with no training row in a fold takes its profile from: the first donor fitted
+in that fold (same generation first, then the previous one). Efficiencies are fractions of each
+part's own datasheet peak, so they carry over between parts."""
+
+PRIORS: Mapping[str, tuple[str, float]] = {
+    "exp": ("expert_efficiency", 1.0), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0)}
+"""Value of a per-GPU factor that no training row of its GPU type moves (no MoE, FP8 or NVFP4 row):
+1.0, i.e. expert GEMMs on the dense GEMM curve and FP8/FP4 GEMMs at the same fraction of their
+datasheet peak as BF16. Never the value fitted on the held-out rows."""
+
+SHARED_PARAMS: int = GEMM_POINTS + 2
+"""Parameters shared by every GPU type: the GEMM curve shape (one scale per point), kernel overhead
+and memory efficiency."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class FoldFit:
+    """The profiles of one fold and what was not fitted from its training rows."""
+
+    family: str
+    """The held-out family ("" for the in-sample fit on every row)."""
+    profiles: dict[str, CalibrationProfile]
+    """Profile per stem for this fold."""
+    fitted_params: dict[str, int]
+    """Per GPU type: the per-type parameters with training evidence (shared ones: ``SHARED_PARAMS``)."""
+    notes: tuple[str, ...]
+    """Priors and donors used, and fitted values at their bounds."""
+
+
+def _set_prior(profile: CalibrationProfile, param: str) -> CalibrationProfile:
+    field, value = PRIORS[param]
+    if field == "expert_efficiency":
+        return profile.replace(expert_efficiency=value)
+    return profile.replace(precision_efficiency={**profile.precision_efficiency, field: value})
+
+
+def _evidence(pb: Any, train: np.ndarray, i: int, param: str) -> bool:
+    """Whether any training row of group ``i`` has a nonzero sensitivity to ``param``."""
+    rows = train & (pb.gi == i)
+    if param == "gemm":
+        return any(np.any(pb.slopes[f"g{j}"][rows] != 0) for j in range(GEMM_POINTS) if f"g{j}" in pb.slopes)
+    return param in pb.slopes and bool(np.any(pb.slopes[param][rows] != 0))
+
+
+def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) -> list[str]:
+    """Values of ``profile`` within ``tol`` of a bound of ``Bounds``."""
+    out = []
+    hi = bounds.max_efficiency
+    if max(e for _, e in profile.gemm_efficiency) >= hi - tol:
+        out.append(f"gemm_efficiency max = {max(e for _, e in profile.gemm_efficiency):.3f} (bound {hi})")
+    if max(e for _, e in profile.attention_efficiency) >= hi - tol:
+        out.append(f"attention_efficiency max at bound {hi}")
+    if profile.link_eff("nic") >= bounds.max_nic_efficiency - tol:
+        out.append(f"link nic = {profile.link_eff('nic'):.3f} (bound {bounds.max_nic_efficiency})")
+    if profile.link_eff("nvlink") >= hi - tol:
+        out.append(f"link nvlink = {profile.link_eff('nvlink'):.3f} (bound {hi})")
+    for name, value, (lo, up) in (("expert_efficiency", profile.expert_efficiency, bounds.expert),
+                                  ("fp8", profile.precision_efficiency.get("fp8", 1.0), bounds.fp8),
+                                  ("fp4", profile.precision_efficiency.get("fp4", 1.0), bounds.fp4)):
+        if value <= lo + tol or value >= up - tol:
+            out.append(f"{name} = {value:.3f} (bounds {lo}..{up})")
+    return out
+
+
+def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], train: np.ndarray, *,
+             family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4) -> FoldFit:
+    """Fit on the ``train`` rows of the ``ok`` rows of ``sens``; priors and donors for the rest."""
+    ok = sens[sens.status == "ok"]
+    pb = first_order_problem(ok, profiles)
+    meas, w = measured_times(ok, None), row_weights(ok)
+    x, _ = fit_scales(pb, meas, w, bounds=bounds, sweeps=sweeps, mask=train)
+    fitted: dict[str, CalibrationProfile] = {}
+    counts: dict[str, int] = {}
+    notes: list[str] = []
+    for i, g in enumerate(pb.groups):
+        if not np.any(train & (pb.gi == i)):
+            continue
+        prof = apply_scales(profiles[g], i, x)
+        if g in FLASH2_FACTOR:
+            prof = prof.replace(attention_kernel_efficiency={"flash2": FLASH2_FACTOR[g]})
+        have = [p for p in PER_GROUP if _evidence(pb, train, i, p)]
+        for p in PRIORS:
+            if p not in have:
+                prof = _set_prior(prof, p)
+                notes.append(f"{g} {p}: no training row moves it, prior {PRIORS[p][1]}")
+        counts[g] = len(have)
+        notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
+        fitted[g] = prof
+    out = dict(fitted)
+    for g in sorted(profiles):
+        if g in out:
+            continue
+        donor = next((d for d in GROUP_DONORS.get(g, ()) if d in fitted), None)
+        if donor is None:
+            raise CalibrationError(f"fold without {family!r}: GPU type {g} has no training row and no fitted donor "
+                                   f"(GROUP_DONORS[{g!r}] = {GROUP_DONORS.get(g, ())})")
+        out[g] = fitted[donor].replace(name=f"{g}-from-{donor}", source=f"fold without {family}: no {g} row, {donor} fitted values")
+        counts[g] = 0
+        notes.append(f"{g}: no training row, the fitted {donor} profile")
+    return FoldFit(family=family, profiles=out, fitted_params=counts, notes=tuple(notes))
+
+
+def regime_of_row(row: Mapping[str, Any]) -> str:
+    """dense | moe | hybrid of the row's model (the row mapping's own model); '' if unreadable."""
+    try:
+        model = model_for_row(row, [])
+    except (SkipRow, ValueError):
+        return ""
+    return "hybrid" if model.layer_pattern is not None else ("moe" if model.is_moe else "dense")
+
+
+def _simulate_chunk(items: list[tuple[dict[str, Any], CalibrationProfile, CalibrationProfile | None]],
+                    fidelity: Fidelity) -> list[dict[str, Any]]:
+    """Worker: each row at its fold profile (held out) and, unless None, at the all-families profile."""
+    cache: dict = {}
+    out = []
+    for row, fold_prof, full_prof in items:
+        held = validate_row(row, profile=fold_prof, fidelity=fidelity, cache=cache)
+        full = validate_row(row, profile=full_prof, fidelity=fidelity, cache=cache) if full_prof is not None else None
+        out.append({"row_id": int(row["row_id"]), "held_out_s": held["predicted_step_time_s"],
+                    "in_sample_s": full["predicted_step_time_s"] if full else None, "held_status": held["status"],
+                    "held_reason": held["reason"], "regime": regime_of_row(row),
+                    "predicted_oom": "memory check lifted" in str((full or held)["inferred"] or "")})
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossValidation:
+    """Everything ``cross_validate_families`` produces."""
+
+    rows: pd.DataFrame
+    """Per simulated row: row_id, source_id, family, gpu_type, group, regime, num_gpus, measured_s,
+    in_sample_s, held_out_s, first_order_held_out_s, error_in_pct, error_out_pct (signed), predicted_oom
+    (the published plan was predicted not to fit and simulated with the memory check lifted)."""
+    by_family: pd.DataFrame
+    """Per held-out family and "all": rows, in-sample and out-of-sample MAPE (%)."""
+    params: pd.DataFrame
+    """Per GPU type: fitted per-type parameters in the all-families fit, shared parameters."""
+    folds: tuple[FoldFit, ...]
+    """The in-sample fit first, then one per family."""
+    in_sample_from: str = "simulated"
+    """"simulated" at the all-families fit, or "fit_rows.csv" of the --fit-profiles run (same fit)."""
+
+
+def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *,
+                            bounds: Bounds = Bounds(), sweeps: int = 4, fidelity: Fidelity = "analytic",
+                            workers: int = 2, progress: Callable[[int, int], None] | None = None,
+                            reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
+                            ) -> CrossValidation:
+    """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
+
+    ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).
+    ``reuse`` = (profiles, row_id -> seconds) of a ``--fit-profiles`` run: its predictions serve as
+    the in-sample figure when its profiles are the all-families fit's (checked), else ignored.
+    """
+    ok = sens[sens.status == "ok"].reset_index(drop=True)
+    fam = ok.source_id.astype(str).map(family_of).to_numpy()
+    families = sorted(set(fam))
+    if len(families) < 2:
+        raise CalibrationError(f"cross-validation by family needs 2 or more families, the rows have {families}")
+    full = fit_fold(ok, profiles, np.ones(len(ok), bool), bounds=bounds, sweeps=sweeps)
+    in_sample = reuse[1] if reuse is not None and same_fit(full, reuse[0]) else None
+    folds = [full]
+    fold_of: dict[str, FoldFit] = {}
+    pb = first_order_problem(ok, profiles)
+    first_order = np.zeros(len(ok))
+    for f in families:
+        test = fam == f
+        ff = fit_fold(ok, profiles, ~test, family=f, bounds=bounds, sweeps=sweeps)
+        folds.append(ff)
+        fold_of[f] = ff
+        first_order[test] = _first_order_at(pb, ok, profiles, ff)[test]
+    sim = _simulate_all(runs, ok, fam, fold_of, None if in_sample is not None else full, fidelity, workers, progress)
+    if in_sample is not None:
+        sim["in_sample_s"] = sim.row_id.map(in_sample)
+    frame = ok[["row_id", "source_id", "gpu_type", "group", "measured"]].rename(columns={"measured": "measured_s"})
+    frame = frame.assign(family=fam, first_order_held_out_s=first_order).merge(sim, on="row_id", how="left")
+    gpus = runs.set_index(runs.row_id.astype(int)).num_gpus
+    frame = frame[frame.held_status == "ok"].reset_index(drop=True)
+    frame["num_gpus"] = frame.row_id.map(gpus).astype(int)
+    frame["error_in_pct"] = (frame.in_sample_s - frame.measured_s) / frame.measured_s * 100.0
+    frame["error_out_pct"] = (frame.held_out_s - frame.measured_s) / frame.measured_s * 100.0
+    return CrossValidation(rows=frame, by_family=family_table(frame), params=param_table(full), folds=tuple(folds),
+                           in_sample_from="simulated" if in_sample is None else "fit_rows.csv")
+
+
+def same_fit(full: FoldFit, fitted: Mapping[str, CalibrationProfile]) -> bool:
+    """Whether ``fitted`` holds the fitted values of ``full`` for every GPU type with training rows."""
+    def key(p: CalibrationProfile) -> tuple:
+        return (p.gemm_efficiency, p.attention_efficiency, p.link_efficiency, p.memory_efficiency, p.kernel_overhead,
+                p.expert_efficiency, p.precision_efficiency, p.attention_kernel_efficiency)
+    own = [g for g, n in full.fitted_params.items() if n > 0]
+    return all(g in fitted and key(full.profiles[g])[:5] == key(fitted[g])[:5] for g in own)
+
+
+def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], ff: FoldFit) -> np.ndarray:
+    """First-order step times at a fold's profiles (scales = fold value / base value per parameter)."""
+    t = pb.t0.copy()
+    for i, g in enumerate(pb.groups):
+        rows = pb.gi == i
+        base, new = profiles[g], ff.profiles[g]
+        for j, ((_, e0), (_, e1)) in enumerate(zip(base.gemm_efficiency, new.gemm_efficiency)):
+            t[rows] += pb.slopes.get(f"g{j}", np.zeros_like(t))[rows] * (e0 / e1 - 1.0)
+        pairs = {"attn": (max(e for _, e in base.attention_efficiency), max(e for _, e in new.attention_efficiency)),
+                 "link": (base.link_eff("nic"), new.link_eff("nic")), "exp": (base.expert_efficiency, new.expert_efficiency),
+                 "mem": (base.memory_efficiency, new.memory_efficiency),
+                 "fp8": (base.precision_efficiency.get("fp8", 1.0), new.precision_efficiency.get("fp8", 1.0)),
+                 "fp4": (base.precision_efficiency.get("fp4", 1.0), new.precision_efficiency.get("fp4", 1.0))}
+        for p, (v0, v1) in pairs.items():
+            t[rows] += pb.slopes.get(p, np.zeros_like(t))[rows] * (v0 / v1 - 1.0)
+        if base.kernel_overhead > 0:
+            t[rows] += pb.slopes.get("kern", np.zeros_like(t))[rows] * (new.kernel_overhead / base.kernel_overhead - 1.0)
+    return t
+
+
+def _simulate_all(runs: pd.DataFrame, ok: pd.DataFrame, fam: np.ndarray, fold_of: Mapping[str, FoldFit],
+                  full: FoldFit | None, fidelity: Fidelity, workers: int,
+                  progress: Callable[[int, int], None] | None) -> pd.DataFrame:
+    by_id = {int(r["row_id"]): r for r in runs.to_dict("records")}
+    keys = list(next(iter(fold_of.values())).profiles)
+    items = []
+    for rid, f, gpu in zip(ok.row_id.astype(int), fam, ok.gpu_type.astype(str)):
+        key = profile_key(gpu, keys)
+        items.append((by_id[rid], fold_of[f].profiles[key], full.profiles[key] if full is not None else None))
+    chunks = [items[i:i + 8] for i in range(0, len(items), 8)]
+    records: list[dict[str, Any]] = []
+    if workers <= 1:
+        parts: Any = (_simulate_chunk(c, fidelity) for c in chunks)
+        return _gather(parts, records, len(items), progress)
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return _gather(pool.map(_simulate_chunk, chunks, [fidelity] * len(chunks)), records, len(items), progress)
+
+
+def _gather(parts: Any, records: list[dict[str, Any]], total: int,
+            progress: Callable[[int, int], None] | None) -> pd.DataFrame:
+    for part in parts:
+        records.extend(part)
+        if progress is not None:
+            progress(len(records), total)
+    return pd.DataFrame.from_records(records)
+
+
+def family_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per held-out family and "all": rows, in-sample MAPE, out-of-sample MAPE, out-of-sample bias."""
+    def line(name: str, g: pd.DataFrame) -> dict[str, Any]:
+        return {"family": name, "rows": len(g), "mape_in_sample": float(g.error_in_pct.abs().mean()),
+                "mape_out_of_sample": float(g.error_out_pct.abs().mean()),
+                "median_abs_out": float(g.error_out_pct.abs().median()), "bias_out": float(g.error_out_pct.mean())}
+    out = [line(f, g) for f, g in frame.groupby("family")]
+    return pd.DataFrame(out + [line("all", frame)])
+
+
+def param_table(full: FoldFit, stems: Sequence[str] | None = None) -> pd.DataFrame:
+    """Per GPU type: per-type parameters fitted with evidence, shared parameters, total."""
+    keys = sorted(stems if stems is not None else full.fitted_params)
+    return pd.DataFrame([{"gpu_type": g, "own_params": full.fitted_params.get(g, 0), "shared_params": SHARED_PARAMS,
+                          "total": full.fitted_params.get(g, 0) + SHARED_PARAMS} for g in keys])

@@ -1,0 +1,237 @@
+"""Prediction intervals from the cross-validated residuals, and the extrapolation flag.
+
+Owns the regimes (``regime``: model kind dense | moe | hybrid x GPU generation), the
+split-conformal interval of the measured step time around a prediction (``conformal_bounds``:
+finite-sample ranks of the held-out ratios measured / predicted), its empirical coverage on held-out
+families (``coverage_by_family``: intervals calibrated on the other families' held-out residuals,
+scored on the family left out), the interval table stored as data
+(``simulator/calibration/intervals.yaml``, written by ``write_intervals``) and the interval of one
+prediction (``interval_for``), marked extrapolated when its regime or scale has no held-out
+evidence, with the nearest validated regime named and the interval widened by ``WIDEN``.
+It does not fit profiles nor simulate (``calibration.fit_crossval``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from clustersim.files import write_atomic
+from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.step.result import Result
+from clustersim.workloads import ModelSpec
+
+INTERVALS_PATH = Path(__file__).parent / "intervals.yaml"
+"""The bundled interval table (``clustersim validate --cross-validate family --write-intervals``)."""
+
+LEVELS: tuple[float, ...] = (0.8, 0.9)
+"""Nominal coverages stored and checked."""
+
+GENERATIONS: Mapping[str, str] = {
+    "a100": "ampere", "a800": "ampere", "h100": "hopper", "h800": "hopper", "h200": "hopper", "h20": "hopper",
+    "gh200": "hopper", "b200": "blackwell", "b300": "blackwell", "gb200": "blackwell", "gb300": "blackwell",
+    "mi250x": "cdna2", "mi300x": "cdna3", "mi325x": "cdna3"}
+"""GPU generation by profile stem / accelerator name prefix (longest prefix wins)."""
+
+MIN_REGIME_ROWS = 10
+"""Fewer held-out residuals than this in a regime: the pooled residuals are used (extrapolated)."""
+
+WIDEN = 2.0
+"""Extrapolated intervals: the pooled interval's log-ratio bounds times this factor (a documented
+rule, not fitted: no held-out evidence says how wrong an unseen regime is)."""
+
+SCALE_HEADROOM = 2.0
+"""A prediction on more than this times the largest validated GPU count of its regime extrapolates."""
+
+
+def generation(name: str) -> str:
+    """GPU generation of an accelerator or profile name ('' when unknown)."""
+    key = name.strip().lower().split()[0] if name.strip() else ""
+    hits = [p for p in GENERATIONS if key.startswith(p)]
+    return GENERATIONS[max(hits, key=len)] if hits else ""
+
+
+def regime(kind: str, gpu: str) -> str:
+    """``kind/generation``, e.g. ``dense/hopper``."""
+    return f"{kind}/{generation(gpu) or gpu.lower()}"
+
+
+def conformal_bounds(ratios: Sequence[float], level: float) -> tuple[float, float]:
+    """Split-conformal bounds (lo, hi) on measured / predicted at ``level``, two-sided.
+
+    With n calibration ratios sorted, hi is the ceil((n + 1)(1 - a/2))-th smallest and lo the
+    floor((n + 1) a/2)-th, a = 1 - level (Vovk et al.; Lei et al. 2018): a new exchangeable ratio
+    falls inside with probability >= level. A rank beyond n is unbounded (inf, or 0 below).
+    """
+    if not 0 < level < 1:
+        raise CalibrationError(f"interval level {level}: use a fraction in (0, 1)")
+    r = np.sort(np.asarray(ratios, dtype=float))
+    n, a = len(r), 1.0 - level
+    if n == 0:
+        return 0.0, math.inf
+    k_hi, k_lo = math.ceil((n + 1) * (1 - a / 2)), math.floor((n + 1) * a / 2)
+    hi = float(r[k_hi - 1]) if k_hi <= n else math.inf
+    lo = float(r[k_lo - 1]) if k_lo >= 1 else 0.0
+    return lo, hi
+
+
+def ratios(frame: pd.DataFrame) -> np.ndarray:
+    """measured / held-out predicted step time of each row of a cross-validation table."""
+    return (frame.measured_s / frame.held_out_s).to_numpy(float)
+
+
+def _calibration(frame: pd.DataFrame, reg: str) -> tuple[np.ndarray, bool]:
+    """Ratios of regime ``reg`` (or pooled, extrapolated, when it has too few)."""
+    mine = frame[frame.regime_key == reg]
+    if len(mine) >= MIN_REGIME_ROWS:
+        return ratios(mine), False
+    return ratios(frame), True
+
+
+def _widen(lo: float, hi: float) -> tuple[float, float]:
+    lo_w = math.exp(WIDEN * math.log(lo)) if lo > 0 else 0.0
+    hi_w = math.exp(WIDEN * math.log(hi)) if math.isfinite(hi) else math.inf
+    return min(lo_w, lo), max(hi_w, hi)
+
+
+def with_regimes(frame: pd.DataFrame) -> pd.DataFrame:
+    """The cross-validation rows with a ``regime_key`` column (kind/generation)."""
+    return frame.assign(regime_key=[regime(k or "dense", g) for k, g in zip(frame.regime, frame.group.astype(str))])
+
+
+def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> pd.DataFrame:
+    """Per held-out family and level: the share of its rows inside intervals calibrated without it.
+
+    The calibration set of family f is the held-out residuals of every other family (each itself
+    predicted by a fit that did not see it); a regime with fewer than ``MIN_REGIME_ROWS`` of them
+    uses the pooled set widened by ``WIDEN`` (the extrapolation rule). Columns: family, level,
+    rows, covered, coverage, extrapolated_rows; plus one "all" line per level.
+    """
+    fr = with_regimes(frame)
+    out = []
+    for level in levels:
+        tot = cov = ext = 0
+        for fam, test in fr.groupby("family"):
+            cal = fr[fr.family != fam]
+            inside = 0
+            extra = 0
+            for reg, part in test.groupby("regime_key"):
+                r, extrapolated = _calibration(cal, reg)
+                lo, hi = conformal_bounds(r, level)
+                if extrapolated:
+                    lo, hi = _widen(lo, hi)
+                    extra += len(part)
+                q = ratios(part)
+                inside += int(np.sum((q >= lo) & (q <= hi)))
+            out.append({"family": fam, "level": level, "rows": len(test), "covered": inside,
+                        "coverage": inside / len(test), "extrapolated_rows": extra})
+            tot, cov, ext = tot + len(test), cov + inside, ext + extra
+        out.append({"family": "all", "level": level, "rows": tot, "covered": cov, "coverage": cov / tot if tot else math.nan,
+                    "extrapolated_rows": ext})
+    return pd.DataFrame(out)
+
+
+def interval_table(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> dict[str, Any]:
+    """The data stored in ``intervals.yaml``: per regime its rows, largest GPU count and bounds."""
+    fr = with_regimes(frame)
+    regimes: dict[str, Any] = {}
+    for reg, part in fr.groupby("regime_key"):
+        regimes[str(reg)] = {"rows": int(len(part)), "max_gpus": int(part.num_gpus.max()),
+                             "families": sorted(part.family.unique().tolist()),
+                             **{f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(part), lv)) for lv in levels}}
+    pooled = {f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(fr), lv)) for lv in levels}
+    return {"levels": list(levels), "min_regime_rows": MIN_REGIME_ROWS, "widen": WIDEN,
+            "pooled": {"rows": int(len(fr)), **pooled}, "regimes": regimes}
+
+
+def write_intervals(table: Mapping[str, Any], path: str | Path = INTERVALS_PATH, header: str = "") -> Path:
+    """Write the interval table as YAML (atomic)."""
+    text = "".join(f"# {line}".rstrip() + "\n" for line in header.splitlines())
+    return write_atomic(Path(path), text + yaml.safe_dump(_plain(table), sort_keys=False))
+
+
+def _plain(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {k: _plain(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_plain(x) for x in v]
+    if isinstance(v, (np.floating, np.integer)):
+        return v.item()
+    return v
+
+
+def load_intervals(path: str | Path = INTERVALS_PATH) -> dict[str, Any]:
+    """The stored interval table."""
+    where = Path(path)
+    if not where.exists():
+        raise CalibrationError(f"interval table {where} missing; run clustersim validate --cross-validate family --write-intervals")
+    return yaml.safe_load(where.read_text())
+
+
+@dataclass(frozen=True, kw_only=True)
+class Interval:
+    """The interval of one predicted step time."""
+
+    low_s: float
+    """Lower bound of the measured step time (s)."""
+    high_s: float
+    """Upper bound (s; inf when the residuals cannot bound it)."""
+    level: float
+    """Nominal coverage."""
+    regime: str
+    """kind/generation of the prediction."""
+    extrapolated: bool
+    """No held-out evidence for this regime or scale: pooled interval widened by ``WIDEN``."""
+    nearest: str
+    """The validated regime (or "pooled") the interval comes from, with its rows and GPU range."""
+
+
+def _bound(v: Any) -> float:
+    return float(v)
+
+
+def interval_for(step_time: float, kind: str, gpu: str, num_gpus: int, *, level: float = 0.8,
+                 table: Mapping[str, Any] | None = None) -> Interval:
+    """The interval of a prediction of ``step_time`` s for a ``kind`` model on ``num_gpus`` ``gpu``s."""
+    tab = table if table is not None else load_intervals()
+    key = f"ratio_{int(round(level * 100))}"
+    reg = regime(kind, gpu)
+    entry = tab["regimes"].get(reg)
+    if entry is not None and key not in entry:
+        raise CalibrationError(f"interval level {level} not stored; use one of {tab['levels']}")
+    if entry is not None and entry["rows"] >= tab["min_regime_rows"] and num_gpus <= SCALE_HEADROOM * entry["max_gpus"]:
+        lo, hi = (_bound(v) for v in entry[key])
+        return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=False,
+                        nearest=f"{reg} ({entry['rows']} held-out rows, up to {entry['max_gpus']} GPUs)")
+    lo, hi = _widen(*(_bound(v) for v in tab["pooled"][key]))
+    near = _nearest(tab, reg)
+    return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=True,
+                    nearest=near)
+
+
+def _nearest(tab: Mapping[str, Any], reg: str) -> str:
+    """The validated regime sharing the model kind, else the generation, else 'pooled'."""
+    kind, gen = reg.split("/", 1)
+    regs = tab["regimes"]
+    for cand in [r for r in regs if r.startswith(kind + "/")] + [r for r in regs if r.endswith("/" + gen)]:
+        if regs[cand]["rows"] >= tab["min_regime_rows"]:
+            return f"{cand} ({regs[cand]['rows']} held-out rows, up to {regs[cand]['max_gpus']} GPUs); interval: pooled x{WIDEN}"
+    return f"pooled ({tab['pooled']['rows']} held-out rows); interval: pooled x{WIDEN}"
+
+
+def model_kind(layer_pattern: str | None, is_moe: bool) -> str:
+    """dense | moe | hybrid from a ModelSpec's ``layer_pattern`` and ``is_moe``."""
+    return "hybrid" if layer_pattern is not None else ("moe" if is_moe else "dense")
+
+
+def interval_of(result: Result, model: ModelSpec, *, level: float = 0.8,
+                table: Mapping[str, Any] | None = None) -> Interval:
+    """The interval of a simulated ``result`` of ``model`` (its regime from the model and accelerator)."""
+    return interval_for(result.step_time, model_kind(model.layer_pattern, model.is_moe),
+                        str(result.labels.get("accelerator", "")), result.num_gpus, level=level, table=table)

@@ -1,0 +1,88 @@
+"""Tests of clustersim.simulator.calibration.intervals: split-conformal ranks, coverage, extrapolation.
+
+The synthetic set has a known answer: two families whose held-out ratios are the same 20 values
+0.90, 0.91, ..., 1.09. Calibrated on the other family (n = 20), the 80 % interval is the 2nd and 19th
+order statistics, [0.91, 1.08] (floor(21 x 0.1) = 2, ceil(21 x 0.9) = 19), which holds 18 of 20
+values: 90 % coverage; the 90 % interval is [0.90, 1.09] (ranks 1 and 20): 100 %.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from clustersim.simulator.calibration.intervals import (
+    MIN_REGIME_ROWS, WIDEN, conformal_bounds, coverage_by_family, generation, interval_for, interval_table,
+    load_intervals, write_intervals,
+)
+
+VALUES = np.round(np.arange(0.90, 1.095, 0.01), 2)
+
+
+def _cv(values: np.ndarray = VALUES, families: tuple[str, ...] = ("a", "b"), group: str = "h100",
+        kind: str = "dense") -> pd.DataFrame:
+    rows = [{"family": f, "regime": kind, "group": group, "num_gpus": 64, "held_out_s": 1.0, "measured_s": float(v)}
+            for f in families for v in values]
+    return pd.DataFrame(rows)
+
+
+def test_conformal_ranks() -> None:
+    assert conformal_bounds(VALUES, 0.8) == (pytest.approx(0.91), pytest.approx(1.08))
+    assert conformal_bounds(VALUES, 0.9) == (pytest.approx(0.90), pytest.approx(1.09))
+    assert conformal_bounds(VALUES[:5], 0.9) == (0.0, math.inf)  # too few to bound: unbounded, never narrow
+
+
+def test_coverage_on_a_synthetic_set_with_a_known_answer() -> None:
+    cov = coverage_by_family(_cv())
+    overall = cov[cov.family == "all"].set_index("level").coverage
+    assert overall[0.8] == pytest.approx(0.9)
+    assert overall[0.9] == pytest.approx(1.0)
+    assert (cov.extrapolated_rows == 0).all()
+
+
+def test_conformal_coverage_is_near_nominal_on_exchangeable_data() -> None:
+    rng = np.random.default_rng(0)
+    frame = _cv(values=np.exp(rng.normal(0, 0.1, 400)), families=tuple("abcdefghij"))
+    frame["measured_s"] = np.exp(rng.normal(0, 0.1, len(frame)))
+    cov = coverage_by_family(frame).query("family == 'all'").set_index("level").coverage
+    assert cov[0.8] == pytest.approx(0.8, abs=0.03)
+    assert cov[0.9] == pytest.approx(0.9, abs=0.03)
+
+
+def test_regime_without_evidence_is_pooled_and_widened() -> None:
+    frame = pd.concat([_cv(), _cv(values=VALUES[: MIN_REGIME_ROWS - 1], families=("c",), kind="moe")])
+    cov = coverage_by_family(frame)
+    assert cov[(cov.family == "c") & (cov.level == 0.8)].extrapolated_rows.iloc[0] == MIN_REGIME_ROWS - 1
+
+
+def test_interval_for_and_the_table_round_trip(tmp_path) -> None:
+    table = interval_table(_cv())
+    path = write_intervals(table, tmp_path / "intervals.yaml", header="test")
+    tab = load_intervals(path)
+    iv = interval_for(2.0, "dense", "H100", 128, level=0.8, table=tab)
+    assert not iv.extrapolated
+    lo, hi = conformal_bounds(VALUES.tolist() * 2, 0.8)
+    assert (iv.low_s, iv.high_s) == (pytest.approx(2 * lo), pytest.approx(2 * hi))
+    far = interval_for(2.0, "dense", "H100", 100_000, level=0.8, table=tab)  # beyond 2x the validated 64 GPUs
+    moe = interval_for(2.0, "moe", "B200", 64, level=0.8, table=tab)
+    for x in (far, moe):
+        assert x.extrapolated and x.low_s <= 2 * lo ** WIDEN * 1.0001 and x.high_s >= 2 * hi ** WIDEN * 0.9999
+    assert "dense/hopper" in far.nearest
+    assert generation("GB200 NVL72") == "blackwell" and generation("H100-SXM5") == "hopper"
+
+
+def test_interval_of_a_result_uses_its_regime() -> None:
+    from clustersim.simulator.calibration.intervals import interval_of
+    from clustersim.simulator.plan.plan import ParallelPlan
+    from clustersim.simulator.step.simulate import simulate
+    from clustersim.topologies import get_cluster
+    from clustersim.workloads import TrainingSpec, get_model
+    model = get_model("llama3-8b")
+    res = simulate(model, TrainingSpec(seq_len=2048, global_batch_size=16), get_cluster("dgx-h100", 8),
+                   ParallelPlan(tp=1, dp=8, zero=1), fidelity="analytic")
+    iv = interval_of(res, model, table=interval_table(_cv()))
+    assert iv.regime == "dense/hopper" and not iv.extrapolated
+    assert iv.low_s < res.step_time < iv.high_s
