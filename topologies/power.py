@@ -145,7 +145,7 @@ def clock_fraction(accelerator: AcceleratorSpec, spec: PowerSpec | None = None) 
     spec = spec or power_spec(accelerator)
     if limit >= spec.max_w:
         return 1.0
-    return math.cbrt(max(limit - spec.idle_w, 0.0) / (spec.max_w - spec.idle_w))
+    return min(1.0, math.cbrt(max(limit - spec.idle_w, 0.0) / (spec.max_w - spec.idle_w)))  # rounding stays <= 1
 
 
 @dataclass(frozen=True, kw_only=True)
