@@ -17,7 +17,6 @@ from typing import Any, Optional
 import pandas as pd
 import typer
 from rich.console import Console
-from rich.markup import escape
 from rich.progress import Progress
 from rich.table import Table
 
@@ -257,14 +256,35 @@ for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cl
 
 
 def main() -> None:
-    """Entry point: run the app; user errors are one red line and exit status 2."""
-    try:
-        app()
-    except (ValueError, OSError, KeyError) as exc:  # OSError: a file the user named cannot be read or written
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        err_console.print(f"[red]error:[/red] {escape(text)}", soft_wrap=True)
-        sys.exit(2)
+    """Entry point, and the one error path: every user error is one red line and exit status 2.
 
+    Click's own usage errors (a missing argument, an option out of its range, an unknown
+    command) get the same line, naming the option, instead of click's boxed usage text.
+    """
+    try:
+        code = app(standalone_mode=False)
+    except typer.Abort:  # Ctrl-C outside a command's own handling
+        err_console.print("[yellow]interrupted[/yellow]")
+        sys.exit(130)
+    except (ValueError, OSError, KeyError) as exc:  # OSError: a file the user named cannot be read or written
+        err_console.print(output.error_line(exc), soft_wrap=True)
+        sys.exit(output.EXIT_BAD_INPUT)
+    except Exception as exc:
+        if not _usage_error(exc):
+            raise
+        ctx = getattr(exc, "ctx", None)
+        if type(exc).__name__ == "NoArgsIsHelpError" and ctx is not None:
+            typer.echo(ctx.get_help())  # `clustersim` alone prints the help, as before
+            sys.exit(output.EXIT_BAD_INPUT)  # as click does: a command was expected
+        hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
+        err_console.print(output.error_line(f"{exc.format_message()}{hint}"), soft_wrap=True)  # type: ignore[attr-defined]  # click's UsageError, checked by _usage_error
+        sys.exit(output.EXIT_BAD_INPUT)
+    sys.exit(code if isinstance(code, int) else 0)
+
+
+def _usage_error(exc: BaseException) -> bool:
+    """True for click's UsageError family (typer vendors click, so the class is matched by name)."""
+    return any(cls.__name__ == "UsageError" for cls in type(exc).__mro__) and hasattr(exc, "format_message")
 
 if __name__ == "__main__":
     main()

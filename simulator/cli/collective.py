@@ -102,8 +102,7 @@ def collective(
         size_list = parse_sizes(sizes)
         costs = [price_collective(kind, s, groups, clus, prof, algorithm) for s in size_list]
     except ValueError as exc:
-        Console(stderr=True).print(f"[red]error: {str(exc).splitlines()[0]}[/red]", highlight=False, soft_wrap=True)
-        raise typer.Exit(code=2) from None
+        output.fail(exc)
     title = (f"{kind} on {cluster} x{gpus} ({clus.accelerator.name}, {clus.fabric}): {len(groups)} group(s) of "
              f"{len(groups[0])}; profile {prof.name} (fit {prof.fit_date or 'not recorded'})")
     to_stdout = csv_out is not None and str(csv_out) == output.STDOUT

@@ -40,8 +40,8 @@ from clustersim.topologies.power import FacilitySpec, power_spec
 from clustersim.simulator.bounds import check_long_run
 from clustersim.simulator.cli.options import output_file
 from clustersim.simulator.scenario import LongRunOptions, validate_options
+from clustersim.simulator.cli.output import fail
 
-EXIT_BAD_INPUT = 2
 HOUR = 3600.0
 # Llama 3 paper ("The Llama 3 Herd of Models", sec. 3.3.4): 419 unexpected interruptions in 54 days
 # on 16,384 H100 -> one interruption per 16,384 * 54 * 24 / 419 = 50,677 GPU-hours.
@@ -194,7 +194,7 @@ def goodput_command(
     calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration profile YAML (default: the scenario's or the accelerator's bundled profile).")] = None,
 ) -> None:
     """Goodput distribution, best checkpoint interval and lost hours over a long run."""
-    console, errors = Console(), Console(stderr=True)
+    console = Console()
     try:
         validate_options(LongRunOptions, dict(
             days=days, mtbf_hours=mtbf_hours, mtbf_gpu_hours=mtbf_gpu_hours, mtbf_node_hours=mtbf_node_hours,
@@ -224,8 +224,7 @@ def goodput_command(
                          spare_gpus=spare_nodes * spec.gpus_per_node, cluster_price=spec.cost_per_gpu_hour,
                          limit_w=scenario.cluster.accelerator.power_limit_w)
     except (ClusterSimError, ValueError) as exc:
-        errors.print(f"[red]error:[/red] {exc}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        fail(exc)
     table = results_table(spec, chosen, sweep)
     for label, value in energy_rows(run, facility):
         table.add_row(label, value)

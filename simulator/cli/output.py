@@ -13,15 +13,32 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, NoReturn
 
 import pandas as pd
+import typer
 from rich.console import Console
+from rich.markup import escape
 
 from clustersim import files
 from clustersim.simulator import __version__
 
 STDOUT = "-"
+
+EXIT_BAD_INPUT = 2
+"""Exit status of every user error (a bad field, value, file or option)."""
+
+
+def error_line(message: object) -> str:
+    """The one red line a user error prints: the first line of the message, markup escaped."""
+    text = str(message).splitlines()[0] if str(message) else type(message).__name__
+    return f"[red]error:[/red] {escape(text)}"
+
+
+def fail(message: object, code: int = EXIT_BAD_INPUT) -> NoReturn:
+    """Print ``message`` as the one red error line on stderr and end the command with ``code``."""
+    Console(stderr=True).print(error_line(message), highlight=False, soft_wrap=True)
+    raise typer.Exit(code)
 
 
 def written_at() -> str:

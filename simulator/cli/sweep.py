@@ -23,8 +23,8 @@ from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.sweep.executors import SchedulerLost, default_workers, make_executor
 from clustersim.simulator.sweep.sweep import DEFAULT_EVALUATOR, SweepInterrupted, SweepReport, expand_points
 from clustersim.simulator.sweep.sweep import load_sweep, run_sweep
+from clustersim.simulator.cli.output import fail
 
-EXIT_BAD_INPUT = 2
 EXIT_LOST_POINTS = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
 
@@ -53,8 +53,7 @@ def sweep_command(
     """Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."""
     console, errors = Console(), Console(stderr=True)
     if workers < 0:
-        errors.print(f"[red]error:[/red] --workers {workers}: use 0 (automatic), 1 (serial) or more", highlight=False)
-        raise typer.Exit(EXIT_BAD_INPUT)
+        fail(f"--workers {workers}: use 0 (automatic), 1 (serial) or more")
     try:
         spec = load_sweep(sweep_file)
         if calibration is not None:
@@ -67,11 +66,9 @@ def sweep_command(
         report = run_sweep(spec, out, evaluator=evaluator, executor=executor,
                            progress=progress, retry_errors=retry_errors)
     except SchedulerLost as exc:
-        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_LOST_POINTS) from None
+        fail(exc, EXIT_LOST_POINTS)
     except ClusterSimError as exc:
-        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        fail(exc)
     except SweepInterrupted as stop:
         name = signal.Signals(stop.signum).name
         errors.print(f"[yellow]interrupted ({name}):[/yellow] {len(stop.report.frame)} of "

@@ -27,8 +27,8 @@ from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.calibration.fit_defaults import PROFILE_HEADER, FitOutcome, fit_default_profiles, write_profiles
 from clustersim.simulator.cli.validate_cv import run_cross_validation
 from clustersim.simulator.calibration.validate import error_stats, load_runs, megatron_lm_rows, summarise, validate_runs
+from clustersim.simulator.cli.output import fail
 
-EXIT_BAD_INPUT = 2
 
 
 def register(app: typer.Typer) -> None:
@@ -121,8 +121,7 @@ def validate_command(
             results = validate_runs(table, profile=profile, fidelity=fidelity,  # type: ignore[arg-type]
                                     progress=lambda done, _total: bar.update(task, completed=done))
     except ClusterSimError as exc:
-        errors.print(f"[red]error:[/red] {escape(str(exc))}", highlight=False, soft_wrap=True)
-        raise typer.Exit(EXIT_BAD_INPUT) from None
+        fail(exc)
     if out is not None:
         write_atomic(out, results.to_csv(index=False))
     print_summary(console, results)

@@ -146,7 +146,9 @@ def _stop_signals() -> Iterator[_Stop]:
         yield stop
     finally:
         for signum, handler in previous.items():
-            signal.signal(signum, handler)
+            # once stopping, a late repeat (Ctrl-C pressed three times) must not interrupt the
+            # report on its way out: it stays ignored; the caller is about to end the sweep
+            signal.signal(signum, signal.SIG_IGN if stop.signum is not None else handler)
 
 
 # ---------------------------------------------------------------- sweep file and grid
