@@ -38,7 +38,7 @@ from clustersim.simulator.cli import sweep as sweep_cli
 from clustersim.simulator.cli import validate as validate_cli
 from clustersim.simulator.cli import watch as watch_cli
 from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_of
+from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for, interval_of, model_kind
 from clustersim.simulator.longrun.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
@@ -216,12 +216,25 @@ def scale_cmd(
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("simulating scales", total=None)
         rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
+    rows = [with_interval(row, model_kind(sc.model.layer_pattern, sc.model.is_moe)) for row in rows]
     title = (f"{sc.model.name} on {sc.cluster.accelerator.name} ({sc.cluster.name}), {min(counts):,}-{max(counts):,} GPUs: "
              f"strong scaling at global batch {sc.training.global_batch_size} x {sc.training.seq_len} tokens")
     page = files.replace_dir(out, lambda folder: write_scaling_report(  # the old report goes only as a whole
         pd.DataFrame(rows), folder, title=title, cost_per_gpu_hour=cost_per_gpu_hour))
     console.print(scale_table(rows, title))
     console.print(f"wrote {page} and its figures and tables in {out}")
+
+
+def with_interval(row: dict[str, Any], kind: str) -> dict[str, Any]:
+    """A scaling row with the 80 % prediction interval of its throughput per GPU (the report's band),
+    from the held-out residuals of its regime (``calibration.intervals``); rows without a step keep none."""
+    step = row.get("step_time_s")
+    if not INTERVALS_PATH.exists() or not isinstance(step, float) or not step > 0:
+        return row
+    iv = interval_for(step, kind, str(row.get("accelerator", "")), int(row["num_gpus"]))
+    per_gpu = float(row["tokens_per_s_per_gpu"])
+    return {**row, "tokens_per_s_per_gpu_low": per_gpu * step / iv.high_s,
+            "tokens_per_s_per_gpu_high": per_gpu * step / iv.low_s, "interval_extrapolated": iv.extrapolated}
 
 
 def scale_table(rows: list[dict[str, Any]], title: str = "scaling") -> Table:
