@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -24,8 +23,6 @@ from rich.table import Table
 from clustersim import files
 from clustersim.simulator import __version__
 from clustersim.simulator.cli import output
-from clustersim.reports.report import write_scaling_report
-from clustersim.reports.waterfall import write_waterfall
 from clustersim.simulator.cli import calibrate as calibrate_cli
 from clustersim.simulator.cli import collective as collective_cli
 from clustersim.simulator.cli import report as reports_cli
@@ -44,10 +41,8 @@ from clustersim.simulator.longrun.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.step.result import CATEGORIES, Result
-from clustersim.simulator.sweep.scaling import scaling_rows
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.scenario import MAX_GPUS, apply_overrides, load_scenario, read_yaml
-from clustersim.simulator.step.trace import write_trace
 from clustersim.topologies import ACCELERATORS, CLUSTER_PRESETS
 from clustersim.workloads import MODEL_PRESETS
 
@@ -165,9 +160,13 @@ def simulate_cmd(
         output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict(),
                                          **({"interval": dataclasses.asdict(iv)} if iv else {})}), json_out, say)
     if plot:
+        from clustersim.reports.waterfall import write_waterfall  # matplotlib: only when plotting
+
         write_waterfall(result.to_dict(), plot)
         output.said(plot, say, "compute-loss waterfall")
     if trace:
+        from clustersim.simulator.step.trace import write_trace
+
         write_trace(result, trace)
         output.said(trace, say, "open in https://ui.perfetto.dev")
 
@@ -207,6 +206,11 @@ def scale_cmd(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
 ) -> None:
     """Scaling-efficiency report (strong scaling: fixed global batch): the best plan at every scale vs naive DP replicas."""
+    import pandas as pd  # heavy (pandas, matplotlib): imported when the command runs
+
+    from clustersim.reports.report import write_scaling_report
+    from clustersim.simulator.sweep.scaling import scaling_rows
+
     counts = gpu_counts("--gpus", gpus, MAX_GPUS if force else GPU_LIMIT)
     output_dir("--out", out)
     base = apply_overrides(read_yaml(scenario), set_)

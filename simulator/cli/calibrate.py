@@ -23,7 +23,6 @@ from clustersim.simulator.cli.options import output_file
 from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
-from clustersim.simulator.calibration.fit_runs import EVALUATIONS, fit_runs
 from clustersim.simulator.calibration.fit_logs import (
     HeldOut, LogsFit, evaluations, families_of, fit_on_runs, interval_path, within, write_report,
 )
@@ -200,6 +199,8 @@ def import_runs_command(
     base: Annotated[Optional[Path], typer.Option(help="Profile to start from (default: generic defaults).")] = None,
 ) -> None:
     """Fit a profile from measured step times; report the error on the held-out rows separately."""
+    from clustersim.simulator.calibration.fit_runs import EVALUATIONS, fit_runs  # heavy (pandas/matplotlib): imported when the command runs
+
     start = load_profile(base) if base else CalibrationProfile()
     with Progress(console=_console(), transient=True) as bar:
         task = bar.add_task("fitting (each step simulates every row)", total=EVALUATIONS)

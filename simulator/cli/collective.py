@@ -18,8 +18,6 @@ from rich.console import Console
 from rich.table import Table
 
 from clustersim.files import write_atomic
-from clustersim.reports.curves import plot_bus_bandwidth
-from clustersim.reports.plots import png_bytes
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.cli import output
 from clustersim.simulator.calibration.profile import default_profile, load_profile
@@ -75,6 +73,9 @@ def _table(kind: str, sizes: list[int], costs: list[CollectiveCost], title: str)
 
 def write_plot(path: Path, sizes: list[int], costs: list[CollectiveCost], title: str) -> Path:
     """Bus bandwidth against size (log x) as PNG, written atomically."""
+    from clustersim.reports.curves import plot_bus_bandwidth  # heavy (pandas/matplotlib): imported when the command runs
+    from clustersim.reports.plots import png_bytes
+
     return write_atomic(path, png_bytes(plot_bus_bandwidth(sizes, [c.bus_bandwidth for c in costs], title)))
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -21,12 +21,15 @@ from rich.table import Table
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.sweep.executors import SchedulerLost, default_workers, make_executor
-from clustersim.simulator.sweep.sweep import DEFAULT_EVALUATOR, SweepInterrupted, SweepReport, expand_points
-from clustersim.simulator.sweep.sweep import load_sweep, run_sweep
+
+if TYPE_CHECKING:  # annotations only; sweep.sweep (pandas, pyarrow) loads when the command runs
+    from clustersim.simulator.sweep.sweep import SweepReport
 
 EXIT_BAD_INPUT = 2
 EXIT_LOST_POINTS = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
+DEFAULT_EVALUATOR = "clustersim.simulator.sweep.points:evaluate_point"
+"""``clustersim.simulator.sweep.sweep.DEFAULT_EVALUATOR``, spelled here so --help needs no pandas (a test checks they agree)."""
 
 
 def register(app: typer.Typer) -> None:
@@ -51,6 +54,8 @@ def sweep_command(
         "--calibration", help="Calibration profile YAML for every point (default: the base scenario's).")] = None,
 ) -> None:
     """Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."""
+    from clustersim.simulator.sweep.sweep import SweepInterrupted, expand_points, load_sweep, run_sweep  # heavy: pandas
+
     console, errors = Console(), Console(stderr=True)
     if workers < 0:
         errors.print(f"[red]error:[/red] --workers {workers}: use 0 (automatic), 1 (serial) or more", highlight=False)
