@@ -28,6 +28,7 @@ import numpy as np
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABLE, Step, applicable, build_steps
+from clustersim.simulator.network.algorithms import pairwise_flows
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.network.routing import Fabric, fabric_for
 
@@ -131,6 +132,13 @@ def _check(kind: str, size: float, groups: Sequence[Sequence[int]], num_gpus: in
 
 def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndarray]:
     """(alpha, beta_rep, beta_full, loads) of one run of ``step``."""
+    if step.dense is not None:
+        dense = fabric.all_to_all(step.dense, step.dense_weight)
+        if dense is not None:
+            loads, rep_loads, lat = dense
+            ratio = loads / fabric.capacity
+            return lat, float(ratio[rep_loads > 0].max(initial=0.0)), float(ratio.max(initial=0.0)), loads
+        step = pairwise_flows(step.dense)
     loads, lat = fabric.loads(step.src, step.dst, step.weight)
     rep_loads, _ = fabric.loads(step.src[step.rep], step.dst[step.rep], step.weight[step.rep])
     for gpus, w, up in ((step.up_gpu, step.up_weight, True), (step.down_gpu, step.down_weight, False)):

@@ -287,6 +287,130 @@ class Fabric:
         lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * pair_lat[inv], minlength=len(s))
         lat[mask] = lat_flow
 
+    def all_to_all(self, groups: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Every group's all-to-all at once (each rank sends ``weight`` to every other rank of its
+        group): link loads of all groups, those of the first group, and the longest path latency of
+        the first group's flows. Built from sums per (group, domain) and per switch, never per pair,
+        so a group of 16,384 ranks costs what a ring does. None when a cross-domain pair would need
+        the per-pair fallback router (GPUs wired straight to each other)."""
+        rep = self._dense_loads(groups[:1], weight, latency=True)
+        if rep is None:
+            return None
+        every = rep if len(groups) == 1 else self._dense_loads(groups, weight, latency=False)
+        if every is None:
+            return None
+        return every[0], rep[0], rep[1]
+
+    def _dense_loads(self, groups: np.ndarray, w: float, latency: bool) -> tuple[np.ndarray, float] | None:
+        """Loads of all-to-all in ``groups`` (and, with ``latency``, the longest flow latency)."""
+        g, n = groups.shape
+        flat = groups.ravel()
+        dom = np.where(self.local_switch[flat] >= 0, self.local_switch[flat], -1 - flat)  # no local switch: own domain
+        key = np.repeat(np.arange(g), n) * (len(self.nodes) + self.num_gpus + 1) + dom + self.num_gpus
+        order = np.argsort(key, kind="stable")
+        members, keys = flat[order], key[order]
+        _, start, size = np.unique(keys, return_index=True, return_counts=True)
+        per = np.repeat(size, size)  # size of each member's (group, domain) block
+        cross = n - per  # peers in other domains: routed over the fabric
+        fabric_gpus = members[cross > 0]
+        if len(fabric_gpus) and ((self.egress.switch[fabric_gpus, 0] < 0).any() or (self.ingress.switch[fabric_gpus, 0] < 0).any()):
+            return None
+        loads = np.zeros(len(self.edges))
+        local = self.local_switch[members] >= 0
+        loads += np.bincount(self.local_up[members[local]], weights=w * (per[local] - 1), minlength=len(loads))
+        loads += np.bincount(self.local_down[members[local]], weights=w * (per[local] - 1), minlength=len(loads))
+        out_lat = self._edge_table_loads(self.egress, members, w * cross, loads)
+        in_lat = self._edge_table_loads(self.ingress, members, w * cross, loads)
+        src, dst = self._block_pairs(members, start, size)
+        pair_lat = self._dense_fabric(groups, (src, dst), w, loads)
+        if not latency:
+            return loads, 0.0
+        local_pairs = (src != dst) & (self.local_switch[src] >= 0)
+        lat = float((self.latency[self.local_up[src[local_pairs]]] + self.latency[self.local_down[dst[local_pairs]]]).max(initial=0.0))
+        if (cross > 0).any():
+            lat = max(lat, self._cross_latency(members, keys, cross > 0, out_lat, in_lat, pair_lat))
+        return loads, lat
+
+    @staticmethod
+    def _block_pairs(members: np.ndarray, start: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every ordered pair (self pairs included) inside each block of ``members``."""
+        per = np.repeat(size, size)
+        first = np.repeat(start, size)
+        src = np.repeat(members, per)
+        offs = np.arange(len(src)) - np.repeat(np.cumsum(per) - per, per)
+        return src, members[np.repeat(first, per) + offs]
+
+    def _switch_pairs(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For flows src[i] -> dst[i]: flat (exit switch * f + entry switch) index and fraction of
+        every (exit, entry) combination, fabric switch indices."""
+        f = len(self._dist)  # type: ignore[arg-type]
+        idx, frac = [], []
+        for i in range(self.egress.switch.shape[1]):
+            for j in range(self.ingress.switch.shape[1]):
+                a, b = self.egress.switch[src, i], self.ingress.switch[dst, j]
+                ok = (a >= 0) & (b >= 0)
+                idx.append(self.fabric_index[a[ok]] * f + self.fabric_index[b[ok]])
+                frac.append(self.egress.switch_frac[src[ok], i] * self.ingress.switch_frac[dst[ok], j])
+        return np.concatenate(idx), np.concatenate(frac)
+
+    def _switch_sums(self, tab: _Egress, groups: np.ndarray) -> np.ndarray:
+        """(groups, f): each group's total fraction through every fabric switch."""
+        f = len(self._dist)  # type: ignore[arg-type]
+        g, n = groups.shape
+        row = np.repeat(np.arange(g), n)
+        flat = groups.ravel()
+        out = np.zeros(g * f)
+        for i in range(tab.switch.shape[1]):
+            sw = tab.switch[flat, i]
+            ok = sw >= 0
+            out += np.bincount(row[ok] * f + self.fabric_index[sw[ok]], weights=tab.switch_frac[flat[ok], i], minlength=g * f)
+        return out.reshape(g, f)
+
+    def _dense_fabric(self, groups: np.ndarray, same: tuple[np.ndarray, np.ndarray], w: float,
+                      loads: np.ndarray) -> np.ndarray:
+        """Fabric loads of every cross-domain pair: w * (all pairs of each group - same-domain pairs),
+        summed per (exit switch, entry switch); returns the (f, f) matrix of pair latencies."""
+        self._fabric_dist()
+        f = len(self._dist)  # type: ignore[arg-type]
+        traffic = (self._switch_sums(self.egress, groups).T @ self._switch_sums(self.ingress, groups)).ravel()
+        idx, frac = self._switch_pairs(*same)
+        traffic = (traffic - np.bincount(idx, weights=frac, minlength=f * f)).reshape(f, f) * w
+        traffic[traffic < w * 1e-9] = 0.0  # same-domain pairs cancelled up to rounding
+        np.fill_diagonal(traffic, 0.0)  # exit = entry switch: straight down, no fabric edge
+        a, b = np.nonzero(traffic)
+        pair_lat = np.zeros((f, f))
+        if len(a):
+            pair_lat[a, b] = self._propagate(a, b, traffic[a, b], loads)
+        return pair_lat
+
+    def _cross_latency(self, members: np.ndarray, keys: np.ndarray, routed: np.ndarray, out_lat: np.ndarray,
+                       in_lat: np.ndarray, pair_lat: np.ndarray) -> float:
+        """Longest expected latency over cross-domain pairs of one group, by classes of GPUs with the
+        same exit (entry) switches, fractions and chain latency."""
+        gpus, keys, out_lat, in_lat = members[routed], keys[routed], out_lat[routed], in_lat[routed]
+        sides = []
+        for tab, chain in ((self.egress, out_lat), (self.ingress, in_lat)):
+            sig = np.column_stack([tab.switch[gpus], tab.switch_frac[gpus], chain])
+            classes, inv = np.unique(sig, axis=0, return_inverse=True)
+            inv = inv.ravel()
+            k = tab.switch.shape[1]
+            lo = np.full(len(classes), np.iinfo(np.int64).max)
+            hi = np.full(len(classes), np.iinfo(np.int64).min)
+            np.minimum.at(lo, inv, keys)
+            np.maximum.at(hi, inv, keys)
+            sw = classes[:, :k].astype(np.int64)
+            sides.append((np.where(sw >= 0, self.fabric_index[np.where(sw >= 0, sw, 0)], -1), classes[:, k:2 * k],
+                          classes[:, 2 * k], np.where(lo == hi, lo, -1)))
+        (sa, fa, la, ka), (sb, fb, lb, kb) = sides
+        mid = np.zeros((len(la), len(lb)))
+        for i in range(sa.shape[1]):
+            for j in range(sb.shape[1]):
+                ok = (sa[:, i, None] >= 0) & (sb[None, :, j] >= 0)
+                mid += np.where(ok, fa[:, i, None] * fb[None, :, j] * pair_lat[sa[:, i, None].clip(0), sb[None, :, j].clip(0)], 0.0)
+        total = la[:, None] + lb[None, :] + mid
+        only_same = (ka[:, None] >= 0) & (ka[:, None] == kb[None, :])  # both classes inside one domain
+        return float(np.where(only_same, -np.inf, total).max(initial=0.0))
+
     def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-hop ECMP over the whole graph between GPUs ``s`` and ``d`` (small graphs only)."""
         if (s, d) not in self._fallback:
