@@ -24,12 +24,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
-import networkx as nx
 import numpy as np
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.topologies.graph import Wiring
+
+if TYPE_CHECKING:  # the graph is built only for the per-pair fallback router
+    import networkx as nx
 
 FABRIC_KINDS: frozenset[str] = frozenset({"leaf", "spine", "core", "router"})
 """Node kinds of the scale-out switch fabric (routed on shortest paths with ECMP)."""
@@ -64,29 +67,32 @@ class Fabric:
     fallback routes per pair in private dictionaries (a cache, not state: results never change).
     """
 
-    def __init__(self, graph: nx.DiGraph, profile: CalibrationProfile) -> None:
-        self.graph = graph
-        self.nodes: list[str] = list(graph.nodes)
+    def __init__(self, graph: nx.DiGraph | Wiring, profile: CalibrationProfile,
+                 source: Callable[[], nx.DiGraph] | None = None) -> None:
+        """Tables of ``graph``, given as a networkx graph or in columns (``Wiring``; then
+        ``source`` builds the networkx graph if the per-pair fallback router ever needs it)."""
+        if isinstance(graph, Wiring):
+            wiring, self._graph, self._source = graph, None, source or graph.to_digraph
+        else:
+            wiring, self._graph, self._source = Wiring.from_graph(graph), graph, None
+        self.nodes: list[str] = [n for n, _ in wiring.nodes]
         self.node_id: dict[str, int] = {n: i for i, n in enumerate(self.nodes)}
-        attrs = [d for _, d in graph.nodes(data=True)]
-        self.kind: list[str] = [d.get("kind", "") for d in attrs]
-        self.reduces: np.ndarray = np.array([bool(d.get("in_network_reduction")) for d in attrs])
+        self.kind: list[str] = [d.get("kind", "") for _, d in wiring.nodes]
+        self.reduces: np.ndarray = np.array([bool(d.get("in_network_reduction")) for _, d in wiring.nodes])
         """Per node: the switch reduces in-network (NVLS / SHARP)."""
-        self.edges: list[tuple[str, str]] = list(graph.edges)
-        self.edge_id: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
-        data = [d for _, _, d in graph.edges(data=True)]
-        self.link_class: list[str] = [d["link_class"] for d in data]
-        self.bandwidth = np.array([d["bandwidth"] for d in data], dtype=float)
-        eff = np.array([profile.link_eff(c) for c in self.link_class])
+        self.src_of = wiring.src
+        self.dst_of = wiring.dst
+        self.num_edges: int = len(wiring.src)
+        self.link_class: np.ndarray = wiring.link_class
+        self.bandwidth = wiring.bandwidth
+        classes, inv = np.unique(wiring.link_class, return_inverse=True)
+        eff = np.array([profile.link_eff(str(c)) for c in classes])[inv.ravel()]
         self.capacity: np.ndarray = self.bandwidth * eff
-        self.latency: np.ndarray = np.array(
-            [profile.link_latency.get(c, d["latency"]) for c, d in zip(self.link_class, data)], dtype=float
-        )
-        self.num_gpus: int = sum(1 for k in self.kind if k == "gpu")
-        self.gpu_node = np.array([self.node_id[f"gpu{i}"] for i in range(self.num_gpus)], dtype=np.int64)
-        self.src_of = np.array([self.node_id[u] for u, _ in self.edges], dtype=np.int64)
-        self.dst_of = np.array([self.node_id[v] for _, v in self.edges], dtype=np.int64)
+        override = np.array([profile.link_latency.get(str(c), np.nan) for c in classes])[inv.ravel()]
+        self.latency: np.ndarray = np.where(np.isnan(override), wiring.latency, override)
         self._code = np.array([_CODES.get(k, 0) for k in self.kind], dtype=np.int8)
+        self.num_gpus: int = int(np.count_nonzero(self._code == _GPU))
+        self.gpu_node = np.array([self.node_id[f"gpu{i}"] for i in range(self.num_gpus)], dtype=np.int64)
         self._gpu_of = np.full(len(self.nodes), -1, dtype=np.int64)
         self._gpu_of[self.gpu_node] = np.arange(self.num_gpus)
         self._local_tables()
@@ -95,8 +101,31 @@ class Fabric:
         self._dist: np.ndarray | None = None
         self._fabric_dist()
         self._fallback: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._edges: list[tuple[str, str]] | None = None
+        self._edge_id: dict[tuple[str, str], int] | None = None
         self.memo: dict[tuple[object, ...], object] = {}
         """Size-independent results of callers (collective cost patterns), keyed by their inputs."""
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The networkx graph (built from the columns on first use)."""
+        if self._graph is None:
+            self._graph = self._source()  # type: ignore[misc]
+        return self._graph
+
+    @property
+    def edges(self) -> list[tuple[str, str]]:
+        """(tail, head) names per directed edge, in edge-id order (built on first use)."""
+        if self._edges is None:
+            self._edges = [(self.nodes[u], self.nodes[v]) for u, v in zip(self.src_of.tolist(), self.dst_of.tolist())]
+        return self._edges
+
+    @property
+    def edge_id(self) -> dict[tuple[str, str], int]:
+        """Edge id of each (tail, head) name pair (built on first use)."""
+        if self._edge_id is None:
+            self._edge_id = {e: i for i, e in enumerate(self.edges)}
+        return self._edge_id
 
     def _local_tables(self) -> None:
         """Per GPU: its single local switch and the up/down edges (-1 when none or ambiguous)."""
@@ -110,9 +139,12 @@ class Fabric:
         up, g = up[single], g[single]
         self.local_up[g] = up
         self.local_switch[g] = self.dst_of[up]
-        down = {(u, v): e for e, u, v in zip(range(len(self.edges)), self.src_of.tolist(), self.dst_of.tolist())
-                if self._code[v] == _GPU and self._code[u] == _LOCAL}
-        self.local_down[g] = [down[(int(sw), int(self.gpu_node[i]))] for i, sw in zip(g, self.dst_of[up])]
+        down = np.flatnonzero((self._code[self.src_of] == _LOCAL) & (self._code[self.dst_of] == _GPU))
+        n = len(self.nodes)
+        keys = self.src_of[down] * n + self.dst_of[down]
+        order = np.argsort(keys, kind="stable")
+        want = self.dst_of[up] * n + self.gpu_node[g]  # switch -> GPU, the reverse of each up edge
+        self.local_down[g] = down[order[np.searchsorted(keys[order], want)]]
 
     def _walk_tables(self, out: bool) -> _Egress:
         """GPU -> NIC -> fabric switch chains (``out``) or their reverse, vectorised over GPUs."""
@@ -146,7 +178,7 @@ class Fabric:
         start = np.searchsorted(rows, np.arange(self.num_gpus))
         col = np.arange(len(rows)) - start[rows]
         width = int(col.max(initial=0)) + 1
-        table = np.full((self.num_gpus, width), fill, dtype=values.dtype if len(values) else float)
+        table = np.full((self.num_gpus, width), fill, dtype=np.int64 if isinstance(fill, int) else float)
         table[rows, col] = values
         return table
 
@@ -160,7 +192,7 @@ class Fabric:
         frontier matrix per hop); rows/columns follow ``self.fabric_index``; unreachable = 10**6.
         Also builds the fabric edge lists sorted by tail (CSR) and the (tail, head) -> edge matrix."""
         if self._dist is None:
-            ids = np.array([i for i, k in enumerate(self.kind) if k in FABRIC_KINDS], dtype=np.int64)
+            ids = np.flatnonzero(self._code == _FABRIC).astype(np.int64)
             self.fabric_index = np.full(len(self.nodes), -1, dtype=np.int64)
             self.fabric_index[ids] = np.arange(len(ids))
             fe = np.flatnonzero((self.fabric_index[self.src_of] >= 0) & (self.fabric_index[self.dst_of] >= 0))
@@ -240,7 +272,7 @@ class Fabric:
     def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
         flows at once; and each flow's expected path latency (s)."""
-        loads = np.zeros(len(self.edges))
+        loads = np.zeros(self.num_edges)
         lat = np.zeros(len(src))
         same_dom = (self.local_switch[src] == self.local_switch[dst]) & (self.local_switch[src] >= 0) & (src != dst)
         self._local_loads(src[same_dom], dst[same_dom], weight[same_dom], loads, lat, same_dom)
@@ -315,20 +347,24 @@ class Fabric:
         fabric_gpus = members[cross > 0]
         if len(fabric_gpus) and ((self.egress.switch[fabric_gpus, 0] < 0).any() or (self.ingress.switch[fabric_gpus, 0] < 0).any()):
             return None
-        loads = np.zeros(len(self.edges))
+        loads = np.zeros(self.num_edges)
         local = self.local_switch[members] >= 0
         loads += np.bincount(self.local_up[members[local]], weights=w * (per[local] - 1), minlength=len(loads))
         loads += np.bincount(self.local_down[members[local]], weights=w * (per[local] - 1), minlength=len(loads))
-        out_lat = self._edge_table_loads(self.egress, members, w * cross, loads)
-        in_lat = self._edge_table_loads(self.ingress, members, w * cross, loads)
+        routed = cross > 0
+        out_lat = np.zeros(len(members))
+        in_lat = np.zeros(len(members))
+        if routed.any():
+            out_lat[routed] = self._edge_table_loads(self.egress, members[routed], w * cross[routed], loads)
+            in_lat[routed] = self._edge_table_loads(self.ingress, members[routed], w * cross[routed], loads)
         src, dst = self._block_pairs(members, start, size)
         pair_lat = self._dense_fabric(groups, (src, dst), w, loads)
         if not latency:
             return loads, 0.0
         local_pairs = (src != dst) & (self.local_switch[src] >= 0)
         lat = float((self.latency[self.local_up[src[local_pairs]]] + self.latency[self.local_down[dst[local_pairs]]]).max(initial=0.0))
-        if (cross > 0).any():
-            lat = max(lat, self._cross_latency(members, keys, cross > 0, out_lat, in_lat, pair_lat))
+        if routed.any():
+            lat = max(lat, self._cross_latency(members, keys, routed, out_lat, in_lat, pair_lat))
         return loads, lat
 
     @staticmethod
@@ -372,6 +408,8 @@ class Fabric:
         summed per (exit switch, entry switch); returns the (f, f) matrix of pair latencies."""
         self._fabric_dist()
         f = len(self._dist)  # type: ignore[arg-type]
+        if f == 0:
+            return np.zeros((0, 0))
         traffic = (self._switch_sums(self.egress, groups).T @ self._switch_sums(self.ingress, groups)).ravel()
         idx, frac = self._switch_pairs(*same)
         traffic = (traffic - np.bincount(idx, weights=frac, minlength=f * f)).reshape(f, f) * w
@@ -415,6 +453,8 @@ class Fabric:
         """Per-hop ECMP over the whole graph between GPUs ``s`` and ``d`` (small graphs only)."""
         if (s, d) not in self._fallback:
             src, dst = f"gpu{s}", f"gpu{d}"
+            import networkx as nx  # the fallback router walks the graph itself
+
             dist = nx.single_target_shortest_path_length(self.graph, dst)
             dist = dict(dist)
             mass: dict[str, float] = {src: 1.0}
@@ -460,3 +500,17 @@ def _fabric_memo(graph: _ByIdentity, profile_json: str) -> Fabric:
 def fabric_for(graph: nx.DiGraph, profile: CalibrationProfile) -> Fabric:
     """The (memoised) ``Fabric`` of ``graph`` under ``profile``; the graph must not change later."""
     return _fabric_memo(_ByIdentity(graph), profile.model_dump_json())
+
+
+@lru_cache(maxsize=4)
+def _cluster_memo(cluster: _ByIdentity, profile_json: str) -> Fabric:
+    c = cluster.obj
+    return Fabric(c.wiring, CalibrationProfile.model_validate_json(profile_json), source=lambda: c.graph)  # type: ignore[attr-defined]
+
+
+def fabric_of(cluster: object, profile: CalibrationProfile) -> Fabric:
+    """The (memoised) ``Fabric`` of a ``Cluster``: from its columns when it has them (no networkx
+    graph is built), else from its graph."""
+    if getattr(cluster, "wiring", None) is not None:
+        return _cluster_memo(_ByIdentity(cluster), profile.model_dump_json())
+    return fabric_for(cluster.graph, profile)  # type: ignore[attr-defined]
