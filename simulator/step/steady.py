@@ -33,8 +33,9 @@ Simulate = Callable[[int], tuple[list[Interval], float]]
 StreamKey = tuple[int, int, str]
 TOLERANCE: float = 1e-10
 """Largest time difference, as a fraction of the step, still counted as the same gap or duration."""
-CYCLES: tuple[int, ...] = (1, 2, 4, 6, 8)
-"""Period lengths tried, in schedule units of micro-batches, shortest first."""
+ATTEMPTS: tuple[tuple[int, int], ...] = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (6, 2), (8, 2))
+"""(period in schedule units of micro-batches, multiple of ``base`` the short runs start from),
+tried in order: short periods after a short warm-up first."""
 WINDOW: int = 3
 """Intervals after an inserted block that must match again for the block to be accepted."""
 _PASS = re.compile(r"^([FBW])(\d+)\.(\d+)$")
@@ -65,9 +66,9 @@ class _Alignment:
 def extrapolate(simulate: Simulate, m: int, unit: int, base: int) -> tuple[list[Interval], float] | None:
     """Intervals (periods compressed) and step time of ``m`` micro-batches, or None.
 
-    Tries periods of ``unit`` times ``CYCLES`` micro-batches from ``base`` on (stages of unequal
-    speed can repeat only every few micro-batches, e.g. one bubble per 4 passes at a 4:5 speed
-    ratio); None when ``m`` is too small to gain anything or no period is confirmed.
+    Tries the periods and starts of ``ATTEMPTS`` (stages of unequal speed can repeat only every
+    few micro-batches, e.g. one bubble per 4 passes at a 4:5 speed ratio, and a split backward
+    settles later); None when ``m`` is too small to gain anything or no period is confirmed.
     """
     runs: dict[int, tuple[list[Interval], float]] = {}
 
@@ -76,11 +77,11 @@ def extrapolate(simulate: Simulate, m: int, unit: int, base: int) -> tuple[list[
             runs[k] = simulate(k)
         return runs[k]
 
-    for cycle in CYCLES:
-        c = cycle * unit
-        m1 = base + (m - base) % c
-        if m < m1 + 3 * c:
-            return None
+    for cycle, scale in ATTEMPTS:
+        c, first = cycle * unit, scale * base
+        m1 = first + (m - first) % c
+        if m < 3 * (m1 + 2 * c):  # the three short runs would cost about as much as the full one
+            continue
         out = _try(cached, m, m1, c)
         if out is not None:
             return out
