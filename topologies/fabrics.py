@@ -1,5 +1,8 @@
 """Switched scale-out fabrics: fat trees (two and three tiers), rail-optimised, multi-plane.
 
+Each builder comes twice: ``X_parts`` fills the columns (``GraphParts``, what preset clusters keep)
+and ``X`` returns the ``networkx.DiGraph`` built from them.
+
 Owns the builders that return a whole cluster graph (GPUs, NVLink domains, NICs, switches) for a
 switched network, and re-exports the scale-up builders (``topologies.servers``) and the direct
 networks (``topologies.direct``) so that ``topologies.fabrics`` names every builder. It does not
@@ -77,7 +80,8 @@ def _spine_tier(parts: GraphParts, lower: list[str], names: list[str], bw: float
     """Switches ``names`` of ``kind``, each linked to every switch of ``lower`` at ``bw``."""
     for name in names:
         parts.switch(name, kind, sharp)
-    parts.links([low for low in lower for _ in names], [up for _ in lower for up in names], bw, SWITCH_LATENCY, "fabric")
+    parts.links([low for low in lower for _ in names], [up for _ in lower for up in names], bw, SWITCH_LATENCY,
+                "fabric")
 
 
 def _two_tier(
@@ -117,7 +121,9 @@ def fat_tree(
     num_cores: int = MAX_DEFAULT_SPINES, core_oversubscription: float = 1.0, sharp: bool = False,
 ) -> nx.DiGraph:
     """The graph of ``fat_tree_parts`` (same arguments)."""
-    return fat_tree_parts(num_gpus, node, hosts_per_leaf=hosts_per_leaf, oversubscription=oversubscription, tiers=tiers, num_spines=num_spines, leaves_per_pod=leaves_per_pod, num_cores=num_cores, core_oversubscription=core_oversubscription, sharp=sharp).to_digraph()
+    return fat_tree_parts(num_gpus, node, hosts_per_leaf=hosts_per_leaf, oversubscription=oversubscription,
+                          tiers=tiers, num_spines=num_spines, leaves_per_pod=leaves_per_pod, num_cores=num_cores,
+                          core_oversubscription=core_oversubscription, sharp=sharp).to_digraph()
 
 
 def fat_tree_parts(
@@ -164,7 +170,8 @@ def rail_optimized(
     num_spines: int | None = None, sharp: bool = False,
 ) -> nx.DiGraph:
     """The graph of ``rail_optimized_parts`` (same arguments)."""
-    return rail_optimized_parts(num_gpus, node, servers_per_leaf=servers_per_leaf, oversubscription=oversubscription, num_spines=num_spines, sharp=sharp).to_digraph()
+    return rail_optimized_parts(num_gpus, node, servers_per_leaf=servers_per_leaf, oversubscription=oversubscription,
+                                num_spines=num_spines, sharp=sharp).to_digraph()
 
 
 def rail_optimized_parts(
@@ -189,7 +196,9 @@ def multi_plane(
     sharp: bool = False,
 ) -> nx.DiGraph:
     """The graph of ``multi_plane_parts`` (same arguments)."""
-    return multi_plane_parts(num_gpus, node, planes=planes, rail=rail, servers_per_leaf=servers_per_leaf, hosts_per_leaf=hosts_per_leaf, oversubscription=oversubscription, num_spines=num_spines, sharp=sharp).to_digraph()
+    return multi_plane_parts(num_gpus, node, planes=planes, rail=rail, servers_per_leaf=servers_per_leaf,
+                             hosts_per_leaf=hosts_per_leaf, oversubscription=oversubscription, num_spines=num_spines,
+                             sharp=sharp).to_digraph()
 
 
 def multi_plane_parts(

@@ -2,9 +2,12 @@
 
 Owns ``Fabric`` (capacities, latencies, per-GPU NIC chains, all-pairs hop counts between fabric
 switches, and the vectorised link loads of many flows at once: the traffic of every (source
-switch, destination switch) pair is pushed one hop per round along its equal-cost next hops) and ``fabric_for`` (its memo per graph and
-profile). It does not share bandwidth over time (``clustersim.simulator.network.flows``) nor know collectives
-(``clustersim.simulator.network.collectives``).
+switch, destination switch) pair is pushed one hop per round along its equal-cost next hops; and
+``Fabric.all_to_all``, the loads of every rank of a group sending to every other, from sums per
+(group, domain) and per switch instead of n^2 flows), ``fabric_for`` (its memo per graph and
+profile) and ``fabric_of`` (per cluster: from the cluster's columns, ``topologies.graph.Wiring``,
+so preset clusters never build a networkx graph). It does not share bandwidth over time
+(``clustersim.simulator.network.flows``) nor know collectives (``clustersim.simulator.network.collectives``).
 
 Routing model:
 - Inside an NVLink domain (or a PCIe server) a flow goes GPU -> local switch -> GPU.
@@ -44,6 +47,8 @@ _CODES: Mapping[str, int] = {"gpu": _GPU, "nvswitch": _LOCAL, "pcie": _LOCAL, "n
 """Integer codes of node kinds for vectorised table building."""
 _TINY: float = 1e-12
 """Loads below this are treated as zero when reading one route back."""
+DENSE_STATES: int = 1 << 21
+"""Largest (switch, destination) state space merged by counting rather than sorting (floats: 16 MiB)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -243,10 +248,12 @@ class Fabric:
                 np.concatenate([self._edge_mat[u[near], b[near]], self._fe[idx[keep]]]))
 
     def _propagate(self, u: np.ndarray, b: np.ndarray, mass: np.ndarray, loads: np.ndarray) -> np.ndarray:
-        """Push ``mass`` from fabric switch u[i] to b[i] (all pairs at once, one hop per round,
-        merging equal (switch, destination) states); add edge loads; return each pair's expected
-        path latency (ECMP-averaged)."""
+        """Push ``mass`` from fabric switch u[i] to b[i] (distinct pairs, all at once, one hop per
+        round, merging equal (switch, destination) states); add edge loads; return each pair's
+        expected path latency (ECMP-averaged). States are merged by counting into the f x f state
+        space when it is small (same order and sums as sorting them, without the sort)."""
         f = len(self._dist)  # type: ignore[arg-type]
+        dense = f * f <= DENSE_STATES
         rounds = []
         keys, m = u * f + b, mass
         while len(keys):
@@ -258,8 +265,14 @@ class Fabric:
             heads = self.fabric_index[self.dst_of[e]] * f + cb[st]
             rounds.append((keys, st, e, frac, heads))
             live = heads // f != heads % f
-            keys, inv = np.unique(heads[live], return_inverse=True)
-            m = np.bincount(inv, weights=flow[live], minlength=len(keys))
+            if dense:
+                keys = np.flatnonzero(np.bincount(heads[live], minlength=f * f))
+                m = np.bincount(heads[live], weights=flow[live], minlength=f * f)[keys]
+            else:
+                keys, inv = np.unique(heads[live], return_inverse=True)
+                m = np.bincount(inv, weights=flow[live], minlength=len(keys))
+        if dense:
+            return self._latencies_dense(rounds, u * f + b, f)
         known_k, known_l = np.full(1, -1, dtype=np.int64), np.zeros(1)  # sorted keys -> latency to b
         for keys, st, e, frac, heads in reversed(rounds):  # nearest round first: heads are known
             child = np.where(heads // f != heads % f, known_l[np.searchsorted(known_k, heads).clip(max=len(known_k) - 1)], 0.0)
@@ -268,6 +281,15 @@ class Fabric:
             known_k, known_l = np.concatenate([known_k, keys])[order], np.concatenate([known_l, lat])[order]
         start = np.searchsorted(known_k, u * f + b).clip(max=len(known_k) - 1)
         return np.where(u != b, known_l[start], 0.0)
+
+    def _latencies_dense(self, rounds: list[tuple[np.ndarray, ...]], pairs: np.ndarray, f: int) -> np.ndarray:
+        """Expected latency of each state to its destination, nearest round first, in an f x f table
+        (a state met in two rounds gets the same value twice)."""
+        known = np.zeros(f * f)
+        for keys, st, e, frac, heads in reversed(rounds):
+            child = np.where(heads // f != heads % f, known[heads], 0.0)
+            known[keys] = np.bincount(st, weights=frac * (self.latency[e] + child), minlength=len(keys))
+        return np.where(pairs // f != pairs % f, known[pairs], 0.0)
 
     def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
