@@ -100,7 +100,9 @@ def _flows(src: np.ndarray, dst: np.ndarray, weight: float | np.ndarray, **kw: o
     rep[0] = True
     w = np.broadcast_to(np.asarray(weight, dtype=float), src.shape)
     n = src.size
-    phases = kw.pop("latency_phases", None) or ((np.ones(n, dtype=bool), int(kw.pop("hops", 1))),)
+    hops = kw.get("hops", 1)
+    assert isinstance(hops, int), "hops is a count of sequential latencies"
+    phases = kw.pop("latency_phases", None) or ((np.ones(n, dtype=bool), hops),)
     kw.pop("hops", None)
     return Step(src=src.ravel(), dst=dst.ravel(), weight=w.ravel().copy(), rep=rep.ravel(),
                 latency_phases=phases, **kw)  # type: ignore[arg-type]

@@ -135,9 +135,9 @@ def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndar
     if step.dense is not None:
         dense = fabric.all_to_all(step.dense, step.dense_weight)
         if dense is not None:
-            loads, rep_loads, lat = dense
-            ratio = loads / fabric.capacity
-            return lat, float(ratio[rep_loads > 0].max(initial=0.0)), float(ratio.max(initial=0.0)), loads
+            all_loads, rep_used, longest = dense
+            util = all_loads / fabric.capacity
+            return longest, float(util[rep_used > 0].max(initial=0.0)), float(util.max(initial=0.0)), all_loads
         step = pairwise_flows(step.dense)
     loads, lat = fabric.loads(step.src, step.dst, step.weight)
     rep_loads, _ = fabric.loads(step.src[step.rep], step.dst[step.rep], step.weight[step.rep])
@@ -172,7 +172,9 @@ def _pattern(fabric: Fabric, kind: str, algorithm: str, groups: np.ndarray, eff_
             total += step.repeat * loads
             sent += step.repeat * step.sent_per_rank
         memo[key] = _Pattern(alpha=alpha, beta=beta, beta_full=beta_full, sent=sent, loads=total)
-    return memo[key]
+    pattern = memo[key]
+    assert isinstance(pattern, _Pattern)
+    return pattern
 
 
 def _cost(pattern: _Pattern, kind: str, algorithm: str, size: float, n: int, overhead: float,

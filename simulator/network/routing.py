@@ -76,10 +76,12 @@ class Fabric:
                  source: Callable[[], nx.DiGraph] | None = None) -> None:
         """Tables of ``graph``, given as a networkx graph or in columns (``Wiring``; then
         ``source`` builds the networkx graph if the per-pair fallback router ever needs it)."""
+        self._graph: nx.DiGraph | None = None if isinstance(graph, Wiring) else graph
+        self._source: Callable[[], nx.DiGraph] | None = None
         if isinstance(graph, Wiring):
-            wiring, self._graph, self._source = graph, None, source or graph.to_digraph
+            wiring, self._source = graph, source or graph.to_digraph
         else:
-            wiring, self._graph, self._source = Wiring.from_graph(graph), graph, None
+            wiring = Wiring.from_graph(graph)
         self.nodes: list[str] = [n for n, _ in wiring.nodes]
         self.node_id: dict[str, int] = {n: i for i, n in enumerate(self.nodes)}
         self.kind: list[str] = [d.get("kind", "") for _, d in wiring.nodes]
@@ -115,7 +117,8 @@ class Fabric:
     def graph(self) -> nx.DiGraph:
         """The networkx graph (built from the columns on first use)."""
         if self._graph is None:
-            self._graph = self._source()  # type: ignore[misc]
+            assert self._source is not None, "a Fabric holds a graph or a way to build it"
+            self._graph = self._source()
         return self._graph
 
     @property
@@ -254,7 +257,7 @@ class Fabric:
         space when it is small (same order and sums as sorting them, without the sort)."""
         f = len(self._dist)  # type: ignore[arg-type]
         dense = f * f <= DENSE_STATES
-        rounds = []
+        rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         keys, m = u * f + b, mass
         while len(keys):
             cu, cb = keys // f, keys % f
@@ -282,7 +285,8 @@ class Fabric:
         start = np.searchsorted(known_k, u * f + b).clip(max=len(known_k) - 1)
         return np.where(u != b, known_l[start], 0.0)
 
-    def _latencies_dense(self, rounds: list[tuple[np.ndarray, ...]], pairs: np.ndarray, f: int) -> np.ndarray:
+    def _latencies_dense(self, rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                         pairs: np.ndarray, f: int) -> np.ndarray:
         """Expected latency of each state to its destination, nearest round first, in an f x f table
         (a state met in two rounds gets the same value twice)."""
         known = np.zeros(f * f)
@@ -318,7 +322,8 @@ class Fabric:
         e, f = tab.edges[g], tab.edge_frac[g]
         ok = e >= 0
         loads += np.bincount(e[ok], weights=(f * w[:, None])[ok], minlength=len(loads))
-        return np.where(ok, f * self.latency[np.where(ok, e, 0)], 0.0).sum(axis=1)
+        chain: np.ndarray = np.where(ok, f * self.latency[np.where(ok, e, 0)], 0.0).sum(axis=1)
+        return chain
 
     def _fabric_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
                       lat: np.ndarray, mask: np.ndarray) -> None:
@@ -516,7 +521,7 @@ class _ByIdentity:
 
 @lru_cache(maxsize=4)
 def _fabric_memo(graph: _ByIdentity, profile_json: str) -> Fabric:
-    return Fabric(graph.obj, CalibrationProfile.model_validate_json(profile_json))  # type: ignore[arg-type]
+    return Fabric(graph.obj, CalibrationProfile.model_validate_json(profile_json))
 
 
 def fabric_for(graph: nx.DiGraph, profile: CalibrationProfile) -> Fabric:

@@ -33,7 +33,10 @@ Simulate = Callable[[int], tuple[list[Interval], float]]
 StreamKey = tuple[int, int, str]
 TOLERANCE: float = 1e-10
 """Largest time difference, as a fraction of the step, still counted as the same gap or duration."""
-ATTEMPTS: tuple[tuple[int, int], ...] = ((1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (6, 2), (8, 2))
+BUDGET: float = 0.25
+"""Most micro-batches the short runs may simulate in all, as a fraction of ``m``: when no period is
+confirmed the full run follows, so a failed search costs at most a quarter more."""
+ATTEMPTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2), (4, 2), (6, 2), (8, 2))
 """(period in schedule units of micro-batches, multiple of ``base`` the short runs start from),
 tried in order: short periods after a short warm-up first."""
 WINDOW: int = 3
@@ -68,7 +71,8 @@ def extrapolate(simulate: Simulate, m: int, unit: int, base: int) -> tuple[list[
 
     Tries the periods and starts of ``ATTEMPTS`` (stages of unequal speed can repeat only every
     few micro-batches, e.g. one bubble per 4 passes at a 4:5 speed ratio, and a split backward
-    settles later); None when ``m`` is too small to gain anything or no period is confirmed.
+    settles later) while the short runs stay within ``BUDGET``; None when ``m`` is too small to gain
+    anything or no period is confirmed.
     """
     runs: dict[int, tuple[list[Interval], float]] = {}
 
@@ -80,7 +84,9 @@ def extrapolate(simulate: Simulate, m: int, unit: int, base: int) -> tuple[list[
     for cycle, scale in ATTEMPTS:
         c, first = cycle * unit, scale * base
         m1 = first + (m - first) % c
-        if m < 3 * (m1 + 2 * c):  # the three short runs would cost about as much as the full one
+        counts = (m1, m1 + c, m1 + 2 * c)
+        spent = sum(runs) + sum(k for k in counts if k not in runs)
+        if spent > BUDGET * m:  # trying further would cost a good part of the full run
             continue
         out = _try(cached, m, m1, c)
         if out is not None:

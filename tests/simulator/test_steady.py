@@ -55,25 +55,25 @@ def _compare(inp: EngineInput) -> tuple[int, int]:
 @pytest.mark.parametrize("overlap", [True, False])
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_extrapolated_step_equals_full_run(schedule: str, overlap: bool) -> None:
-    m = 256 if schedule != "interleaved" else 128
+    m = 1024
     n_fast, n_full = _compare(_input(schedule, m, overlap=overlap))
     assert n_fast < n_full / 4  # the middle really was compressed
 
 
 @pytest.mark.parametrize("schedule", ["1f1b", "interleaved", "dualpipe"])
 def test_extrapolation_in_full_mode_with_a_slow_unit(schedule: str) -> None:
-    n_fast, n_full = _compare(_input(schedule, 256, pp=4, replicas=2))
+    n_fast, n_full = _compare(_input(schedule, 2048, pp=4, replicas=2))
     assert n_fast < n_full / 2
 
 
 @pytest.mark.parametrize("schedule", SCHEDULES)
 def test_interval_count_does_not_grow_with_microbatches(schedule: str) -> None:
-    counts = {len(run(_input(schedule, m))[0]) for m in (512, 2048)}
+    counts = {len(run(_input(schedule, m))[0]) for m in (1024, 4096)}
     assert len(counts) == 1
 
 
 def test_odd_counts_and_pp8() -> None:
-    for m in (261, 397, 523):
+    for m in (2053, 2311):
         for schedule in ("1f1b", "zb-h1"):
             n_fast, n_full = _compare(_input(schedule, m, pp=8))
             assert n_fast < n_full / 2
