@@ -108,8 +108,51 @@ def _try(simulate: Simulate, m: int, m1: int, c: int) -> tuple[list[Interval], f
         if plan is None or not _matches(_expand(plan, 2, compress=False), runs[2][key], tol):
             return None
         plans.append(plan)
-    n = (m - m1) // c
-    return [iv for plan in plans for iv in _expand(plan, n, compress=True)], step_a + n * (step_b - step_a)
+    n, period = (m - m1) // c, step_b - step_a
+    units: dict[tuple[int, int], list[_Alignment]] = {}
+    for plan in plans:
+        units.setdefault((plan.a[0].replica, plan.a[0].stage), []).append(plan)
+    out: list[Interval] = []
+    for unit_plans in units.values():
+        stretched = _stretch(unit_plans, n, period, tol)
+        out += stretched if stretched is not None else [iv for p in unit_plans for iv in _expand(p, n, compress=True)]
+    return out, step_a + n * period
+
+
+def _stretch(plans: list[_Alignment], n: int, period: float, tol: float) -> list[Interval] | None:
+    """One unit's run B with one common period window [T, T + period) stretched n-fold and what
+    follows shifted by (n - 1) periods: a monotone map of time, so sums gain n - 1 periods and the
+    overlap of the unit's streams (what the energy model integrates) is kept exactly. None when the
+    unit's streams do not share such a window (a gap that grows with m, as in GPipe)."""
+    regions = []
+    for plan in plans:
+        if any(g != (0.0, 0.0) for g in plan.growth) or len(plan.inserts) > 1:
+            return None
+        if plan.inserts:
+            if abs(_span(plan.b, plan.inserts[0]) - period) > tol:
+                return None
+            regions.append(_periodic_region(plan, tol))
+    if not regions:
+        return None
+    t0 = max(lo for lo, _ in regions)  # a window every repeating stream of the unit repeats over
+    t1 = t0 + period
+    if t1 > min(hi for _, hi in regions) + tol:
+        return None
+    if any(iv.end > t0 and iv.start < t1 for p in plans if not p.inserts for iv in p.b):
+        return None  # a stream that does not repeat has work inside the window
+
+    def phi(t: float) -> float:
+        return t if t <= t0 else t0 + n * (t - t0) if t < t1 else t + (n - 1) * period
+
+    out = []
+    for plan in plans:
+        a_of = {j: i for i, j in enumerate(plan.match)}
+        for j, y in enumerate(plan.b):
+            label = _shift_label(plan.a[a_of[j]].label, y.label, n) if j in a_of else y.label
+            if y.end > t0 and y.start < t1:
+                label = f"{label} (x{n} steady periods)"
+            out.append(y._replace(start=phi(y.start), end=phi(y.end), label=label))
+    return out
 
 
 def _streams(log: list[Interval]) -> dict[StreamKey, list[Interval]]:
@@ -197,6 +240,22 @@ def _expand(plan: _Alignment, n: int, compress: bool) -> list[Interval]:
             end = start + (x.end - x.start) + n * d_dur
             out.append(x._replace(start=start, end=end, label=_shift_label(x.label, y.label, n)))
     return out
+
+
+def _periodic_region(plan: _Alignment, tol: float) -> tuple[float, float]:
+    """Times over which run B repeats the inserted block: back from the block while each interval
+    equals the one a block length later, up to the block's end."""
+    sb, ins = _shape(plan.b), plan.inserts[0]
+    x = ins.start - 1
+    while x >= 0 and _same(sb[x], sb[x + ins.length], tol):
+        x -= 1
+    lo = plan.b[x].end if x >= 0 else 0.0
+    return lo, plan.b[ins.start + ins.length - 1].end
+
+
+def _same(x: tuple[tuple[str, str], float, float], y: tuple[tuple[str, str], float, float], tol: float) -> bool:
+    """Same key, gap and duration (within ``tol``)."""
+    return x[0] == y[0] and abs(x[1] - y[1]) <= tol and abs(x[2] - y[2]) <= tol
 
 
 def _span(b: list[Interval], ins: _Insert) -> float:
