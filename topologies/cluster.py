@@ -231,8 +231,11 @@ def ensure_valid(cluster: Cluster) -> None:
     A preset cluster is keyed by its columns, so checking it builds no networkx graph.
     An attribute edited in place on an already validated graph is not seen: rebuild the Cluster."""
     target: object
-    if cluster.wiring is not None and "graph" not in vars(cluster):
-        target, key = cluster.wiring, (cluster.num_gpus, len(cluster.wiring.nodes), len(cluster.wiring.src))
+    wiring = getattr(cluster, "wiring", None)
+    if not isinstance(cluster, Cluster):
+        validate_cluster(cluster)  # raises: names the type that was passed
+    if wiring is not None and "graph" not in vars(cluster):
+        target, key = wiring, (cluster.num_gpus, len(wiring.nodes), len(wiring.src))
     else:
         target = cluster.graph
         key = (cluster.num_gpus, cluster.graph.number_of_nodes(), cluster.graph.number_of_edges())
