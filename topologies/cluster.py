@@ -144,7 +144,7 @@ def _missing_as_none(value: Any) -> Any:
     return str(value) if value != "" else None
 
 
-def _check_edges(wiring: Wiring) -> None:
+def _check_edges(cluster: Cluster, wiring: Wiring) -> None:
     """Every edge well formed and paired with its reverse (vectorised; details only on failure)."""
     names = [n for n, _ in wiring.nodes]
     known = np.zeros(len(wiring.link_class), dtype=bool)
@@ -154,9 +154,11 @@ def _check_edges(wiring: Wiring) -> None:
     ok = known & (bw > 0) & (bw < math.inf) & (lat >= 0) & (lat < math.inf)  # NaN (missing) fails both
     if not ok.all():
         e = int(np.flatnonzero(~ok)[0])
+        u, v = names[wiring.src[e]], names[wiring.dst[e]]
+        if "graph" in vars(cluster):  # a user's graph: report its own attributes (missing vs NaN)
+            _check_edge(u, v, dict(cluster.graph.edges[u, v]))
         attrs = {"bandwidth": wiring.bandwidth[e], "latency": wiring.latency[e], "link_class": wiring.link_class[e]}
-        _check_edge(names[wiring.src[e]], names[wiring.dst[e]],
-                    {k: _missing_as_none(v) for k, v in attrs.items()})
+        _check_edge(u, v, {k: _missing_as_none(val) for k, val in attrs.items()})
     n = len(names)
     forward = np.sort(wiring.src * n + wiring.dst)
     reverse = wiring.dst * n + wiring.src
@@ -210,7 +212,7 @@ def validate_cluster(cluster: Cluster) -> None:
     wiring = cluster.columns()
     _check_counts(cluster, wiring)
     _check_nodes(cluster, wiring)
-    _check_edges(wiring)
+    _check_edges(cluster, wiring)
     _check_connected(cluster, wiring)
     if not (cluster.nvlink_domain_size >= 1 and 0 <= cluster.nic_bandwidth < math.inf
             and 0 <= cluster.cost_per_gpu_hour < math.inf):

@@ -32,6 +32,10 @@ DEFAULT_EVALUATOR = "clustersim.simulator.sweep.points:evaluate_point"
 """``clustersim.simulator.sweep.sweep.DEFAULT_EVALUATOR``, spelled here so --help needs no pandas (a test checks they agree)."""
 
 
+class _NotRaised(Exception):
+    """Stands for ``SweepInterrupted`` until ``clustersim.simulator.sweep.sweep`` is imported."""
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``sweep`` command to the clustersim app."""
     app.command("sweep")(sweep_command)
@@ -54,13 +58,14 @@ def sweep_command(
         "--calibration", help="Calibration profile YAML for every point (default: the base scenario's).")] = None,
 ) -> None:
     """Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."""
-    from clustersim.simulator.sweep.sweep import SweepInterrupted, expand_points, load_sweep, run_sweep  # heavy: pandas
-
+    SweepInterrupted: type[BaseException] = _NotRaised  # bound before the import a Ctrl-C may interrupt
     console, errors = Console(), Console(stderr=True)
     if workers < 0:
         errors.print(f"[red]error:[/red] --workers {workers}: use 0 (automatic), 1 (serial) or more", highlight=False)
         raise typer.Exit(EXIT_BAD_INPUT)
     try:
+        from clustersim.simulator.sweep.sweep import SweepInterrupted, expand_points, load_sweep, run_sweep  # pandas
+
         spec = load_sweep(sweep_file)
         if calibration is not None:
             load_profile(calibration)  # one clear error before any point runs
