@@ -36,7 +36,6 @@ from clustersim.simulator.cli import sweep as sweep_cli
 from clustersim.simulator.cli import validate as validate_cli
 from clustersim.simulator.cli import watch as watch_cli
 from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_of
 from clustersim.simulator.longrun.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
@@ -146,6 +145,8 @@ def simulate_cmd(
     energy = step_energy(result, sc.cluster)
     to_stdout = json_out is not None and str(json_out) == output.STDOUT
     say = err_console if to_stdout else console  # keep standard output pure JSON
+    from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_of  # pandas: when used
+
     iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
     if not to_stdout:
         console.print(result_table(result, title, energy))

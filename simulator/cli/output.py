@@ -13,13 +13,15 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
-import pandas as pd
 from rich.console import Console
 
 from clustersim import files
 from clustersim.simulator import __version__
+
+if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
+    import pandas as pd
 
 STDOUT = "-"
 
