@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from typing import Sequence
+from typing import TYPE_CHECKING, Sequence
 
-import networkx as nx
 
 from clustersim.topologies.errors import TopologyError
 from clustersim.topologies.graph import SWITCH_LATENCY, GraphParts
 from clustersim.topologies.servers import NodeSpec, add_servers
+
+if TYPE_CHECKING:  # builders return networkx graphs; the module loads when one is built
+    import networkx as nx
 
 
 def _attach_servers(parts: GraphParts, nics: list[str], routers: list[str], per_router: int, node: NodeSpec) -> None:

@@ -1,5 +1,8 @@
 """Switched scale-out fabrics: fat trees (two and three tiers), rail-optimised, multi-plane.
 
+Each builder comes twice: ``X_parts`` fills the columns (``GraphParts``, what preset clusters keep)
+and ``X`` returns the ``networkx.DiGraph`` built from them.
+
 Owns the builders that return a whole cluster graph (GPUs, NVLink domains, NICs, switches) for a
 switched network, and re-exports the scale-up builders (``topologies.servers``) and the direct
 networks (``topologies.direct``) so that ``topologies.fabrics`` names every builder. It does not
@@ -16,14 +19,15 @@ Modelling choices (say so when comparing with a real plant):
 
 from __future__ import annotations
 
-from typing import Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Literal
 
 from clustersim.topologies.direct import dragonfly, torus
 from clustersim.topologies.errors import TopologyError
 from clustersim.topologies.graph import SWITCH_LATENCY, GraphParts
 from clustersim.topologies.servers import NodeSpec, add_servers, nvl_domain, nvswitch_node, pcie_host, single_domain
+
+if TYPE_CHECKING:  # builders return networkx graphs; the module loads when one is built
+    import networkx as nx
 
 __all__ = [
     "NodeSpec",
@@ -68,8 +72,7 @@ def _leaves(
         parts.switch(f"{prefix}leaf{l}", "leaf", sharp, **({"rail": l % rails} if rails else {}))
         for l in range(count)
     ]
-    for nic, l in zip(nics, leaf_of):
-        parts.link(nic, leaves[l], nic_bw, SWITCH_LATENCY, "nic")
+    parts.links(nics, [leaves[l] for l in leaf_of], nic_bw, SWITCH_LATENCY, "nic")
     return leaves
 
 
@@ -77,9 +80,8 @@ def _spine_tier(parts: GraphParts, lower: list[str], names: list[str], bw: float
     """Switches ``names`` of ``kind``, each linked to every switch of ``lower`` at ``bw``."""
     for name in names:
         parts.switch(name, kind, sharp)
-    for low in lower:
-        for up in names:
-            parts.link(low, up, bw, SWITCH_LATENCY, "fabric")
+    parts.links([low for low in lower for _ in names], [up for _ in lower for up in names], bw, SWITCH_LATENCY,
+                "fabric")
 
 
 def _two_tier(
@@ -118,6 +120,17 @@ def fat_tree(
     tiers: Literal[2, 3] = 2, num_spines: int | None = None, leaves_per_pod: int = 16,
     num_cores: int = MAX_DEFAULT_SPINES, core_oversubscription: float = 1.0, sharp: bool = False,
 ) -> nx.DiGraph:
+    """The graph of ``fat_tree_parts`` (same arguments)."""
+    return fat_tree_parts(num_gpus, node, hosts_per_leaf=hosts_per_leaf, oversubscription=oversubscription,
+                          tiers=tiers, num_spines=num_spines, leaves_per_pod=leaves_per_pod, num_cores=num_cores,
+                          core_oversubscription=core_oversubscription, sharp=sharp).to_digraph()
+
+
+def fat_tree_parts(
+    num_gpus: int, node: NodeSpec, *, hosts_per_leaf: int = 32, oversubscription: float = 1.0,
+    tiers: Literal[2, 3] = 2, num_spines: int | None = None, leaves_per_pod: int = 16,
+    num_cores: int = MAX_DEFAULT_SPINES, core_oversubscription: float = 1.0, sharp: bool = False,
+) -> GraphParts:
     """Leaf-spine(-core) fat tree; NICs fill leaves in device order (top-of-rack style).
 
     ``oversubscription`` = leaf downlink / uplink capacity (1 = non-blocking); with ``tiers=3``
@@ -142,7 +155,7 @@ def fat_tree(
                     core_oversubscription=core_oversubscription, sharp=sharp)
     else:
         raise TopologyError(f"tiers = {tiers} is not supported; use 2 or 3")
-    return parts.to_digraph()
+    return parts
 
 
 def _rail_leaf_of(num_gpus: int, gpus_per_node: int, servers_per_leaf: int) -> list[int]:
@@ -156,6 +169,15 @@ def rail_optimized(
     num_gpus: int, node: NodeSpec, *, servers_per_leaf: int = 32, oversubscription: float = 1.0,
     num_spines: int | None = None, sharp: bool = False,
 ) -> nx.DiGraph:
+    """The graph of ``rail_optimized_parts`` (same arguments)."""
+    return rail_optimized_parts(num_gpus, node, servers_per_leaf=servers_per_leaf, oversubscription=oversubscription,
+                                num_spines=num_spines, sharp=sharp).to_digraph()
+
+
+def rail_optimized_parts(
+    num_gpus: int, node: NodeSpec, *, servers_per_leaf: int = 32, oversubscription: float = 1.0,
+    num_spines: int | None = None, sharp: bool = False,
+) -> GraphParts:
     """Rail-optimised two-tier fabric: NIC i of every server in a scalable unit of
     ``servers_per_leaf`` servers goes to rail leaf i; spines join all leaves (and so the rails)."""
     _check(node, servers_per_leaf, oversubscription, num_spines)
@@ -165,7 +187,7 @@ def rail_optimized(
     _two_tier(parts, nics, _rail_leaf_of(num_gpus, g, servers_per_leaf), nic_bw=node.nic_bandwidth,
               per_leaf=servers_per_leaf, oversubscription=oversubscription, num_spines=num_spines,
               sharp=sharp, rails=g)
-    return parts.to_digraph()
+    return parts
 
 
 def multi_plane(
@@ -173,6 +195,17 @@ def multi_plane(
     hosts_per_leaf: int = 32, oversubscription: float = 1.0, num_spines: int | None = None,
     sharp: bool = False,
 ) -> nx.DiGraph:
+    """The graph of ``multi_plane_parts`` (same arguments)."""
+    return multi_plane_parts(num_gpus, node, planes=planes, rail=rail, servers_per_leaf=servers_per_leaf,
+                             hosts_per_leaf=hosts_per_leaf, oversubscription=oversubscription, num_spines=num_spines,
+                             sharp=sharp).to_digraph()
+
+
+def multi_plane_parts(
+    num_gpus: int, node: NodeSpec, *, planes: int = 2, rail: bool = True, servers_per_leaf: int = 32,
+    hosts_per_leaf: int = 32, oversubscription: float = 1.0, num_spines: int | None = None,
+    sharp: bool = False,
+) -> GraphParts:
     """``planes`` independent two-tier fabrics; each NIC splits its bandwidth evenly over one
     leaf per plane (multi-plane / dual-plane designs). ``rail`` picks rail-optimised planes."""
     if planes < 1:
@@ -187,4 +220,4 @@ def multi_plane(
         _two_tier(parts, nics, leaf_of, nic_bw=node.nic_bandwidth / planes, per_leaf=per_leaf,
                   oversubscription=oversubscription, num_spines=num_spines, prefix=f"p{p}_", sharp=sharp,
                   rails=g if rail else 0)
-    return parts.to_digraph()
+    return parts

@@ -21,7 +21,8 @@ from clustersim.topologies.accelerators import (
 )
 from clustersim.topologies.cluster import Cluster, ensure_valid
 from clustersim.topologies.errors import TopologyError
-from clustersim.topologies.fabrics import NodeSpec, dragonfly, fat_tree, multi_plane, rail_optimized, single_domain, torus
+from clustersim.topologies.fabrics import NodeSpec, dragonfly, fat_tree_parts, multi_plane_parts, rail_optimized_parts, torus
+from clustersim.topologies.servers import single_domain_parts
 from clustersim.topologies.graph import LOOPBACK_LATENCY, GraphParts, gpu_name
 
 
@@ -152,17 +153,19 @@ def _dragonfly(num_gpus: int, node: NodeSpec, o: dict[str, Any]) -> Any:
 
 
 def _build_graph(fabric: str, num_gpus: int, node: NodeSpec, o: dict[str, Any], spl: int) -> Any:
-    """Dispatch to the builder named ``fabric`` with the overrides it understands."""
+    """Dispatch to the builder named ``fabric`` with the overrides it understands: the switched
+    fabrics and single domains come back as ``GraphParts`` (columns, no networkx graph), the
+    direct networks as graphs."""
     common = {k: o[k] for k in ("oversubscription", "num_spines", "sharp") if k in o}
     match fabric:
         case "rail_optimized":
-            return rail_optimized(num_gpus, node, servers_per_leaf=o.get("servers_per_leaf", spl), **common)
+            return rail_optimized_parts(num_gpus, node, servers_per_leaf=o.get("servers_per_leaf", spl), **common)
         case "fat_tree":
             keys = ("hosts_per_leaf", "tiers", "leaves_per_pod", "num_cores", "core_oversubscription")
-            return fat_tree(num_gpus, node, **common, **{k: o[k] for k in keys if k in o})
+            return fat_tree_parts(num_gpus, node, **common, **{k: o[k] for k in keys if k in o})
         case "multi_plane":
             keys = ("planes", "hosts_per_leaf")
-            return multi_plane(num_gpus, node, rail=bool(o.get("rail_optimized", True)),
+            return multi_plane_parts(num_gpus, node, rail=bool(o.get("rail_optimized", True)),
                                servers_per_leaf=o.get("servers_per_leaf", spl), **common,
                                **{k: o[k] for k in keys if k in o})
         case "torus":
@@ -170,7 +173,7 @@ def _build_graph(fabric: str, num_gpus: int, node: NodeSpec, o: dict[str, Any], 
         case "dragonfly":
             return _dragonfly(num_gpus, node, o)
         case "single_domain":
-            return single_domain(num_gpus, node)
+            return single_domain_parts(num_gpus, node)
     raise TopologyError(
         f"fabric {fabric!r} is unknown; use one of rail_optimized, fat_tree, multi_plane, torus, dragonfly, "
         "single_domain"
@@ -220,10 +223,11 @@ def build_cluster(system: SystemSpec, num_gpus: int, **overrides: Any) -> Cluste
     g = _gpus_per_node(num_gpus, int(o.get("gpus_per_node", system.gpus_per_node)))
     node = _node_spec(system, acc, g, o)
     fabric = _fabric_name(system, o)
-    graph = _build_graph(fabric, num_gpus, node, o, system.servers_per_leaf)
+    built = _build_graph(fabric, num_gpus, node, o, system.servers_per_leaf)
+    wired = {"wiring": built.to_wiring()} if isinstance(built, GraphParts) else {"graph": built}
     params = _params(system, node, o)
     cluster = Cluster(
-        name=str(o.get("name", system.name)), accelerator=acc, num_gpus=num_gpus, gpus_per_node=g, graph=graph,
+        name=str(o.get("name", system.name)), accelerator=acc, num_gpus=num_gpus, gpus_per_node=g, **wired,
         fabric=fabric, params=params, nic_bandwidth=node.nic_bandwidth,
         nvlink_domain_size=min(node.domain, num_gpus), cost_per_gpu_hour=float(o.get("cost_per_gpu_hour", 0.0)),
     )
@@ -304,7 +308,7 @@ def cpu_loopback(
     hub = parts.switch("host0", "pcie", False, server=0)
     for i in range(num_gpus):
         parts.link(gpu_name(i), hub, loopback_bandwidth, LOOPBACK_LATENCY, "loopback")
-    cluster = Cluster(name=name, accelerator=acc, num_gpus=num_gpus, gpus_per_node=num_gpus, graph=parts.to_digraph(),
+    cluster = Cluster(name=name, accelerator=acc, num_gpus=num_gpus, gpus_per_node=num_gpus, wiring=parts.to_wiring(),
                       fabric="cpu_loopback", params={"loopback_bandwidth": float(loopback_bandwidth)},
                       nic_bandwidth=0.0, nvlink_domain_size=num_gpus, cost_per_gpu_hour=cost_per_gpu_hour)
     ensure_valid(cluster)

@@ -14,8 +14,7 @@ Without NVLink (``nvlink_bandwidth == 0``) GPUs hang off one PCIe switch per ser
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-
-import networkx as nx
+from typing import TYPE_CHECKING
 
 from clustersim.topologies.errors import TopologyError
 from clustersim.topologies.graph import (
@@ -25,6 +24,9 @@ from clustersim.topologies.graph import (
     GraphParts,
     gpu_name,
 )
+
+if TYPE_CHECKING:  # builders return networkx graphs; the module loads when one is built
+    import networkx as nx
 
 PCIE_GEN4_X16: float = 32e9
 """PCIe Gen4 x16 per direction: 16 GT/s x 16 lanes x 128/130 encoding ~ 31.5 GB/s (PCI-SIG 4.0)."""
@@ -90,10 +92,8 @@ def _add_domain_switches(parts: GraphParts, num_gpus: int, node: NodeSpec) -> No
         bw, lat, cls, inr = node.pcie_bandwidth, PCIE_LATENCY, "pcie", False
     if size == 1:
         return  # a single GPU needs no switch
-    for d in range((num_gpus + size - 1) // size):
-        sw = parts.switch(f"{prefix}{d}", kind, inr, domain=d)
-        for i in range(d * size, min((d + 1) * size, num_gpus)):
-            parts.link(gpu_name(i), sw, bw, lat, cls)
+    switches = [parts.switch(f"{prefix}{d}", kind, inr, domain=d) for d in range((num_gpus + size - 1) // size)]
+    parts.links([gpu_name(i) for i in range(num_gpus)], [switches[i // size] for i in range(num_gpus)], bw, lat, cls)
 
 
 def add_servers(parts: GraphParts, num_gpus: int, node: NodeSpec) -> list[str]:
@@ -109,12 +109,16 @@ def add_servers(parts: GraphParts, num_gpus: int, node: NodeSpec) -> list[str]:
         return []
     nics = [f"nic{i}" for i in range(num_gpus)]
     parts.nodes.extend((nics[i], {"kind": "nic", "server": i // g, "rail": i % g}) for i in range(num_gpus))
-    for i in range(num_gpus):
-        parts.link(gpu_name(i), nics[i], node.nic_bandwidth, NIC_LATENCY, "nic")
+    parts.links([gpu_name(i) for i in range(num_gpus)], nics, node.nic_bandwidth, NIC_LATENCY, "nic")
     return nics
 
 
 def single_domain(num_gpus: int, node: NodeSpec, name: str = "single_domain") -> nx.DiGraph:
+    """One NVLink domain (or PCIe server) of ``num_gpus`` GPUs, no scale-out network."""
+    return single_domain_parts(num_gpus, node, name).to_digraph()
+
+
+def single_domain_parts(num_gpus: int, node: NodeSpec, name: str = "single_domain") -> GraphParts:
     """GPUs with no scale-out network: they must all share one NVLink domain or one server."""
     if num_gpus > node.domain:
         raise TopologyError(
@@ -123,7 +127,7 @@ def single_domain(num_gpus: int, node: NodeSpec, name: str = "single_domain") ->
         )
     parts = GraphParts(name=name)
     add_servers(parts, num_gpus, replace(node, nic_bandwidth=0.0))
-    return parts.to_digraph()
+    return parts
 
 
 def nvswitch_node(

@@ -14,7 +14,6 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import Progress
@@ -23,8 +22,6 @@ from rich.table import Table
 from clustersim import files
 from clustersim.simulator import __version__
 from clustersim.simulator.cli import output
-from clustersim.reports.report import write_scaling_report
-from clustersim.reports.waterfall import write_waterfall
 from clustersim.simulator.cli import calibrate as calibrate_cli
 from clustersim.simulator.cli import collective as collective_cli
 from clustersim.simulator.cli import report as reports_cli
@@ -38,15 +35,12 @@ from clustersim.simulator.cli import sweep as sweep_cli
 from clustersim.simulator.cli import validate as validate_cli
 from clustersim.simulator.cli import watch as watch_cli
 from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for, interval_of, model_kind
 from clustersim.simulator.longrun.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.step.result import CATEGORIES, Result
-from clustersim.simulator.sweep.scaling import scaling_rows
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.scenario import MAX_GPUS, apply_overrides, load_scenario, read_yaml
-from clustersim.simulator.step.trace import write_trace
 from clustersim.topologies import ACCELERATORS, CLUSTER_PRESETS
 from clustersim.workloads import MODEL_PRESETS
 
@@ -150,6 +144,8 @@ def simulate_cmd(
     energy = step_energy(result, sc.cluster)
     to_stdout = json_out is not None and str(json_out) == output.STDOUT
     say = err_console if to_stdout else console  # keep standard output pure JSON
+    from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_of  # pandas: when used
+
     iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
     if not to_stdout:
         console.print(result_table(result, title, energy))
@@ -164,9 +160,13 @@ def simulate_cmd(
         output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict(),
                                          **({"interval": dataclasses.asdict(iv)} if iv else {})}), json_out, say)
     if plot:
+        from clustersim.reports.waterfall import write_waterfall  # matplotlib: only when plotting
+
         write_waterfall(result.to_dict(), plot)
         output.said(plot, say, "compute-loss waterfall")
     if trace:
+        from clustersim.simulator.step.trace import write_trace
+
         write_trace(result, trace)
         output.said(trace, say, "open in https://ui.perfetto.dev")
 
@@ -206,6 +206,11 @@ def scale_cmd(
     calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
 ) -> None:
     """Scaling-efficiency report (strong scaling: fixed global batch): the best plan at every scale vs naive DP replicas."""
+    import pandas as pd  # heavy (pandas, matplotlib): imported when the command runs
+
+    from clustersim.reports.report import write_scaling_report
+    from clustersim.simulator.sweep.scaling import scaling_rows
+
     counts = gpu_counts("--gpus", gpus, MAX_GPUS if force else GPU_LIMIT)
     output_dir("--out", out)
     base = apply_overrides(read_yaml(scenario), set_)
@@ -216,6 +221,7 @@ def scale_cmd(
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("simulating scales", total=None)
         rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
+    from clustersim.simulator.calibration.intervals import model_kind  # pandas: when used
     rows = [with_interval(row, model_kind(sc.model.layer_pattern, sc.model.is_moe)) for row in rows]
     title = (f"{sc.model.name} on {sc.cluster.accelerator.name} ({sc.cluster.name}), {min(counts):,}-{max(counts):,} GPUs: "
              f"strong scaling at global batch {sc.training.global_batch_size} x {sc.training.seq_len} tokens")
@@ -228,6 +234,7 @@ def scale_cmd(
 def with_interval(row: dict[str, Any], kind: str) -> dict[str, Any]:
     """A scaling row with the 80 % prediction interval of its throughput per GPU (the report's band),
     from the held-out residuals of its regime (``calibration.intervals``); rows without a step keep none."""
+    from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for  # pandas: when used
     step = row.get("step_time_s")
     if not INTERVALS_PATH.exists() or not isinstance(step, float) or not step > 0:
         return row

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional
 
 import numpy as np
 import typer
@@ -23,15 +23,13 @@ from clustersim.simulator.cli.options import output_file
 from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
-from clustersim.simulator.calibration.fit_runs import EVALUATIONS, fit_runs
-from clustersim.simulator.calibration.fit_logs import (
-    HeldOut, LogsFit, evaluations, families_of, fit_on_runs, interval_path, within, write_report,
-)
-from clustersim.simulator.calibration.fit_logs import load_runs as load_logged_runs
 from clustersim.simulator.calibration.torch_backend import torch_available
 from clustersim.simulator.calibration.torch_backend.check import STATISTICS, check, summary
 from clustersim.simulator.calibration.torch_backend.measure import SMALL_GPT, TINY_GPT, load_steps, measure, standard_plans
 from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, TimingRecipe
+
+if TYPE_CHECKING:  # annotations only; fit_logs (pandas) loads when its command runs
+    from clustersim.simulator.calibration.fit_logs import HeldOut, LogsFit
 
 MODELS = {"small": SMALL_GPT, "tiny": TINY_GPT}
 """GPT presets of ``calibrate measure --model``."""
@@ -134,6 +132,8 @@ def fit_command(
 
 
 def _held_out_table(fit: LogsFit, rows: tuple[HeldOut, ...], title: str) -> Table:
+    from clustersim.simulator.calibration.fit_logs import within  # heavy (pandas): imported when the command runs
+
     table = Table(title=title)
     for col in ("run", "family", "measured ms", "predicted ms", "error %", "in interval"):
         table.add_column(col, justify="left" if col in ("run", "family") else "right")
@@ -144,6 +144,10 @@ def _held_out_table(fit: LogsFit, rows: tuple[HeldOut, ...], title: str) -> Tabl
 
 
 def fit_runs_command(root: Path, out: Path, hold_out: Optional[str]) -> None:
+    from clustersim.simulator.calibration.fit_logs import evaluations, families_of, fit_on_runs, interval_path
+    from clustersim.simulator.calibration.fit_logs import load_runs as load_logged_runs
+    from clustersim.simulator.calibration.fit_logs import write_report  # heavy (pandas): imported when the command runs
+
     """``calibrate fit --runs``: leave-one-family-out fit on imported runs; profile and report written."""
     runs = load_logged_runs(root)
     with Progress(console=_console(), transient=True) as bar:
@@ -200,6 +204,8 @@ def import_runs_command(
     base: Annotated[Optional[Path], typer.Option(help="Profile to start from (default: generic defaults).")] = None,
 ) -> None:
     """Fit a profile from measured step times; report the error on the held-out rows separately."""
+    from clustersim.simulator.calibration.fit_runs import EVALUATIONS, fit_runs  # heavy (pandas/matplotlib): imported when the command runs
+
     start = load_profile(base) if base else CalibrationProfile()
     with Progress(console=_console(), transient=True) as bar:
         task = bar.add_task("fitting (each step simulates every row)", total=EVALUATIONS)

@@ -9,22 +9,22 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import numpy as np
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from clustersim.files import write_atomic
-from clustersim.reports.curves import plot_bus_bandwidth
-from clustersim.reports.plots import png_bytes
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.cli import output
 from clustersim.simulator.calibration.profile import default_profile, load_profile
 from clustersim.simulator.network.collectives import CollectiveCost, CollectiveError, price_collective
 from clustersim.topologies.presets import get_cluster
+
+if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
+    import pandas as pd
 
 UNITS: dict[str, int] = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6,
                          "mib": 2**20, "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tib": 2**40}
@@ -75,6 +75,9 @@ def _table(kind: str, sizes: list[int], costs: list[CollectiveCost], title: str)
 
 def write_plot(path: Path, sizes: list[int], costs: list[CollectiveCost], title: str) -> Path:
     """Bus bandwidth against size (log x) as PNG, written atomically."""
+    from clustersim.reports.curves import plot_bus_bandwidth  # heavy (pandas/matplotlib): imported when the command runs
+    from clustersim.reports.plots import png_bytes
+
     return write_atomic(path, png_bytes(plot_bus_bandwidth(sizes, [c.bus_bandwidth for c in costs], title)))
 
 
@@ -121,6 +124,8 @@ def collective(
 
 def sweep_frame(sizes: list[int], costs: list[CollectiveCost]) -> pd.DataFrame:
     """One row per size: bytes, seconds, algorithm and bus bandwidth in bytes/s."""
+    import pandas as pd  # heavy: imported when a table is written
+
     return pd.DataFrame({"size_bytes": sizes, "time_s": [c.time for c in costs],
                          "alg_bandwidth_bytes_per_s": [c.alg_bandwidth for c in costs],
                          "bus_bandwidth_bytes_per_s": [c.bus_bandwidth for c in costs],

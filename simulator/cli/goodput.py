@@ -25,8 +25,6 @@ from rich.table import Table
 
 from clustersim.units import GBIT
 from clustersim.files import write_atomic, write_json
-from clustersim.reports.curves import plot_goodput_curve
-from clustersim.reports.plots import png_bytes
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.longrun.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
 from clustersim.simulator.errors import ClusterSimError
@@ -79,6 +77,9 @@ def _parse_interval(text: str) -> float | None:
 
 
 def _save_plot(sweep: IntervalSweep, path: Path) -> None:
+    from clustersim.reports.curves import plot_goodput_curve  # heavy (pandas/matplotlib): imported when the command runs
+    from clustersim.reports.plots import png_bytes
+
     ax = plot_goodput_curve(sweep.intervals, sweep.goodput_mean, sweep.goodput_ci_half, sweep.band,
                             young_s=sweep.young, daly_s=sweep.daly)
     write_atomic(path, png_bytes(ax))

@@ -13,15 +13,17 @@ import io
 import json
 import sys
 from pathlib import Path
-from typing import Any, Mapping, NoReturn
+from typing import TYPE_CHECKING, Any, Mapping, NoReturn
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from clustersim import files
 from clustersim.simulator import __version__
+
+if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
+    import pandas as pd
 
 STDOUT = "-"
 

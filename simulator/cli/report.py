@@ -12,7 +12,6 @@ from typing import Annotated, Optional
 import typer
 
 from clustersim import files
-from clustersim.reports.report import report_command
 from clustersim.simulator.cli.options import output_dir
 
 
@@ -29,6 +28,8 @@ def register(app: typer.Typer) -> None:
             "--cost-per-gpu-hour", help="$ per GPU-hour for cost per million tokens")] = None,
     ) -> None:
         """Scaling-efficiency report: PNG plots, CSV tables and one self-contained HTML page."""
+        from clustersim.reports.report import report_command  # heavy (pandas/matplotlib): imported when the command runs
+
         output_dir("--out", out)
         if out.resolve() == results.resolve() or out.resolve() in results.resolve().parents:
             raise ValueError(f"--out {out} holds the results {results}; write the report to another folder")

@@ -6,7 +6,6 @@ import sys
 from pathlib import Path
 from typing import Any, Optional
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.progress import Progress
@@ -125,4 +124,6 @@ def register(app: typer.Typer) -> None:
                    "pareto": ranked_rows(rep.pareto, per_token, objective)}
             output.emit_json(output.stamped(doc), json_out, say)
         if csv_out:
+            import pandas as pd  # heavy: imported when a table is written
+
             output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, per_token, objective)), csv_out, say, output.stamped(header))

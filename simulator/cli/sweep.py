@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import signal
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
@@ -21,12 +21,19 @@ from rich.table import Table
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.sweep.executors import SchedulerLost, default_workers, make_executor
-from clustersim.simulator.sweep.sweep import DEFAULT_EVALUATOR, SweepInterrupted, SweepReport, expand_points
-from clustersim.simulator.sweep.sweep import load_sweep, run_sweep
 from clustersim.simulator.cli.output import fail
+
+if TYPE_CHECKING:  # annotations only; sweep.sweep (pandas, pyarrow) loads when the command runs
+    from clustersim.simulator.sweep.sweep import SweepReport
 
 EXIT_LOST_POINTS = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
+DEFAULT_EVALUATOR = "clustersim.simulator.sweep.points:evaluate_point"
+"""``clustersim.simulator.sweep.sweep.DEFAULT_EVALUATOR``, spelled here so --help needs no pandas (a test checks they agree)."""
+
+
+class _NotRaised(Exception):
+    """Stands for ``SweepInterrupted`` until ``clustersim.simulator.sweep.sweep`` is imported."""
 
 
 def register(app: typer.Typer) -> None:
@@ -51,10 +58,13 @@ def sweep_command(
         "--calibration", help="Calibration profile YAML for every point (default: the base scenario's).")] = None,
 ) -> None:
     """Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."""
+    SweepInterrupted: type[BaseException] = _NotRaised  # bound before the import a Ctrl-C may interrupt
     console, errors = Console(), Console(stderr=True)
     if workers < 0:
         fail(f"--workers {workers}: use 0 (automatic), 1 (serial) or more")
     try:
+        from clustersim.simulator.sweep.sweep import SweepInterrupted, expand_points, load_sweep, run_sweep  # pandas
+
         spec = load_sweep(sweep_file)
         if calibration is not None:
             load_profile(calibration)  # one clear error before any point runs

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
-import pandas as pd
 import typer
 from rich.console import Console
 from rich.markup import escape
@@ -24,10 +23,12 @@ from clustersim.files import write_atomic
 from clustersim.simulator.cli.options import output_dir, output_file
 from clustersim.simulator.calibration.profile import PROFILE_DIR, load_profile
 from clustersim.simulator.errors import ClusterSimError
-from clustersim.simulator.calibration.fit_defaults import PROFILE_HEADER, FitOutcome, fit_default_profiles, write_profiles
-from clustersim.simulator.cli.validate_cv import run_cross_validation
-from clustersim.simulator.calibration.validate import error_stats, load_runs, megatron_lm_rows, summarise, validate_runs
 from clustersim.simulator.cli.output import fail
+
+if TYPE_CHECKING:  # annotations only; the modules load when a command runs
+    import pandas as pd
+
+    from clustersim.simulator.calibration.fit_defaults import FitOutcome
 
 
 
@@ -53,6 +54,8 @@ def _overall_line(name: str, stats: dict[str, Any]) -> str:
 
 def print_summary(console: Console, results: pd.DataFrame) -> None:
     """The summary the issue asks for: counts, overall error, by source, by GPU type, skips."""
+    from clustersim.simulator.calibration.validate import error_stats, megatron_lm_rows, summarise  # heavy (pandas/matplotlib): imported when the command runs
+
     s = summarise(results)
     console.print(f"simulated {s['simulated']} rows, skipped {s['skipped']}")
     if s["simulated"]:
@@ -94,6 +97,8 @@ def validate_command(
         "the bundled profiles (else one sensitivity pass is simulated first).")] = None,
 ) -> None:
     """Re-predict published training runs and report the step-time error."""
+    from clustersim.simulator.calibration.validate import load_runs, validate_runs  # heavy (pandas/matplotlib): imported when the command runs
+
     console, errors = Console(width=None if sys.stdout.isatty() else 140), Console(stderr=True)
     try:
         if fidelity not in ("analytic", "flow"):
@@ -107,6 +112,8 @@ def validate_command(
                 raise ClusterSimError(f"--cross-validate {cross_validate!r}: use family")
             if calibration is not None or fit_profiles is not None:
                 raise ClusterSimError("--cross-validate starts from the bundled profiles; drop --calibration and --fit-profiles")
+            from clustersim.simulator.cli.validate_cv import run_cross_validation  # heavy (pandas): imported when used
+
             run_cross_validation(console, errors, table, fidelity, workers, progress, cv_dir, sensitivities_csv)
             return
         if fit_profiles is not None:
@@ -130,6 +137,8 @@ def validate_command(
 def _run_fit(table: pd.DataFrame, fidelity: str, rounds: int, workers: int, progress: bool,
              errors: Console) -> FitOutcome:
     """The fit pipeline of ``clustersim.simulator.calibration.fit_defaults`` with one progress bar per simulation pass."""
+    from clustersim.simulator.calibration.fit_defaults import fit_default_profiles  # heavy (pandas/matplotlib): imported when the command runs
+
     start = {p.stem: load_profile(p) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
     with Progress(console=errors, disable=not progress, transient=True) as bar:
         tasks: dict[str, Any] = {}
@@ -144,6 +153,8 @@ def _run_fit(table: pd.DataFrame, fidelity: str, rounds: int, workers: int, prog
 
 def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path) -> None:
     """Write the profiles and the report files; print the report."""
+    import pandas as pd  # heavy (pandas/matplotlib): imported when the command runs
+
     write_profiles_with_headers(outcome, out_dir)
     for name, frame in (("fit_report", outcome.report), ("fit_folds", outcome.folds), ("fit_rows", outcome.after),
                         ("fit_sensitivities", outcome.sensitivities)):
@@ -160,5 +171,7 @@ def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path) -> None:
 
 def write_profiles_with_headers(outcome: FitOutcome, out_dir: Path) -> None:
     """One ``<stem>.yaml`` per profile, each with the header naming its GPU type, the data and the method."""
+    from clustersim.simulator.calibration.fit_defaults import PROFILE_HEADER, write_profiles  # heavy (pandas/matplotlib): imported when the command runs
+
     for stem, prof in outcome.profiles.items():
         write_profiles({stem: prof}, out_dir, header=PROFILE_HEADER.format(gpu=stem.upper()))

@@ -19,7 +19,6 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from clustersim.simulator.calibration.fit_logs import read_interval
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.calibration.runlogs import RunLogError, parse_log
 from clustersim.simulator.calibration.watch import Assessment, Event, Prediction, WatchRules, assess, detection_delay
@@ -45,6 +44,8 @@ def _interval(raw: str | None, scenario_path: Path, calibration: Path | None) ->
             raise CalibrationError(f"--interval {raw!r}: the low edge must be negative and the high one positive")
         return (1 + lo / 100, 1 + hi / 100), "--interval"
     profile = calibration or _scenario_profile(scenario_path)
+    from clustersim.simulator.calibration.fit_logs import read_interval  # heavy (pandas): imported when used
+
     found = read_interval(profile) if profile else None
     if found:
         return found, f"held-out runs of {profile}"

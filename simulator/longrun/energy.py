@@ -106,9 +106,11 @@ def units_of(intervals: Iterable[Interval]) -> dict[tuple[int, int], list[Interv
 
 
 def switch_ports(cluster: Cluster) -> int:
-    """Ports of the scale-out switches (each directed edge out of a switch is one port)."""
-    g = cluster.graph
-    return sum(g.out_degree(n) for n, kind in g.nodes(data="kind") if kind in SCALE_OUT_SWITCHES)
+    """Ports of the scale-out switches (each directed edge out of a switch is one port); read from
+    the cluster's columns, so a preset cluster builds no networkx graph for it."""
+    w = cluster.columns()
+    switch = np.array([d.get("kind") in SCALE_OUT_SWITCHES for _, d in w.nodes], dtype=bool)
+    return int(np.count_nonzero(switch[w.src])) if len(w.src) else 0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -86,6 +86,12 @@ class Step:
     """Representative mask of ``down_gpu``."""
     switch_hops: int = 0
     """Sequential GPU -> switch -> GPU latencies paid."""
+    dense: np.ndarray | None = None
+    """(groups, ranks): every rank sends ``dense_weight`` to every other rank of its group at once
+    (all-to-all), priced from per-switch sums instead of n^2 flows; ``src``/``dst`` are then empty
+    and ``pairwise_flows`` gives the explicit flows (the fallback for irregular graphs)."""
+    dense_weight: float = 0.0
+    """Bytes per pair per byte of size in a ``dense`` step."""
 
 
 def _flows(src: np.ndarray, dst: np.ndarray, weight: float | np.ndarray, **kw: object) -> Step:
@@ -94,7 +100,9 @@ def _flows(src: np.ndarray, dst: np.ndarray, weight: float | np.ndarray, **kw: o
     rep[0] = True
     w = np.broadcast_to(np.asarray(weight, dtype=float), src.shape)
     n = src.size
-    phases = kw.pop("latency_phases", None) or ((np.ones(n, dtype=bool), int(kw.pop("hops", 1))),)
+    hops = kw.get("hops", 1)
+    assert isinstance(hops, int), "hops is a count of sequential latencies"
+    phases = kw.pop("latency_phases", None) or ((np.ones(n, dtype=bool), hops),)
     kw.pop("hops", None)
     return Step(src=src.ravel(), dst=dst.ravel(), weight=w.ravel().copy(), rep=rep.ravel(),
                 latency_phases=phases, **kw)  # type: ignore[arg-type]
@@ -222,10 +230,17 @@ def _in_switch(kind: str, sg: np.ndarray, k: int, m: int, eff: float) -> list[St
                  switch_rep_down=rep.ravel(), switch_hops=hops)]
 
 
-def _pairwise(sg: np.ndarray) -> list[Step]:
+def pairwise_flows(sg: np.ndarray) -> Step:
+    """The pairwise all-to-all as explicit flows: n (n - 1) per group."""
     n = sg.shape[1]
     i, j = np.nonzero(~np.eye(n, dtype=bool))
-    return [_flows(sg[:, i], sg[:, j], 1.0 / n, sent_per_rank=(n - 1) / n)]
+    return _flows(sg[:, i], sg[:, j], 1.0 / n, sent_per_rank=(n - 1) / n)
+
+
+def _pairwise(sg: np.ndarray) -> list[Step]:
+    n = sg.shape[1]
+    return [Step(src=_EMPTY_I, dst=_EMPTY_I, weight=_EMPTY_F, rep=_EMPTY_B, latency_phases=((_EMPTY_B, 1),),
+                 sent_per_rank=(n - 1) / n, dense=sg, dense_weight=1.0 / n)]
 
 
 def build_steps(kind: str, algorithm: str, groups: np.ndarray, fabric: Fabric, eff_switch: float) -> list[Step]:

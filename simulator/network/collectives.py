@@ -28,8 +28,9 @@ import numpy as np
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABLE, Step, applicable, build_steps
+from clustersim.simulator.network.algorithms import pairwise_flows
 from clustersim.simulator.errors import ClusterSimError
-from clustersim.simulator.network.routing import Fabric, fabric_for
+from clustersim.simulator.network.routing import Fabric, fabric_of
 
 MEMO_LIMIT: int = 256
 """Patterns kept per fabric before the memo is emptied."""
@@ -131,6 +132,13 @@ def _check(kind: str, size: float, groups: Sequence[Sequence[int]], num_gpus: in
 
 def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndarray]:
     """(alpha, beta_rep, beta_full, loads) of one run of ``step``."""
+    if step.dense is not None:
+        dense = fabric.all_to_all(step.dense, step.dense_weight)
+        if dense is not None:
+            all_loads, rep_used, longest = dense
+            util = all_loads / fabric.capacity
+            return longest, float(util[rep_used > 0].max(initial=0.0)), float(util.max(initial=0.0)), all_loads
+        step = pairwise_flows(step.dense)
     loads, lat = fabric.loads(step.src, step.dst, step.weight)
     rep_loads, _ = fabric.loads(step.src[step.rep], step.dst[step.rep], step.weight[step.rep])
     for gpus, w, up in ((step.up_gpu, step.up_weight, True), (step.down_gpu, step.down_weight, False)):
@@ -157,14 +165,16 @@ def _pattern(fabric: Fabric, kind: str, algorithm: str, groups: np.ndarray, eff_
         memo.clear()  # a cache: bound its memory (each pattern holds one float per link)
     if key not in memo:
         alpha = beta = beta_full = sent = 0.0
-        total = np.zeros(len(fabric.edges))
+        total = np.zeros(fabric.num_edges)
         for step in build_steps(kind, algorithm, groups, fabric, eff_switch):
             a, b, bf, loads = _step_cost(fabric, step)
             alpha, beta, beta_full = alpha + step.repeat * a, beta + step.repeat * b, beta_full + step.repeat * bf
             total += step.repeat * loads
             sent += step.repeat * step.sent_per_rank
         memo[key] = _Pattern(alpha=alpha, beta=beta, beta_full=beta_full, sent=sent, loads=total)
-    return memo[key]
+    pattern = memo[key]
+    assert isinstance(pattern, _Pattern)
+    return pattern
 
 
 def _cost(pattern: _Pattern, kind: str, algorithm: str, size: float, n: int, overhead: float,
@@ -188,8 +198,7 @@ def price_collective(
 ) -> CollectiveCost:
     """Time of one collective of ``size`` bytes (nccl-tests convention) for the first group of
     ``groups`` while every group in ``groups`` runs the same collective on the same fabric."""
-    graph = cluster.graph  # type: ignore[attr-defined]
-    fabric = fabric_for(graph, profile)
+    fabric = fabric_of(cluster, profile)
     arr = _check(kind, size, groups, fabric.num_gpus)
     n = arr.shape[1]
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
@@ -219,7 +228,7 @@ def full_mode_time(kind: str, size: float, groups: Sequence[Sequence[int]], clus
                    profile: CalibrationProfile, algorithm: str) -> float:
     """Time of the slowest group (global makespan over every link) with ``algorithm``: what a
     full simulation of every group gets; equals ``price_collective`` for translate groups."""
-    fabric = fabric_for(cluster.graph, profile)  # type: ignore[attr-defined]
+    fabric = fabric_of(cluster, profile)
     arr = _check(kind, size, groups, fabric.num_gpus)
     p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead

@@ -9,13 +9,15 @@ see there); collectives are built on top in ``clustersim.simulator.network.colle
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import TYPE_CHECKING, Mapping, Sequence
 
-import networkx as nx
 import numpy as np
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.routing import Fabric, fabric_for
+
+if TYPE_CHECKING:  # annotations only
+    import networkx as nx
 
 __all__ = ["Fabric", "Flow", "FlowResult", "NetworkError", "fabric_for", "max_min_rates", "simulate_flows"]
 
@@ -108,7 +110,7 @@ def simulate_flows(graph: nx.DiGraph, flows: Sequence[Flow], profile: Calibratio
     start = np.array([f.start for f in flows], dtype=float)
     tx_end = _event_loop(fi, li, fr, fabric.capacity, size, start)
     finish = tx_end + lat
-    per_link = np.bincount(li, weights=fr * size[fi], minlength=len(fabric.edges))
+    per_link = np.bincount(li, weights=fr * size[fi], minlength=fabric.num_edges)
     makespan = float(finish.max()) if len(flows) else 0.0
     used = np.flatnonzero(per_link > 0)
     return FlowResult(

@@ -2,9 +2,12 @@
 
 Owns ``Fabric`` (capacities, latencies, per-GPU NIC chains, all-pairs hop counts between fabric
 switches, and the vectorised link loads of many flows at once: the traffic of every (source
-switch, destination switch) pair is pushed one hop per round along its equal-cost next hops) and ``fabric_for`` (its memo per graph and
-profile). It does not share bandwidth over time (``clustersim.simulator.network.flows``) nor know collectives
-(``clustersim.simulator.network.collectives``).
+switch, destination switch) pair is pushed one hop per round along its equal-cost next hops; and
+``Fabric.all_to_all``, the loads of every rank of a group sending to every other, from sums per
+(group, domain) and per switch instead of n^2 flows), ``fabric_for`` (its memo per graph and
+profile) and ``fabric_of`` (per cluster: from the cluster's columns, ``topologies.graph.Wiring``,
+so preset clusters never build a networkx graph). It does not share bandwidth over time
+(``clustersim.simulator.network.flows``) nor know collectives (``clustersim.simulator.network.collectives``).
 
 Routing model:
 - Inside an NVLink domain (or a PCIe server) a flow goes GPU -> local switch -> GPU.
@@ -24,12 +27,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Mapping
+from typing import TYPE_CHECKING, Callable, Mapping
 
-import networkx as nx
 import numpy as np
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.topologies.graph import Wiring
+
+if TYPE_CHECKING:  # the graph is built only for the per-pair fallback router
+    import networkx as nx
 
 FABRIC_KINDS: frozenset[str] = frozenset({"leaf", "spine", "core", "router"})
 """Node kinds of the scale-out switch fabric (routed on shortest paths with ECMP)."""
@@ -41,6 +47,8 @@ _CODES: Mapping[str, int] = {"gpu": _GPU, "nvswitch": _LOCAL, "pcie": _LOCAL, "n
 """Integer codes of node kinds for vectorised table building."""
 _TINY: float = 1e-12
 """Loads below this are treated as zero when reading one route back."""
+DENSE_STATES: int = 1 << 21
+"""Largest (switch, destination) state space merged by counting rather than sorting (floats: 16 MiB)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -64,29 +72,34 @@ class Fabric:
     fallback routes per pair in private dictionaries (a cache, not state: results never change).
     """
 
-    def __init__(self, graph: nx.DiGraph, profile: CalibrationProfile) -> None:
-        self.graph = graph
-        self.nodes: list[str] = list(graph.nodes)
+    def __init__(self, graph: nx.DiGraph | Wiring, profile: CalibrationProfile,
+                 source: Callable[[], nx.DiGraph] | None = None) -> None:
+        """Tables of ``graph``, given as a networkx graph or in columns (``Wiring``; then
+        ``source`` builds the networkx graph if the per-pair fallback router ever needs it)."""
+        self._graph: nx.DiGraph | None = None if isinstance(graph, Wiring) else graph
+        self._source: Callable[[], nx.DiGraph] | None = None
+        if isinstance(graph, Wiring):
+            wiring, self._source = graph, source or graph.to_digraph
+        else:
+            wiring = Wiring.from_graph(graph)
+        self.nodes: list[str] = [n for n, _ in wiring.nodes]
         self.node_id: dict[str, int] = {n: i for i, n in enumerate(self.nodes)}
-        attrs = [d for _, d in graph.nodes(data=True)]
-        self.kind: list[str] = [d.get("kind", "") for d in attrs]
-        self.reduces: np.ndarray = np.array([bool(d.get("in_network_reduction")) for d in attrs])
+        self.kind: list[str] = [d.get("kind", "") for _, d in wiring.nodes]
+        self.reduces: np.ndarray = np.array([bool(d.get("in_network_reduction")) for _, d in wiring.nodes])
         """Per node: the switch reduces in-network (NVLS / SHARP)."""
-        self.edges: list[tuple[str, str]] = list(graph.edges)
-        self.edge_id: dict[tuple[str, str], int] = {e: i for i, e in enumerate(self.edges)}
-        data = [d for _, _, d in graph.edges(data=True)]
-        self.link_class: list[str] = [d["link_class"] for d in data]
-        self.bandwidth = np.array([d["bandwidth"] for d in data], dtype=float)
-        eff = np.array([profile.link_eff(c) for c in self.link_class])
+        self.src_of = wiring.src
+        self.dst_of = wiring.dst
+        self.num_edges: int = len(wiring.src)
+        self.link_class: np.ndarray = wiring.link_class
+        self.bandwidth = wiring.bandwidth
+        classes, inv = np.unique(wiring.link_class, return_inverse=True)
+        eff = np.array([profile.link_eff(str(c)) for c in classes])[inv.ravel()]
         self.capacity: np.ndarray = self.bandwidth * eff
-        self.latency: np.ndarray = np.array(
-            [profile.link_latency.get(c, d["latency"]) for c, d in zip(self.link_class, data)], dtype=float
-        )
-        self.num_gpus: int = sum(1 for k in self.kind if k == "gpu")
-        self.gpu_node = np.array([self.node_id[f"gpu{i}"] for i in range(self.num_gpus)], dtype=np.int64)
-        self.src_of = np.array([self.node_id[u] for u, _ in self.edges], dtype=np.int64)
-        self.dst_of = np.array([self.node_id[v] for _, v in self.edges], dtype=np.int64)
+        override = np.array([profile.link_latency.get(str(c), np.nan) for c in classes])[inv.ravel()]
+        self.latency: np.ndarray = np.where(np.isnan(override), wiring.latency, override)
         self._code = np.array([_CODES.get(k, 0) for k in self.kind], dtype=np.int8)
+        self.num_gpus: int = int(np.count_nonzero(self._code == _GPU))
+        self.gpu_node = np.array([self.node_id[f"gpu{i}"] for i in range(self.num_gpus)], dtype=np.int64)
         self._gpu_of = np.full(len(self.nodes), -1, dtype=np.int64)
         self._gpu_of[self.gpu_node] = np.arange(self.num_gpus)
         self._local_tables()
@@ -95,8 +108,32 @@ class Fabric:
         self._dist: np.ndarray | None = None
         self._fabric_dist()
         self._fallback: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+        self._edges: list[tuple[str, str]] | None = None
+        self._edge_id: dict[tuple[str, str], int] | None = None
         self.memo: dict[tuple[object, ...], object] = {}
         """Size-independent results of callers (collective cost patterns), keyed by their inputs."""
+
+    @property
+    def graph(self) -> nx.DiGraph:
+        """The networkx graph (built from the columns on first use)."""
+        if self._graph is None:
+            assert self._source is not None, "a Fabric holds a graph or a way to build it"
+            self._graph = self._source()
+        return self._graph
+
+    @property
+    def edges(self) -> list[tuple[str, str]]:
+        """(tail, head) names per directed edge, in edge-id order (built on first use)."""
+        if self._edges is None:
+            self._edges = [(self.nodes[u], self.nodes[v]) for u, v in zip(self.src_of.tolist(), self.dst_of.tolist())]
+        return self._edges
+
+    @property
+    def edge_id(self) -> dict[tuple[str, str], int]:
+        """Edge id of each (tail, head) name pair (built on first use)."""
+        if self._edge_id is None:
+            self._edge_id = {e: i for i, e in enumerate(self.edges)}
+        return self._edge_id
 
     def _local_tables(self) -> None:
         """Per GPU: its single local switch and the up/down edges (-1 when none or ambiguous)."""
@@ -110,9 +147,12 @@ class Fabric:
         up, g = up[single], g[single]
         self.local_up[g] = up
         self.local_switch[g] = self.dst_of[up]
-        down = {(u, v): e for e, u, v in zip(range(len(self.edges)), self.src_of.tolist(), self.dst_of.tolist())
-                if self._code[v] == _GPU and self._code[u] == _LOCAL}
-        self.local_down[g] = [down[(int(sw), int(self.gpu_node[i]))] for i, sw in zip(g, self.dst_of[up])]
+        down = np.flatnonzero((self._code[self.src_of] == _LOCAL) & (self._code[self.dst_of] == _GPU))
+        n = len(self.nodes)
+        keys = self.src_of[down] * n + self.dst_of[down]
+        order = np.argsort(keys, kind="stable")
+        want = self.dst_of[up] * n + self.gpu_node[g]  # switch -> GPU, the reverse of each up edge
+        self.local_down[g] = down[order[np.searchsorted(keys[order], want)]]
 
     def _walk_tables(self, out: bool) -> _Egress:
         """GPU -> NIC -> fabric switch chains (``out``) or their reverse, vectorised over GPUs."""
@@ -146,7 +186,7 @@ class Fabric:
         start = np.searchsorted(rows, np.arange(self.num_gpus))
         col = np.arange(len(rows)) - start[rows]
         width = int(col.max(initial=0)) + 1
-        table = np.full((self.num_gpus, width), fill, dtype=values.dtype if len(values) else float)
+        table = np.full((self.num_gpus, width), fill, dtype=np.int64 if isinstance(fill, int) else float)
         table[rows, col] = values
         return table
 
@@ -160,7 +200,7 @@ class Fabric:
         frontier matrix per hop); rows/columns follow ``self.fabric_index``; unreachable = 10**6.
         Also builds the fabric edge lists sorted by tail (CSR) and the (tail, head) -> edge matrix."""
         if self._dist is None:
-            ids = np.array([i for i, k in enumerate(self.kind) if k in FABRIC_KINDS], dtype=np.int64)
+            ids = np.flatnonzero(self._code == _FABRIC).astype(np.int64)
             self.fabric_index = np.full(len(self.nodes), -1, dtype=np.int64)
             self.fabric_index[ids] = np.arange(len(ids))
             fe = np.flatnonzero((self.fabric_index[self.src_of] >= 0) & (self.fabric_index[self.dst_of] >= 0))
@@ -211,11 +251,13 @@ class Fabric:
                 np.concatenate([self._edge_mat[u[near], b[near]], self._fe[idx[keep]]]))
 
     def _propagate(self, u: np.ndarray, b: np.ndarray, mass: np.ndarray, loads: np.ndarray) -> np.ndarray:
-        """Push ``mass`` from fabric switch u[i] to b[i] (all pairs at once, one hop per round,
-        merging equal (switch, destination) states); add edge loads; return each pair's expected
-        path latency (ECMP-averaged)."""
+        """Push ``mass`` from fabric switch u[i] to b[i] (distinct pairs, all at once, one hop per
+        round, merging equal (switch, destination) states); add edge loads; return each pair's
+        expected path latency (ECMP-averaged). States are merged by counting into the f x f state
+        space when it is small (same order and sums as sorting them, without the sort)."""
         f = len(self._dist)  # type: ignore[arg-type]
-        rounds = []
+        dense = f * f <= DENSE_STATES
+        rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         keys, m = u * f + b, mass
         while len(keys):
             cu, cb = keys // f, keys % f
@@ -226,8 +268,14 @@ class Fabric:
             heads = self.fabric_index[self.dst_of[e]] * f + cb[st]
             rounds.append((keys, st, e, frac, heads))
             live = heads // f != heads % f
-            keys, inv = np.unique(heads[live], return_inverse=True)
-            m = np.bincount(inv, weights=flow[live], minlength=len(keys))
+            if dense:
+                keys = np.flatnonzero(np.bincount(heads[live], minlength=f * f))
+                m = np.bincount(heads[live], weights=flow[live], minlength=f * f)[keys]
+            else:
+                keys, inv = np.unique(heads[live], return_inverse=True)
+                m = np.bincount(inv, weights=flow[live], minlength=len(keys))
+        if dense:
+            return self._latencies_dense(rounds, u * f + b, f)
         known_k, known_l = np.full(1, -1, dtype=np.int64), np.zeros(1)  # sorted keys -> latency to b
         for keys, st, e, frac, heads in reversed(rounds):  # nearest round first: heads are known
             child = np.where(heads // f != heads % f, known_l[np.searchsorted(known_k, heads).clip(max=len(known_k) - 1)], 0.0)
@@ -237,10 +285,20 @@ class Fabric:
         start = np.searchsorted(known_k, u * f + b).clip(max=len(known_k) - 1)
         return np.where(u != b, known_l[start], 0.0)
 
+    def _latencies_dense(self, rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+                         pairs: np.ndarray, f: int) -> np.ndarray:
+        """Expected latency of each state to its destination, nearest round first, in an f x f table
+        (a state met in two rounds gets the same value twice)."""
+        known = np.zeros(f * f)
+        for keys, st, e, frac, heads in reversed(rounds):
+            child = np.where(heads // f != heads % f, known[heads], 0.0)
+            known[keys] = np.bincount(st, weights=frac * (self.latency[e] + child), minlength=len(keys))
+        return np.where(pairs // f != pairs % f, known[pairs], 0.0)
+
     def loads(self, src: np.ndarray, dst: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Bytes per directed edge when GPU ``src[i]`` sends ``weight[i]`` bytes to ``dst[i]``, all
         flows at once; and each flow's expected path latency (s)."""
-        loads = np.zeros(len(self.edges))
+        loads = np.zeros(self.num_edges)
         lat = np.zeros(len(src))
         same_dom = (self.local_switch[src] == self.local_switch[dst]) & (self.local_switch[src] >= 0) & (src != dst)
         self._local_loads(src[same_dom], dst[same_dom], weight[same_dom], loads, lat, same_dom)
@@ -264,7 +322,8 @@ class Fabric:
         e, f = tab.edges[g], tab.edge_frac[g]
         ok = e >= 0
         loads += np.bincount(e[ok], weights=(f * w[:, None])[ok], minlength=len(loads))
-        return np.where(ok, f * self.latency[np.where(ok, e, 0)], 0.0).sum(axis=1)
+        chain: np.ndarray = np.where(ok, f * self.latency[np.where(ok, e, 0)], 0.0).sum(axis=1)
+        return chain
 
     def _fabric_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
                       lat: np.ndarray, mask: np.ndarray) -> None:
@@ -287,10 +346,142 @@ class Fabric:
         lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * pair_lat[inv], minlength=len(s))
         lat[mask] = lat_flow
 
+    def all_to_all(self, groups: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, float] | None:
+        """Every group's all-to-all at once (each rank sends ``weight`` to every other rank of its
+        group): link loads of all groups, those of the first group, and the longest path latency of
+        the first group's flows. Built from sums per (group, domain) and per switch, never per pair,
+        so a group of 16,384 ranks costs what a ring does. None when a cross-domain pair would need
+        the per-pair fallback router (GPUs wired straight to each other)."""
+        rep = self._dense_loads(groups[:1], weight, latency=True)
+        if rep is None:
+            return None
+        every = rep if len(groups) == 1 else self._dense_loads(groups, weight, latency=False)
+        if every is None:
+            return None
+        return every[0], rep[0], rep[1]
+
+    def _dense_loads(self, groups: np.ndarray, w: float, latency: bool) -> tuple[np.ndarray, float] | None:
+        """Loads of all-to-all in ``groups`` (and, with ``latency``, the longest flow latency)."""
+        g, n = groups.shape
+        flat = groups.ravel()
+        dom = np.where(self.local_switch[flat] >= 0, self.local_switch[flat], -1 - flat)  # no local switch: own domain
+        key = np.repeat(np.arange(g), n) * (len(self.nodes) + self.num_gpus + 1) + dom + self.num_gpus
+        order = np.argsort(key, kind="stable")
+        members, keys = flat[order], key[order]
+        _, start, size = np.unique(keys, return_index=True, return_counts=True)
+        per = np.repeat(size, size)  # size of each member's (group, domain) block
+        cross = n - per  # peers in other domains: routed over the fabric
+        fabric_gpus = members[cross > 0]
+        if len(fabric_gpus) and ((self.egress.switch[fabric_gpus, 0] < 0).any() or (self.ingress.switch[fabric_gpus, 0] < 0).any()):
+            return None
+        loads = np.zeros(self.num_edges)
+        local = self.local_switch[members] >= 0
+        loads += np.bincount(self.local_up[members[local]], weights=w * (per[local] - 1), minlength=len(loads))
+        loads += np.bincount(self.local_down[members[local]], weights=w * (per[local] - 1), minlength=len(loads))
+        routed = cross > 0
+        out_lat = np.zeros(len(members))
+        in_lat = np.zeros(len(members))
+        if routed.any():
+            out_lat[routed] = self._edge_table_loads(self.egress, members[routed], w * cross[routed], loads)
+            in_lat[routed] = self._edge_table_loads(self.ingress, members[routed], w * cross[routed], loads)
+        src, dst = self._block_pairs(members, start, size)
+        pair_lat = self._dense_fabric(groups, (src, dst), w, loads)
+        if not latency:
+            return loads, 0.0
+        local_pairs = (src != dst) & (self.local_switch[src] >= 0)
+        lat = float((self.latency[self.local_up[src[local_pairs]]] + self.latency[self.local_down[dst[local_pairs]]]).max(initial=0.0))
+        if routed.any():
+            lat = max(lat, self._cross_latency(members, keys, routed, out_lat, in_lat, pair_lat))
+        return loads, lat
+
+    @staticmethod
+    def _block_pairs(members: np.ndarray, start: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Every ordered pair (self pairs included) inside each block of ``members``."""
+        per = np.repeat(size, size)
+        first = np.repeat(start, size)
+        src = np.repeat(members, per)
+        offs = np.arange(len(src)) - np.repeat(np.cumsum(per) - per, per)
+        return src, members[np.repeat(first, per) + offs]
+
+    def _switch_pairs(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """For flows src[i] -> dst[i]: flat (exit switch * f + entry switch) index and fraction of
+        every (exit, entry) combination, fabric switch indices."""
+        f = len(self._dist)  # type: ignore[arg-type]
+        idx, frac = [], []
+        for i in range(self.egress.switch.shape[1]):
+            for j in range(self.ingress.switch.shape[1]):
+                a, b = self.egress.switch[src, i], self.ingress.switch[dst, j]
+                ok = (a >= 0) & (b >= 0)
+                idx.append(self.fabric_index[a[ok]] * f + self.fabric_index[b[ok]])
+                frac.append(self.egress.switch_frac[src[ok], i] * self.ingress.switch_frac[dst[ok], j])
+        return np.concatenate(idx), np.concatenate(frac)
+
+    def _switch_sums(self, tab: _Egress, groups: np.ndarray) -> np.ndarray:
+        """(groups, f): each group's total fraction through every fabric switch."""
+        f = len(self._dist)  # type: ignore[arg-type]
+        g, n = groups.shape
+        row = np.repeat(np.arange(g), n)
+        flat = groups.ravel()
+        out = np.zeros(g * f)
+        for i in range(tab.switch.shape[1]):
+            sw = tab.switch[flat, i]
+            ok = sw >= 0
+            out += np.bincount(row[ok] * f + self.fabric_index[sw[ok]], weights=tab.switch_frac[flat[ok], i], minlength=g * f)
+        return out.reshape(g, f)
+
+    def _dense_fabric(self, groups: np.ndarray, same: tuple[np.ndarray, np.ndarray], w: float,
+                      loads: np.ndarray) -> np.ndarray:
+        """Fabric loads of every cross-domain pair: w * (all pairs of each group - same-domain pairs),
+        summed per (exit switch, entry switch); returns the (f, f) matrix of pair latencies."""
+        self._fabric_dist()
+        f = len(self._dist)  # type: ignore[arg-type]
+        if f == 0:
+            return np.zeros((0, 0))
+        traffic = (self._switch_sums(self.egress, groups).T @ self._switch_sums(self.ingress, groups)).ravel()
+        idx, frac = self._switch_pairs(*same)
+        traffic = (traffic - np.bincount(idx, weights=frac, minlength=f * f)).reshape(f, f) * w
+        traffic[traffic < w * 1e-9] = 0.0  # same-domain pairs cancelled up to rounding
+        np.fill_diagonal(traffic, 0.0)  # exit = entry switch: straight down, no fabric edge
+        a, b = np.nonzero(traffic)
+        pair_lat = np.zeros((f, f))
+        if len(a):
+            pair_lat[a, b] = self._propagate(a, b, traffic[a, b], loads)
+        return pair_lat
+
+    def _cross_latency(self, members: np.ndarray, keys: np.ndarray, routed: np.ndarray, out_lat: np.ndarray,
+                       in_lat: np.ndarray, pair_lat: np.ndarray) -> float:
+        """Longest expected latency over cross-domain pairs of one group, by classes of GPUs with the
+        same exit (entry) switches, fractions and chain latency."""
+        gpus, keys, out_lat, in_lat = members[routed], keys[routed], out_lat[routed], in_lat[routed]
+        sides = []
+        for tab, chain in ((self.egress, out_lat), (self.ingress, in_lat)):
+            sig = np.column_stack([tab.switch[gpus], tab.switch_frac[gpus], chain])
+            classes, inv = np.unique(sig, axis=0, return_inverse=True)
+            inv = inv.ravel()
+            k = tab.switch.shape[1]
+            lo = np.full(len(classes), np.iinfo(np.int64).max)
+            hi = np.full(len(classes), np.iinfo(np.int64).min)
+            np.minimum.at(lo, inv, keys)
+            np.maximum.at(hi, inv, keys)
+            sw = classes[:, :k].astype(np.int64)
+            sides.append((np.where(sw >= 0, self.fabric_index[np.where(sw >= 0, sw, 0)], -1), classes[:, k:2 * k],
+                          classes[:, 2 * k], np.where(lo == hi, lo, -1)))
+        (sa, fa, la, ka), (sb, fb, lb, kb) = sides
+        mid = np.zeros((len(la), len(lb)))
+        for i in range(sa.shape[1]):
+            for j in range(sb.shape[1]):
+                ok = (sa[:, i, None] >= 0) & (sb[None, :, j] >= 0)
+                mid += np.where(ok, fa[:, i, None] * fb[None, :, j] * pair_lat[sa[:, i, None].clip(0), sb[None, :, j].clip(0)], 0.0)
+        total = la[:, None] + lb[None, :] + mid
+        only_same = (ka[:, None] >= 0) & (ka[:, None] == kb[None, :])  # both classes inside one domain
+        return float(np.where(only_same, -np.inf, total).max(initial=0.0))
+
     def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-hop ECMP over the whole graph between GPUs ``s`` and ``d`` (small graphs only)."""
         if (s, d) not in self._fallback:
             src, dst = f"gpu{s}", f"gpu{d}"
+            import networkx as nx  # the fallback router walks the graph itself
+
             dist = nx.single_target_shortest_path_length(self.graph, dst)
             dist = dict(dist)
             mass: dict[str, float] = {src: 1.0}
@@ -330,9 +521,23 @@ class _ByIdentity:
 
 @lru_cache(maxsize=4)
 def _fabric_memo(graph: _ByIdentity, profile_json: str) -> Fabric:
-    return Fabric(graph.obj, CalibrationProfile.model_validate_json(profile_json))  # type: ignore[arg-type]
+    return Fabric(graph.obj, CalibrationProfile.model_validate_json(profile_json))
 
 
 def fabric_for(graph: nx.DiGraph, profile: CalibrationProfile) -> Fabric:
     """The (memoised) ``Fabric`` of ``graph`` under ``profile``; the graph must not change later."""
     return _fabric_memo(_ByIdentity(graph), profile.model_dump_json())
+
+
+@lru_cache(maxsize=4)
+def _cluster_memo(cluster: _ByIdentity, profile_json: str) -> Fabric:
+    c = cluster.obj
+    return Fabric(c.wiring, CalibrationProfile.model_validate_json(profile_json), source=lambda: c.graph)  # type: ignore[attr-defined]
+
+
+def fabric_of(cluster: object, profile: CalibrationProfile) -> Fabric:
+    """The (memoised) ``Fabric`` of a ``Cluster``: from its columns when it has them (no networkx
+    graph is built), else from its graph."""
+    if getattr(cluster, "wiring", None) is not None:
+        return _cluster_memo(_ByIdentity(cluster), profile.model_dump_json())
+    return fabric_for(cluster.graph, profile)  # type: ignore[attr-defined]

@@ -7,31 +7,25 @@ prefetched before the first forward, the cross-stage sync before the optimizer, 
 Symmetric mode runs one replica (one representative pipeline); full mode runs every DP replica with
 per-rank compute scales (stragglers), each unit gated by the slowest rank of its TP/CP group.
 It records immutable intervals while running; the ``Result`` is summarised from them at the end.
+A long steady state is simulated for a few periods only and extrapolated exactly
+(``clustersim.simulator.step.steady``), so the cost does not grow with the micro-batches.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
-from typing import Generator, NamedTuple
+from collections import Counter, deque
+from dataclasses import dataclass, field, replace
+from typing import Generator
 
 import numpy as np
 import simpy
 
-from clustersim.simulator.step.costs import ChunkCost, StageCost
 from clustersim.simulator.plan.schedules import Action, dependency, destination, lanes
+from clustersim.simulator.step import steady
+from clustersim.simulator.step.costs import ChunkCost, StageCost
+from clustersim.simulator.step.interval import Interval
 
-
-class Interval(NamedTuple):
-    """One busy or waiting span of a unit (replica, stage) on one stream."""
-
-    replica: int
-    stage: int
-    stream: str
-    category: str
-    start: float
-    end: float
-    label: str
+__all__ = ["EngineInput", "Interval", "run"]
 
 
 @dataclass(frozen=True)
@@ -76,8 +70,36 @@ class _Run:
         return self.arrive[key]
 
 
-def run(inp: EngineInput) -> tuple[list[Interval], float]:
-    """Run one step; returns the intervals and the step time in seconds."""
+def run(inp: EngineInput, *, extrapolate: bool = True) -> tuple[list[Interval], float]:
+    """Run one step; returns the intervals and the step time in seconds.
+
+    With ``extrapolate`` a long steady state is run for a few periods and extrapolated exactly;
+    its middle comes back compressed (one interval per category and stream for all its periods).
+    ``extrapolate=False`` simulates every micro-batch (what the extrapolation is tested against).
+    """
+    if extrapolate:
+        out = steady.extrapolate(lambda m: _simulate(replace(inp, microbatches=m)), inp.microbatches,
+                                 *_period_unit(inp))
+        if out is not None:
+            return out
+    return _simulate(inp)
+
+
+def _period_unit(inp: EngineInput) -> tuple[int, int]:
+    """(micro-batches per schedule period, first count worth extrapolating from).
+
+    Interleaved 1F1B maps micro-batches to chunks in groups of pp; DualPipe splits them in two
+    halves; the others repeat per micro-batch. From about 4 pp micro-batches on (8 pp for DualPipe's
+    halves) the warm-up is over on every stage.
+    """
+    pp = len(inp.stages)
+    unit = pp if inp.schedule == "interleaved" else 2 if inp.schedule == "dualpipe" else 1
+    first = max(8 * pp if inp.schedule == "dualpipe" else 4 * pp, 16)
+    return unit, -(-first // unit) * unit
+
+
+def _simulate(inp: EngineInput) -> tuple[list[Interval], float]:
+    """Simulate every pass of every micro-batch."""
     st = _Run(inp=inp)
     ends: dict[tuple[int, int], float] = {}
     ready = [[st.env.event() for _ in range(st.pp)] for _ in range(st.replicas)]
@@ -103,21 +125,21 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Generator:
     """
     inp, env = st.inp, st.env
     stage = inp.stages[s]
-    queues = [list(q) for q in lanes(inp.schedule, s, st.pp, inp.microbatches, inp.vpp)]
+    queues = [deque(q) for q in lanes(inp.schedule, s, st.pp, inp.microbatches, inp.vpp)]
     dp_queue = simpy.Store(env)
     dp_done = env.process(_dp_stream(st, r, s, dp_queue, _bucket_count(stage)))
     if inp.overlap_param_gather and any(c.param_gather for c in stage.chunks):
         env.process(_prefetch(st, r, s))
     left = Counter(v for q in queues for kind, _, v in q if kind == "B")  # passes left per chunk
     first_f: set[int] = set()
-    pending: list[Action] = []
+    pending: deque[Action] = deque()
     limit = st.pp // 2 if inp.schedule == "dualpipe" else st.pp - s - 1
     last_lane = -1
     while any(queues):
         heads = [i for i, q in enumerate(queues) if q]
         ready_now = [i for i in heads if _input_ready(st, r, s, queues[i][0])]
         if not ready_now and pending:
-            yield from _pass(st, r, s, pending.pop(0), dp_queue, left)
+            yield from _pass(st, r, s, pending.popleft(), dp_queue, left)
             continue
         if not ready_now:
             t0 = env.now
@@ -125,7 +147,7 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Generator:
             ready_now = [i for i in heads if _input_ready(st, r, s, queues[i][0])]
             _log_wait(st, r, s, queues[ready_now[0]][0], t0)
         lane = next((i for i in ready_now if i != last_lane), ready_now[0])
-        action, last_lane = queues[lane].pop(0), lane
+        action, last_lane = queues[lane].popleft(), lane
         kind, mb, v = action
         if kind == "F" and v not in first_f:
             first_f.add(v)
@@ -134,7 +156,7 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Generator:
         if kind == "B" and _split_w(inp):
             pending.append(("W", mb, v))
             if len(pending) > limit:
-                yield from _pass(st, r, s, pending.pop(0), dp_queue, left)
+                yield from _pass(st, r, s, pending.popleft(), dp_queue, left)
     for w in pending:
         yield from _pass(st, r, s, w, dp_queue, left)
     t0 = env.now
