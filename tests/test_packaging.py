@@ -38,7 +38,8 @@ def test_wheel_installs_only_clustersim_with_its_data(tmp_path: Path) -> None:
     tops = {name.split("/")[0] for name in names}
     assert {t for t in tops if not t.endswith(".dist-info")} == {"clustersim"}
     for data in ("clustersim/workloads/data/published_runs.csv", "clustersim/topologies/presets/dgx_h100_2to1_fat_tree.yaml",
-                 "clustersim/simulator/calibration/profiles/h100.yaml", "clustersim/workloads/presets/llama3-70b.yaml"):
+                 "clustersim/simulator/calibration/profiles/h100.yaml", "clustersim/workloads/presets/llama3-70b.yaml",
+                 "clustersim/simulator/calibration/intervals.yaml"):
         assert data in names, data
 
 
