@@ -12,7 +12,7 @@ from __future__ import annotations
 import base64
 import html
 from dataclasses import dataclass
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping
 
 import pandas as pd
 
@@ -71,39 +71,40 @@ window.addEventListener("load", function () {
 """
 
 
-def _percent(value: object) -> str:
+def _percent(value: Any) -> str:
     return "—" if pd.isna(value) else f"{float(value):.1%}"
 
 
-def _number(value: object) -> str:
+def _number(value: Any) -> str:
     return "—" if pd.isna(value) else f"{float(value):,.0f}"
 
 
-def _dollars(value: object) -> str:
+def _dollars(value: Any) -> str:
     return "—" if pd.isna(value) else f"${float(value):,.3f}"
 
 
-def _count(value: object) -> str:
+def _count(value: Any) -> str:
     return "—" if pd.isna(value) else f"{int(value):,}"
 
 
-def _times(value: object) -> str:
+def _times(value: Any) -> str:
     return "—" if pd.isna(value) else f"{float(value):.2f}x"
 
 
-def _gib(value: object) -> str:
+def _gib(value: Any) -> str:
     return "—" if pd.isna(value) else f"{float(value):.1f}"
 
 
-def _seconds(value: object) -> str:
+def _seconds(value: Any) -> str:
     return "—" if pd.isna(value) else f"{float(value):.3f}"
 
 
-def _general(value: object) -> str:
+def _general(value: Any) -> str:
     return "—" if pd.isna(value) else f"{float(value):.4g}"
 
 
-FORMATTERS: dict[str, Callable[[object], str]] = {
+# A DataFrame cell: pandas-stubs type cells as Any (a float, an int, a string or NaN).
+FORMATTERS: dict[str, Callable[[Any], str]] = {
     "mfu": _percent, "hfu": _percent, "scaling_efficiency": _percent,
     "tokens_per_s_per_gpu": _number, "tokens_per_s": _number,
     "cost_per_gpu_hour": _dollars, "cost_per_million_tokens": _dollars,

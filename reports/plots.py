@@ -9,7 +9,7 @@ It does not compute the numbers it draws, nor write files (``reports.report``).
 from __future__ import annotations
 
 import io
-from typing import Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 from matplotlib.axes import Axes
@@ -41,12 +41,15 @@ def new_axes(width: float = 7.5, height: float = 4.4) -> Axes:
 def png_bytes(ax: Axes) -> bytes:
     """The PNG image of the figure that holds ``ax``."""
     buffer = io.BytesIO()
-    ax.figure.savefig(buffer, format="png")
+    figure = ax.get_figure(root=True)
+    if figure is None:
+        raise ValueError("png_bytes: the Axes is on no Figure; draw it with new_axes()")
+    figure.savefig(buffer, format="png")
     return buffer.getvalue()
 
 
 def _style(series: str, cluster_index: int, n_clusters: int,
-           other_index: int) -> dict[str, object]:
+           other_index: int) -> dict[str, Any]:
     """Line style of one curve: best solid, naive DP dashed, other plans thin and dotted.
 
     Other plans get legend entries only with one cluster and at most MAX_LABELLED_SERIES of them.

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import pandas as pd
 
@@ -26,7 +26,7 @@ from clustersim.reports.header import default_title, scenario_header
 from clustersim.reports.summary import summary_sentences, verdict_sentences
 from clustersim.reports.tables import (
     BEST_SERIES, NAIVE_SERIES, PLAN_COLUMNS, ResultsInput, best_rows, compute_table, error_table,
-    hardware_table, load_results, pareto_table, plan_table, series_rows, with_costs,
+    hardware_table, load_results, pareto_table, plan_table, records, series_rows, with_costs,
 )
 from clustersim.reports.waterfall import plot_waterfall
 
@@ -114,12 +114,12 @@ def _figures(data: ReportData) -> list[PageFigure]:
     return figures
 
 
-def _largest_best(frame: pd.DataFrame) -> list[dict[str, object]]:
+def _largest_best(frame: pd.DataFrame) -> list[dict[str, Any]]:
     """The best row at the largest GPU count of each cluster."""
     best = best_rows(frame)
     if best.empty:
         return []
-    return best.sort_values("num_gpus").drop_duplicates("cluster", keep="last").sort_values("cluster").to_dict("records")
+    return records(best.sort_values("num_gpus").drop_duplicates("cluster", keep="last").sort_values("cluster"))
 
 
 def _tables(data: ReportData) -> list[PageTable]:

@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from clustersim.reports.tables import (
-    BEST_SERIES, BREAKDOWN_COLUMNS, PARETO_SERIES, best_rows, ok_rows, plan_label, series_rows,
+    BEST_SERIES, BREAKDOWN_COLUMNS, PARETO_SERIES, best_rows, ok_rows, plan_label, records, series_rows,
 )
 
 
@@ -58,7 +58,7 @@ BAND_COLUMNS: tuple[str, ...] = ("tokens_per_s_per_gpu_low", "tokens_per_s_per_g
 
 def has_intervals(frame: pd.DataFrame) -> bool:
     """Whether the rows carry a prediction interval."""
-    return all(c in frame.columns for c in BAND_COLUMNS) and frame[list(BAND_COLUMNS)].notna().any().all()
+    return all(c in frame.columns for c in BAND_COLUMNS) and bool(frame[list(BAND_COLUMNS)].notna().any().all())
 
 
 def scaling_table(frame: pd.DataFrame) -> pd.DataFrame:
@@ -86,7 +86,7 @@ def _series_curve(rows: pd.DataFrame, series: str) -> pd.DataFrame:
     out.insert(1, "series", series)
     base = out.groupby("cluster")["tokens_per_s_per_gpu"].transform("first")
     out["scaling_efficiency"] = out["tokens_per_s_per_gpu"] / base
-    out["plan"] = [plan_label(r) for r in rows.to_dict("records")]
+    out["plan"] = [plan_label(r) for r in records(rows)]
     return out.reset_index(drop=True)
 
 

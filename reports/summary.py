@@ -8,6 +8,8 @@ the underlying numbers (``reports.scaling``, ``reports.tables``) nor format HTML
 
 from __future__ import annotations
 
+from typing import Any, Hashable
+
 import pandas as pd
 
 from clustersim.reports.scaling import LOSS_CAUSES, largest_loss, lost_time_fractions, scaling_table
@@ -73,14 +75,19 @@ def _grown(rows: pd.DataFrame, cluster: str) -> str:
             f"{float(fr[cause.key].iloc[1]):.0%} at {int(rows['num_gpus'].iloc[-1]):,})")
 
 
+def _row_at(frame: pd.DataFrame, label: Hashable) -> pd.Series[Any]:
+    """The row labelled ``label`` (from ``idxmax``/``idxmin``, which pandas-stubs type as Hashable)."""
+    return frame.loc[[label]].iloc[0]
+
+
 def _cluster_sentence(cluster: str, rows: pd.DataFrame, curves: pd.DataFrame) -> str:
     """Best plan at the cluster's largest scale: MFU, efficiency, naive DP, largest loss."""
-    top = rows.loc[rows["num_gpus"].idxmax()]
+    top = _row_at(rows, rows["num_gpus"].idxmax())
     n = int(top["num_gpus"])
     on_cluster = curves[curves["cluster"] == cluster]
     best_eff = _efficiency(on_cluster, BEST_SERIES, n)
     smallest = int(on_cluster[on_cluster["series"] == BEST_SERIES]["num_gpus"].min())
-    text = (f"At {n:,} GPUs on {cluster}, the best plan ({plan_label(top.to_dict())}) "
+    text = (f"At {n:,} GPUs on {cluster}, the best plan ({plan_label({str(k): v for k, v in top.items()})}) "
             f"reaches {top['mfu']:.0%} MFU")
     if smallest < n:
         text += f" and {best_eff:.0%} scaling efficiency (against {smallest:,} GPUs)"
@@ -112,10 +119,10 @@ def _hardware_sentence(table: pd.DataFrame) -> str:
     """The cheapest cluster per million tokens, or the fastest per GPU when prices are unknown."""
     priced = table.dropna(subset=["cost_per_million_tokens"])
     if not priced.empty:
-        row = priced.loc[priced["cost_per_million_tokens"].idxmin()]
+        row = _row_at(priced, priced["cost_per_million_tokens"].idxmin())
         return (f"Cheapest per token: {row['cluster']} at ${row['cost_per_million_tokens']:.2f} "
                 f"per million tokens ({row['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
                 f"{int(row['num_gpus']):,} GPUs, ${row['cost_per_gpu_hour']:.2f}/GPU-hour).")
-    row = table.loc[table["tokens_per_s_per_gpu"].idxmax()]
+    row = _row_at(table, table["tokens_per_s_per_gpu"].idxmax())
     return (f"Fastest per GPU: {row['cluster']} with {row['tokens_per_s_per_gpu']:,.0f} "
             f"tokens/s/GPU at {int(row['num_gpus']):,} GPUs (no $/GPU-hour given, so no cost).")

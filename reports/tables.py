@@ -10,7 +10,7 @@ hardware and error tables. It does not compute scaling curves or loss fractions
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -115,7 +115,7 @@ def check_results(frame: pd.DataFrame) -> pd.DataFrame:
         if column in out.columns:
             out[column] = out[column].map(lambda v: v if pd.isna(v) else str(v))
     if "series" not in out.columns:
-        out["series"] = [plan_label(r, with_dp=False) for r in out.to_dict("records")]
+        out["series"] = [plan_label(r, with_dp=False) for r in records(out)]
     if "point_id" not in out.columns:
         out["point_id"] = [f"row{i}" for i in range(len(out))]
     _check_ok_rows(out[out["status"] == "ok"])
@@ -203,7 +203,7 @@ def _prices(frame: pd.DataFrame,
     return pd.Series(float(cost_per_gpu_hour), index=frame.index, dtype=float)
 
 
-def plan_label(row: Mapping[str, object], *, with_dp: bool = True) -> str:
+def plan_label(row: Mapping[str, Any], *, with_dp: bool = True) -> str:
     """A short plan name such as ``tp8 pp4 dp32 cp2 vpp2 mb1 1f1b rc=selective zero1``.
 
     ``with_dp=False`` drops the dp degree: the name of a plan family across scales.
@@ -224,9 +224,14 @@ def plan_label(row: Mapping[str, object], *, with_dp: bool = True) -> str:
     return " ".join(parts) if parts else str(row.get("series", "?"))
 
 
-def _present(row: Mapping[str, object], key: str) -> bool:
+def _present(row: Mapping[str, Any], key: str) -> bool:
     """The row has a non-missing value for ``key``."""
     return key in row and not pd.isna(row[key])
+
+
+def records(frame: pd.DataFrame) -> list[dict[str, Any]]:
+    """The frame's rows as dicts keyed by column name (pandas-stubs type the keys as Hashable)."""
+    return [{str(key): value for key, value in row.items()} for row in frame.to_dict("records")]
 
 
 def ok_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -259,7 +264,7 @@ def _top_per_scale(rows: pd.DataFrame) -> pd.DataFrame:
 def plan_table(frame: pd.DataFrame) -> pd.DataFrame:
     """Every ok plan, fastest first within each (cluster, GPU count), against naive DP."""
     rows = ok_rows(frame).copy()
-    rows.insert(0, "plan", [plan_label(r) for r in rows.to_dict("records")])
+    rows.insert(0, "plan", [plan_label(r) for r in records(rows)])
     naive = series_rows(frame, NAIVE_SERIES).set_index(["cluster", "num_gpus"])
     keys = pd.MultiIndex.from_frame(rows[["cluster", "num_gpus"]])
     naive_tps = naive["tokens_per_s_per_gpu"].reindex(keys).to_numpy(dtype=float)
@@ -285,6 +290,7 @@ def hardware_table(frame: pd.DataFrame) -> pd.DataFrame:
         return best
     scales = [set(g["num_gpus"]) for _, g in best.groupby("cluster")]
     common = set.intersection(*scales)
+    picked: pd.DataFrame
     if common:
         picked = best[best["num_gpus"] == max(common)]
     else:
@@ -292,7 +298,7 @@ def hardware_table(frame: pd.DataFrame) -> pd.DataFrame:
     columns = ["cluster", *[c for c in ("accelerator",) if c in picked.columns], "num_gpus",
                "tokens_per_s_per_gpu", "mfu", "step_time_s", "cost_per_gpu_hour",
                "cost_per_million_tokens"]
-    out = picked.assign(plan=[plan_label(r) for r in picked.to_dict("records")])
+    out = picked.assign(plan=[plan_label(r) for r in records(picked)])
     return out[[*columns, "plan"]].sort_values("cluster").reset_index(drop=True)
 
 
@@ -300,7 +306,7 @@ def error_table(frame: pd.DataFrame) -> pd.DataFrame:
     """The rows that did not simulate: where, which plan (or "searched" when none fits), and why."""
     rows = frame[frame["status"] != "ok"].copy()
     labels = []
-    for r in rows.to_dict("records"):
+    for r in records(rows):
         given = r.get("plan_label")
         labels.append(str(given) if isinstance(given, str) and given else
                       plan_label(r) if _present(r, "tp") else "searched: no plan fits")
@@ -316,7 +322,7 @@ def compute_table(frame: pd.DataFrame) -> pd.DataFrame:
     if best.empty or not present or best[present].isna().all().all():
         return pd.DataFrame()
     out = best[["cluster", "num_gpus"]].copy()
-    out["plan"] = [plan_label(r) for r in best.to_dict("records")]
+    out["plan"] = [plan_label(r) for r in records(best)]
     out["t_compute"] = best["t_compute"].astype(float)
     for c in present:
         out[c] = best[c].astype(float)
@@ -332,7 +338,7 @@ def pareto_table(frame: pd.DataFrame) -> pd.DataFrame:
     if rows.empty or mem not in rows.columns:
         return pd.DataFrame()
     keys = ["step_time_s", mem] + (["cost_per_million_tokens"] if rows["cost_per_million_tokens"].notna().any() else [])
-    rows["plan"] = [plan_label(r) for r in rows.to_dict("records")]
+    rows["plan"] = [plan_label(r) for r in records(rows)]
     rows = rows.drop_duplicates(subset=["cluster", "num_gpus", "plan"])
     fronts = []
     for _, g in rows.groupby(["cluster", "num_gpus"], sort=True):

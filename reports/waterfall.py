@@ -12,7 +12,7 @@ inefficiency. Used by ``clustersim simulate --plot``. It does not simulate anyth
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Mapping
+from typing import Any, Mapping
 
 import numpy as np
 from matplotlib.axes import Axes
@@ -27,7 +27,7 @@ from clustersim.reports.tables import BREAKDOWN_COLUMNS
 RECOMPUTE_COLOR = "#e69138"
 
 
-def flat_result(result: Mapping[str, object]) -> dict[str, object]:
+def flat_result(result: Mapping[str, Any]) -> dict[str, Any]:
     """``result`` with a nested ``breakdown_s`` ({"compute": s, ...}, as ``Result.to_dict()``
     writes it) spread into the flat ``t_*`` columns of a sweep row."""
     nested = result.get("breakdown_s")
@@ -40,7 +40,7 @@ def flat_result(result: Mapping[str, object]) -> dict[str, object]:
     return flat
 
 
-def waterfall_steps(result: Mapping[str, object]) -> list[tuple[str, float, str]]:
+def waterfall_steps(result: Mapping[str, Any]) -> list[tuple[str, float, str]]:
     """(label, signed fraction of peak, colour) bars: 1.0, then each loss < 0, then achieved."""
     result = flat_result(result)
     missing = [c for c in (*BREAKDOWN_COLUMNS, "ideal_compute_s") if c not in result]
@@ -81,18 +81,18 @@ COMPUTE_STEPS: tuple[tuple[str, str, str], ...] = (
 """Compute inefficiency split by where it goes (``c_*`` columns, ``Result.compute_breakdown``)."""
 
 
-def _has_parts(result: Mapping[str, object]) -> bool:
-    return all(k in result and result[k] is not None and np.isfinite(float(result[k]))  # type: ignore[arg-type]
+def _has_parts(result: Mapping[str, Any]) -> bool:
+    return all(k in result and result[k] is not None and np.isfinite(float(result[k]))
                for k, _, _ in COMPUTE_STEPS) and "c_gemm_ideal" in result
 
 
-def _compute_steps(result: Mapping[str, object], seconds: Mapping[str, float], step: float) -> list[tuple[str, float, str]]:
+def _compute_steps(result: Mapping[str, Any], seconds: Mapping[str, float], step: float) -> list[tuple[str, float, str]]:
     """Compute inefficiency (t_compute - ideal) as its parts; the attention bar is the attention
     kernel's time less the model FLOPs the GEMMs do not execute (mostly attention's, at peak), so
     the bars sum to the compute inefficiency exactly."""
-    parts = {k: float(result[k]) for k, _, _ in COMPUTE_STEPS}  # type: ignore[arg-type]
-    parts["c_attention_kernel"] += float(result["c_gemm_ideal"]) - seconds["ideal_compute_s"]  # type: ignore[arg-type]
-    scale = seconds["t_compute"] / (float(result["c_gemm_ideal"]) + sum(float(result[k]) for k, _, _ in COMPUTE_STEPS))  # type: ignore[arg-type]
+    parts = {k: float(result[k]) for k, _, _ in COMPUTE_STEPS}
+    parts["c_attention_kernel"] += float(result["c_gemm_ideal"]) - seconds["ideal_compute_s"]
+    scale = seconds["t_compute"] / (float(result["c_gemm_ideal"]) + sum(float(result[k]) for k, _, _ in COMPUTE_STEPS))
     return [(label, -parts[k] * scale / step, color) for k, label, color in COMPUTE_STEPS if parts[k] != 0.0]
 
 
@@ -103,11 +103,13 @@ def _loss_seconds(key: str, seconds: Mapping[str, float]) -> float:
     return seconds[f"t_{key}"]
 
 
-def _recompute_share(result: Mapping[str, object], ideal: float) -> float:
+def _recompute_share(result: Mapping[str, Any], ideal: float) -> float:
     """Share of step time spent recomputing: ideal x (HFU / MFU - 1); 0 when unknown."""
     mfu, hfu = result.get("mfu"), result.get("hfu")
+    if mfu is None or hfu is None:
+        return 0.0
     try:
-        mfu_f, hfu_f = float(mfu), float(hfu)  # type: ignore[arg-type]
+        mfu_f, hfu_f = float(mfu), float(hfu)
     except (TypeError, ValueError):
         return 0.0
     if not (np.isfinite(mfu_f) and np.isfinite(hfu_f)) or mfu_f <= 0:
@@ -115,7 +117,7 @@ def _recompute_share(result: Mapping[str, object], ideal: float) -> float:
     return ideal * (hfu_f / mfu_f - 1.0)
 
 
-def plot_waterfall(result: Mapping[str, object], ax: Axes | None = None) -> Axes:
+def plot_waterfall(result: Mapping[str, Any], ax: Axes | None = None) -> Axes:
     """Waterfall bars: peak at 100 %, each loss stepping down, the achieved MFU last."""
     ax = ax if ax is not None else new_axes(width=8.5, height=4.4)
     steps = waterfall_steps(result)
@@ -138,14 +140,14 @@ def plot_waterfall(result: Mapping[str, object], ax: Axes | None = None) -> Axes
     return ax
 
 
-def _title(result: Mapping[str, object]) -> str:
+def _title(result: Mapping[str, Any]) -> str:
     """"Where peak compute goes", naming the model, cluster and GPU count when given."""
     about = [str(result[k]) for k in ("model", "cluster") if result.get(k) is not None]
     if result.get("num_gpus") is not None:
-        about.append(f"{int(result['num_gpus']):,} GPUs")  # type: ignore[call-overload]
+        about.append(f"{int(result['num_gpus']):,} GPUs")
     return "Where peak compute goes" + (f": {', '.join(about)}" if about else " (one step)")
 
 
-def write_waterfall(result: Mapping[str, object], path: str | Path) -> Path:
+def write_waterfall(result: Mapping[str, Any], path: str | Path) -> Path:
     """Render ``plot_waterfall`` of ``result`` to a PNG at ``path`` (atomically)."""
     return write_bytes_atomic(Path(path), png_bytes(plot_waterfall(result)))
