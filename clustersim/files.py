@@ -90,7 +90,7 @@ def replace_dir(path: str | os.PathLike[str], fill: Callable[[Path], T]) -> T:
 def _relocated(value: T, source: Path, target: Path) -> T:
     """A Path under ``source`` moved to the same place under ``target`` (other values unchanged)."""
     if isinstance(value, Path) and value.is_relative_to(source):
-        return target / value.relative_to(source)  # type: ignore[return-value]
+        return target / value.relative_to(source)
     return value
 
 

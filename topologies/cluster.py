@@ -131,7 +131,8 @@ def _check_edge(u: str, v: str, attrs: dict[str, object]) -> None:
     bw, lat, cls = attrs.get("bandwidth"), attrs.get("latency"), attrs.get("link_class")
     if bw is None or lat is None or cls is None:
         raise TopologyError(f"edge {u}->{v} lacks bandwidth/latency/link_class; got {attrs}")
-    if not 0 < bw < math.inf or not 0 <= lat < math.inf:  # type: ignore[operator]
+    if (not isinstance(bw, (int, float)) or not isinstance(lat, (int, float))
+            or not 0 < bw < math.inf or not 0 <= lat < math.inf):
         raise TopologyError(f"edge {u}->{v}: bandwidth = {bw} must be > 0 and finite (bytes/s), "
                             f"latency = {lat} >= 0 and finite (s); fix the link")
     raise TopologyError(f"edge {u}->{v}: link_class {cls!r} unknown; use one of {sorted(LINK_CLASSES)}")

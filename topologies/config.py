@@ -19,7 +19,8 @@ import yaml
 from clustersim.topologies.cluster import Cluster
 from clustersim.topologies.errors import TopologyError
 from clustersim.topologies.power import with_power_limit
-from clustersim.topologies.presets import GBIT, get_cluster, preset_name
+from clustersim.topologies.presets import get_cluster, preset_name
+from clustersim.units import GBIT
 
 UNIT_KEYS: Mapping[str, tuple[str, float]] = MappingProxyType({
     "nic_bandwidth_gbps": ("nic_bandwidth", GBIT),
@@ -99,11 +100,11 @@ def to_overrides(data: Mapping[str, Any], where: str = "<mapping>") -> dict[str,
 
 def _number(key: str, value: object, low: float, high: float, where: str, open_low: bool = False) -> float:
     """A finite real number (never a bool or string) in [low, high], or (low, high] when open_low."""
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    if not ok or not (value > low if open_low else value >= low) or value > high:  # type: ignore[operator]
+    if (isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value)
+            or not (value > low if open_low else value >= low) or value > high):
         bracket = "(" if open_low else "["
         raise TopologyError(f"{where}: {key} = {value!r}: must be a finite number in {bracket}{low:g}, {high:g}]")
-    return float(value)  # type: ignore[arg-type]
+    return float(value)
 
 
 def _count(key: str, value: object, high: int, where: str) -> int:

@@ -20,7 +20,7 @@ Sharding summary (T = micro_batch*seq_len/cp tokens on the device's sequence sha
 import dataclasses
 
 from clustersim.workloads.errors import WorkloadError
-from clustersim.workloads.model import ModelSpec, attention_param_parts
+from clustersim.workloads.model import ModelSpec, attention_param_parts, required
 from clustersim.workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
 
 # Approximate FLOP per element of memory-bound ops (not part of model FLOPs).
@@ -128,7 +128,7 @@ def mla_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> t
     h, dt, T = model.hidden_size, shape.dtype_bytes, shape.tokens
     heads = split(model.num_heads, shape.tp, "num_heads", "tp")
     parts = attention_param_parts(model)
-    kvl, rope = int(model.kv_lora_rank), int(model.qk_rope_head_dim)
+    kvl, rope = required(model.kv_lora_rank, "kv_lora_rank"), required(model.qk_rope_head_dim, "qk_rope_head_dim")
     d_qk, d_v = model.attn_head_dim, model.value_head_dim
     ops: list[Op] = []
     if model.q_lora_rank is None:
@@ -140,7 +140,7 @@ def mla_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> t
         ops.append(gemm_op("q_up", T, heads * d_qk, ql, dt, params=ql * heads * d_qk))
     ops.append(gemm_op("kv_down", shape.tokens_sp, kvl + rope, h, dt, params=parts["kv_down"]))
     ops.append(norm_op(model, "kv_latent_norm", T, kvl, dt))
-    n_up = heads * (int(model.qk_nope_head_dim) + d_v)
+    n_up = heads * (required(model.qk_nope_head_dim, "qk_nope_head_dim") + d_v)
     ops.append(gemm_op("kv_up", T, n_up, kvl, dt, params=kvl * n_up))
     ops.extend(attention_core_ops(model, shape, heads, heads, window))
     ops.append(gemm_op("attn_out", T, h, heads * d_v, dt, params=heads * d_v * h))
@@ -167,7 +167,7 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
     """Router, dispatch, grouped expert GEMMs, combine, and the shared experts (tp-sharded)."""
     h, dt, E, k = model.hidden_size, shape.dtype_bytes, model.num_experts, model.top_k
     local = split(E, shape.ep, "num_experts", "ep")
-    f = split(int(model.moe_ffn_hidden_size), shape.etp, "moe_ffn_hidden_size", "etp")
+    f = split(required(model.moe_ffn_hidden_size, "moe_ffn_hidden_size"), shape.etp, "moe_ffn_hidden_size", "etp")
     n_in = 2 if model.gated_mlp else 1
     if shape.tp > 1 and not shape.sp:
         raise WorkloadError(

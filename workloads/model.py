@@ -33,6 +33,15 @@ PATTERN_KINDS: dict[str, LayerKind] = {"M": "mamba", "*": "attention", "-": "mlp
 """Megatron-Core hybrid_override_pattern characters (megatron/core/ssm/mamba_hybrid_layer_
 allocation.py Symbols: MAMBA 'M', ATTENTION '*', MLP '-', MOE 'E') and the layer kind each is."""
 _MLA_FIELDS = ("kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "v_head_dim")
+
+
+def required(value: int | None, name: str) -> int:
+    """A size that validation guarantees for this model kind (MLA dims, the MoE expert width)."""
+    if value is None:
+        raise WorkloadError(f"{name} is None: this model kind needs it set (validate the ModelSpec first)")
+    return value
+
+
 SIZE_LIMITS: dict[str, int] = {
     "num_layers": 1024, "hidden_size": 1 << 18, "num_heads": 1 << 14, "num_kv_heads": 1 << 14,
     "ffn_hidden_size": 1 << 20, "vocab_size": 1 << 24,
@@ -179,13 +188,13 @@ class ModelSpec:
     def attn_head_dim(self) -> int:
         """Per-head query/key width (MLA: nope + rope)."""
         if self.attention == "mla":
-            return int(self.qk_nope_head_dim) + int(self.qk_rope_head_dim)
+            return required(self.qk_nope_head_dim, "qk_nope_head_dim") + required(self.qk_rope_head_dim, "qk_rope_head_dim")
         return self.head_dim if self.head_dim is not None else self.hidden_size // self.num_heads
 
     @property
     def value_head_dim(self) -> int:
         """Per-head value width."""
-        return int(self.v_head_dim) if self.attention == "mla" else self.attn_head_dim
+        return required(self.v_head_dim, "v_head_dim") if self.attention == "mla" else self.attn_head_dim
 
     @property
     def shared_ffn(self) -> int:
@@ -227,7 +236,7 @@ class ModelSpec:
 
     def moe_block_params(self) -> int:
         """Parameters of one MoE block: every routed expert, shared experts and router."""
-        experts = self.num_experts * self.mlp_params(int(self.moe_ffn_hidden_size))
+        experts = self.num_experts * self.mlp_params(required(self.moe_ffn_hidden_size, "moe_ffn_hidden_size"))
         shared = self.num_shared_experts * self.mlp_params(self.shared_ffn)
         return experts + shared + self.router_params()
 
@@ -248,7 +257,7 @@ class ModelSpec:
         """Parameters of layer i that one token uses (top_k routed + shared experts + router)."""
         if not self.is_moe_layer(i):
             return self.layer_params(i)
-        unused = (self.num_experts - self.top_k) * self.mlp_params(int(self.moe_ffn_hidden_size))
+        unused = (self.num_experts - self.top_k) * self.mlp_params(required(self.moe_ffn_hidden_size, "moe_ffn_hidden_size"))
         return self.layer_params(i) - unused
 
     def embedding_params(self) -> int:
@@ -300,8 +309,8 @@ def attention_param_parts(m: ModelSpec) -> dict[str, int]:
 def _mla_parts(m: ModelSpec) -> dict[str, int]:
     """MLA weights after DeepSeek-V3 modeling code (q_a/q_b, kv_a/kv_b, o and the two norms)."""
     h, heads = m.hidden_size, m.num_heads
-    qk, rope, v = m.attn_head_dim, int(m.qk_rope_head_dim), m.value_head_dim
-    kvl = int(m.kv_lora_rank)
+    qk, rope, v = m.attn_head_dim, required(m.qk_rope_head_dim, "qk_rope_head_dim"), m.value_head_dim
+    kvl = required(m.kv_lora_rank, "kv_lora_rank")
     parts: dict[str, int] = {}
     if m.q_lora_rank is None:
         parts["q"] = h * heads * qk
@@ -311,7 +320,7 @@ def _mla_parts(m: ModelSpec) -> dict[str, int]:
         parts["q_up"] = m.q_lora_rank * heads * qk
     parts["kv_down"] = h * (kvl + rope)
     parts["kv_norm"] = m.norm_params(kvl)
-    parts["kv_up"] = kvl * heads * (int(m.qk_nope_head_dim) + v)
+    parts["kv_up"] = kvl * heads * (required(m.qk_nope_head_dim, "qk_nope_head_dim") + v)
     parts["out"] = heads * v * h
     return parts
 
