@@ -89,7 +89,8 @@ def _typed(hint: object, bounds: Bounds | None) -> tuple[object, str]:
     """The pydantic annotation of one dataclass field and the hint an error shows."""
     base, optional = _optional(hint)
     lo, hi, open_low = bounds if bounds else (None, None, False)
-    limits = {"gt" if open_low else "ge": lo, "le": hi} if bounds else {}
+    limits: dict[str, Any] = {"gt" if open_low else "ge": lo, "le": hi} if bounds else {}
+    out: Any  # a pydantic annotation (a type, Annotated[...], Optional[...]): a runtime value
     if base is int:
         out, text = Annotated[int, Field(**limits)], f"an integer in {lo:,}..{hi:,}" if bounds else "an integer"
     elif base is float:
@@ -112,7 +113,8 @@ def _typed(hint: object, bounds: Bounds | None) -> tuple[object, str]:
 def _from_dataclass(name: str, cls: type, bounds: Mapping[str, Bounds], *, all_optional: bool,
                     extra: Mapping[str, tuple[object, Any]] | None = None) -> type[Spec]:
     """A pydantic model with the fields of dataclass ``cls``, typed and bounded."""
-    hints, fields, section = typing.get_type_hints(cls), {}, HINTS.setdefault(name, {})
+    hints, section = typing.get_type_hints(cls), HINTS.setdefault(name, {})
+    fields: dict[str, Any] = {}
     for f in dataclasses.fields(cls):
         annotation, section[f.name] = _typed(hints[f.name], bounds.get(f.name))
         if all_optional or f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
@@ -125,7 +127,7 @@ def _from_dataclass(name: str, cls: type, bounds: Mapping[str, Bounds], *, all_o
         fields[f.name] = (annotation, default)
     for key, (annotation, default) in (extra or {}).items():
         fields[key] = (annotation, default)
-    return create_model(name, __base__=Spec, **fields)  # type: ignore[call-overload, no-any-return]
+    return create_model(name, __base__=Spec, **fields)
 
 
 PlanSpec = _from_dataclass("plan", ParallelPlan, PLAN_BOUNDS, all_optional=False)
@@ -146,9 +148,9 @@ def _cluster_model() -> type[Spec]:
     for key in cluster_keys.UNIT_KEYS:
         fields[key] = (Optional[Annotated[float, Field(gt=0, le=cluster_keys.MAX_BANDWIDTH_GBPS, allow_inf_nan=False)]], None)
         section[key] = f"a finite number in (0, {cluster_keys.MAX_BANDWIDTH_GBPS:g}]"
-    for key, high in cluster_keys.COUNT_KEYS.items():
-        fields[key] = (Optional[Annotated[int, Field(ge=1, le=high)]], None)
-        section[key] = f"an integer in 1..{high:,}"
+    for key, most in cluster_keys.COUNT_KEYS.items():
+        fields[key] = (Optional[Annotated[int, Field(ge=1, le=most)]], None)
+        section[key] = f"an integer in 1..{most:,}"
     for key, (low, high) in cluster_keys.RATIO_KEYS.items():
         fields[key] = (Optional[Annotated[float, Field(ge=low, le=high, allow_inf_nan=False)]], None)
         section[key] = f"a finite number in [{low:g}, {high:g}]"
@@ -158,7 +160,7 @@ def _cluster_model() -> type[Spec]:
         fields[key], section[key] = (Optional[str], None), "a string"
     fields["dims"] = (Optional[Annotated[list[Annotated[int, Field(ge=1)]], Field(strict=False)]], None)
     section["dims"] = "a list of integers >= 1"
-    return create_model("cluster", __base__=Spec, **fields)  # type: ignore[no-any-return]
+    return create_model("cluster", __base__=Spec, **fields)
 
 
 ClusterSpecModel = _cluster_model()
@@ -169,10 +171,10 @@ class ScenarioSpec(Spec):
     """A whole scenario file (what ``clustersim schema`` prints as JSON Schema)."""
 
     name: Optional[str] = None
-    model: str | ModelOverrides  # type: ignore[valid-type]
-    training: TrainingSpecModel  # type: ignore[valid-type]
-    cluster: ClusterSpecModel  # type: ignore[valid-type]
-    plan: PlanSpec  # type: ignore[valid-type]
+    model: str | ModelOverrides  # type: ignore[valid-type]  # a create_model class: mypy sees a variable, not a type
+    training: TrainingSpecModel  # type: ignore[valid-type]  # a create_model class: mypy sees a variable, not a type
+    cluster: ClusterSpecModel  # type: ignore[valid-type]  # a create_model class: mypy sees a variable, not a type
+    plan: PlanSpec  # type: ignore[valid-type]  # a create_model class: mypy sees a variable, not a type
     calibration: Optional[str | dict[str, Any]] = None
     mode: Literal["symmetric", "full"] = "symmetric"
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
@@ -334,8 +336,10 @@ def _deep_merge(base: Mapping[str, Any], update: Mapping[str, Any]) -> dict[str,
     result = dict(base)
     for key, value in update.items():
         current = result.get(key)
-        both = isinstance(current, Mapping) and isinstance(value, Mapping)
-        result[key] = _deep_merge(current, value) if both else value
+        if isinstance(current, Mapping) and isinstance(value, Mapping):
+            result[key] = _deep_merge(current, value)
+        else:
+            result[key] = value
     return result
 
 
@@ -391,9 +395,9 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, na
                     plan=plan, profile=profile, mode=mode, seed=int(top.get("seed", 0)))
 
 
-_TopSpec = create_model("scenario", __base__=Spec,  # type: ignore[call-overload]
-                        **{k: (ScenarioSpec.model_fields[k].annotation, ScenarioSpec.model_fields[k])
-                           for k in ("name", "mode", "seed")})
+_TOP_FIELDS: dict[str, Any] = {k: (ScenarioSpec.model_fields[k].annotation, ScenarioSpec.model_fields[k])
+                                for k in ("name", "mode", "seed")}
+_TopSpec = create_model("scenario", __base__=Spec, **_TOP_FIELDS)
 """The top-level scalars of a scenario (name, mode, seed), as ScenarioSpec declares them."""
 
 
