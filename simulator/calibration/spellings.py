@@ -12,14 +12,16 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any, Mapping, TypeVar
+
+T = TypeVar("T")
 
 
 class UnknownSpelling(ValueError):
     """A value no table row matches; the message names the field and the value."""
 
 
-def _match(table: tuple[tuple[str, Any, str], ...], field: str, value: str) -> Any:
+def _match(table: tuple[tuple[str, T, str], ...], field: str, value: str) -> T:
     s = value.strip().lower()
     for pattern, meaning, _ in table:
         if re.search(pattern, s):

@@ -15,7 +15,7 @@ import re
 from typing import Any, Mapping
 
 from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.plan.plan import ParallelPlan, Recompute
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model, megatron_flops_per_step, resolve_model_name
 from clustersim.workloads.errors import WorkloadError
@@ -51,8 +51,10 @@ def text(row: Mapping[str, Any], key: str) -> str:
 def num(row: Mapping[str, Any], key: str) -> float | None:
     """The cell as a float (None when empty or NaN)."""
     v = row.get(key)
+    if v is None:
+        return None
     try:
-        f = float(v)  # type: ignore[arg-type]
+        f = float(v)
     except (TypeError, ValueError):
         return None
     return None if math.isnan(f) else f
@@ -100,13 +102,13 @@ def measured_step_time(row: Mapping[str, Any], notes: list[str]) -> tuple[float,
     total = num(row, "tokens_per_s_total") or (num(row, "tokens_per_s_per_gpu") or 0) * n
     if total and tokens:
         return tokens / total, "tokens_per_s"
-    tflops = num(row, "tflops_per_gpu")
-    if not tflops and num(row, "mfu_pct"):
+    tflops, mfu_pct = num(row, "tflops_per_gpu"), num(row, "mfu_pct")
+    if not tflops and mfu_pct:
         basis = num(row, "peak_tflops_basis")
         if basis is None and text(row, "gpu_type").upper() == "H100":
             basis = 989.0  # H100 SXM dense BF16 peak, the basis of the same README's model table
             notes.append("peak_tflops_basis = 989 (H100 BF16 dense, as the README model table)")
-        tflops = num(row, "mfu_pct") / 100.0 * basis if basis else None  # type: ignore[operator]
+        tflops = mfu_pct / 100.0 * basis if basis else None
     if not tflops or not n:
         raise SkipRow("no step time: iteration_time_s, tokens/s and TFLOP/s all missing")
     return _flops_per_step(row, notes) / (tflops * 1e12 * n), "tflops_per_gpu"
@@ -114,11 +116,12 @@ def measured_step_time(row: Mapping[str, Any], notes: list[str]) -> tuple[float,
 
 # ---------------------------------------------------------------- model
 
-def _row_shape(row: Mapping[str, Any]) -> dict[str, int]:
+def _row_shape(row: Mapping[str, Any]) -> dict[str, Any]:
+    """The row's printed shape as ModelSpec keyword overrides (int values; keys from SHAPE_COLUMNS)."""
     return {field: int(v) for col, field in SHAPE_COLUMNS if (v := num(row, col)) is not None}
 
 
-def _gpt_style(row: Mapping[str, Any], shape: dict[str, int], notes: list[str]) -> ModelSpec:
+def _gpt_style(row: Mapping[str, Any], shape: dict[str, Any], notes: list[str]) -> ModelSpec:
     """A dense row without a preset: the gpt3-175b preset's non-shape fields with the row's shape."""
     need = ("num_layers", "hidden_size", "num_heads", "vocab_size")
     if any(k not in shape for k in need):
@@ -251,7 +254,7 @@ def tuning_candidates(row: Mapping[str, Any], model: ModelSpec, training: Traini
             if v > 1 and (per_replica // mb) % plan.pp:
                 continue
             out.append(dataclasses.replace(plan, micro_batch=mb, vpp=v,
-                                           schedule="interleaved" if v > 1 else "1f1b"))  # type: ignore[arg-type]
+                                           schedule="interleaved" if v > 1 else "1f1b"))
     return out or [plan]
 
 
@@ -274,9 +277,10 @@ def attention_kernel(row: Mapping[str, Any], notes: list[str]) -> str:
     return "flash2"
 
 
-def _recompute(row: Mapping[str, Any], notes: list[str]) -> str:
+def _recompute(row: Mapping[str, Any], notes: list[str]) -> Recompute:
     r = text(row, "recompute").lower()
-    for kind in ("full", "selective", "none"):
+    kinds: tuple[Recompute, ...] = ("full", "selective", "none")
+    for kind in kinds:
         if r.startswith(kind):
             return kind
     if "sc'21" in text(row, "flops_definition").lower():
@@ -310,7 +314,7 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     ep = _degree(row, "ep") or 1
     return ParallelPlan(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, sp=sp, vpp=vpp, micro_batch=mb,
-        schedule="interleaved" if vpp > 1 else "1f1b", recompute=_recompute(row, notes),  # type: ignore[arg-type]
+        schedule="interleaved" if vpp > 1 else "1f1b", recompute=_recompute(row, notes),
         tp_comm_overlap=TP_COMM_OVERLAP if (mcore and tp > 1 and text(row, "gpu_type").upper() != "A100") else 0.0,
         **_sharding(row, cluster, tp, cp, notes),
     )
