@@ -14,6 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, TypeVar
 
+from clustersim.workloads.training import Precision
+
 T = TypeVar("T")
 
 
@@ -40,7 +42,7 @@ PRECISION_SPELLINGS: tuple[tuple[str, str, str], ...] = (
 )
 """Precision labels: nvfp4 | mxfp8 | fp8 | bf16 | fp16 | fp32."""
 
-TRAINING_PRECISION: Mapping[str, str] = {"nvfp4": "fp8", "mxfp8": "fp8", "fp8": "fp8", "bf16": "bf16",
+TRAINING_PRECISION: Mapping[str, Precision] = {"nvfp4": "fp8", "mxfp8": "fp8", "fp8": "fp8", "bf16": "bf16",
                                          "fp16": "bf16", "fp32": "fp32"}
 """Label -> ``TrainingSpec.precision``: NVFP4 runs its GEMMs at the FP4 peak via the fp8 path
 (``validate._accelerator_overrides``); MXFP8 is FP8 GEMMs; FP16 has the BF16 peak."""

@@ -37,6 +37,8 @@ from clustersim.workloads import ModelSpec, TrainingSpec
 from clustersim.workloads.presets import DATA_DIR
 
 DATA_PATH = DATA_DIR / "published_runs.csv"
+ClusterKey = tuple[str, str, int, tuple[tuple[str, str], ...]]
+"""A cluster cache key: (system, gpu, GPU count, the sorted overrides as (name, repr))."""
 """The bundled data set (sources: workloads/data/SOURCES.md)."""
 
 OUTPUT_COLUMNS: tuple[str, ...] = (
@@ -157,7 +159,7 @@ def part_of_row(row: Mapping[str, Any]) -> str:
 
 
 def cluster_for_row(row: Mapping[str, Any], precision_label: str, notes: list[str],
-                    cache: dict[tuple, Cluster] | None = None,
+                    cache: dict[ClusterKey, Cluster] | None = None,
                     profile: CalibrationProfile | None = None) -> Cluster:
     """The preset of ``gpu_type`` with ``num_gpus`` GPUs and the row's NIC speed."""
     gpu = text(row, "gpu_type")
@@ -178,7 +180,7 @@ def cluster_for_row(row: Mapping[str, Any], precision_label: str, notes: list[st
     return cluster
 
 
-def scenario_for_row(row: Mapping[str, Any], cache: dict[tuple, Cluster] | None = None,
+def scenario_for_row(row: Mapping[str, Any], cache: dict[ClusterKey, Cluster] | None = None,
                      profile: CalibrationProfile | None = None) -> RowScenario:
     """Map one published row to a scenario; raises ``SkipRow`` with the reason when it cannot."""
     notes: list[str] = []
@@ -189,8 +191,8 @@ def scenario_for_row(row: Mapping[str, Any], cache: dict[tuple, Cluster] | None 
     gbs = int(num(row, "global_batch_seqs") or 0)
     if seq <= 0 or gbs <= 0:
         raise SkipRow("seq_len or global_batch_seqs missing")
-    training = TrainingSpec(seq_len=seq, global_batch_size=gbs, precision=precision,  # type: ignore[arg-type]
-                            attention_kernel=attention_kernel(row, notes))  # type: ignore[arg-type]
+    training = TrainingSpec(seq_len=seq, global_batch_size=gbs, precision=precision,
+                            attention_kernel=attention_kernel(row, notes))
     cluster = cluster_for_row(row, label, notes, cache, profile)
     plan = plan_for_row(row, model, training, cluster, notes)
     candidates = tuning_candidates(row, model, training, plan)
@@ -245,7 +247,7 @@ def _tuned(sc: RowScenario, profile: CalibrationProfile | None,
 
 
 def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None = None,
-                 fidelity: Fidelity = "analytic", cache: dict[tuple, Cluster] | None = None,
+                 fidelity: Fidelity = "analytic", cache: dict[ClusterKey, Cluster] | None = None,
                  plan: ParallelPlan | None = None) -> dict[str, Any]:
     """One output record: the prediction and its signed error, or the reason the row was skipped.
 
@@ -282,9 +284,9 @@ def validate_runs(runs: pd.DataFrame, *, profile: CalibrationProfile | None = No
                   fidelity: Fidelity = "analytic",
                   progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """Validate every row of ``runs``; one output row per input row, in input order."""
-    cache: dict[tuple, Cluster] = {}
+    cache: dict[ClusterKey, Cluster] = {}
     records = []
-    rows = runs.to_dict("records")
+    rows = [{str(k): v for k, v in row.items()} for row in runs.to_dict("records")]
     for i, row in enumerate(rows):
         records.append(validate_row(row, profile=profile, fidelity=fidelity, cache=cache))
         if progress is not None:

@@ -19,6 +19,7 @@ from clustersim.simulator.plan.plan import ParallelPlan, Recompute
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model, megatron_flops_per_step, resolve_model_name
 from clustersim.workloads.errors import WorkloadError
+from clustersim.workloads.training import AttentionKernel, Precision
 from clustersim.workloads.presets import KNOWN_FAMILIES
 
 MEGATRON_CORE_FRAMEWORKS: tuple[str, ...] = ("megatron-core", "nemo", "megatron-bridge")
@@ -162,7 +163,7 @@ def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
 
 # ---------------------------------------------------------------- precision and plan
 
-def precision_of(row: Mapping[str, Any], notes: list[str]) -> tuple[str, str]:
+def precision_of(row: Mapping[str, Any], notes: list[str]) -> tuple[Precision, str]:
     """(TrainingSpec precision, label) by ``spellings.PRECISION_SPELLINGS``; missing -> bf16, noted."""
     p = text(row, "precision")
     if not p:
@@ -265,7 +266,7 @@ HOPPER_ATTENTION_YEAR = 2024
 FlashAttention-3, July 2024); runs published before used FlashAttention 1/2 or Triton kernels."""
 
 
-def attention_kernel(row: Mapping[str, Any], notes: list[str]) -> str:
+def attention_kernel(row: Mapping[str, Any], notes: list[str]) -> AttentionKernel:
     """The attention kernel of the run's era, from the year of ``source_date`` (none: current)."""
     year = text(row, "source_date")[:4]
     if not year.isdigit() or int(year) >= HOPPER_ATTENTION_YEAR:
