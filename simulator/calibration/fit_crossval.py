@@ -29,10 +29,11 @@ from clustersim.simulator.calibration.fit_first_order import (
     predict, row_weights,
 )
 from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.calibration.validate import family_of, validate_row
+from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.network.pricing import Fidelity
+from clustersim.topologies import Cluster
 
 GROUP_DONORS: Mapping[str, tuple[str, ...]] = {
     "a100": ("h100",), "h100": ("h200", "a100"), "h200": ("h100", "a100"),
@@ -152,7 +153,7 @@ def regime_of_row(row: Mapping[str, Any]) -> str:
 def _simulate_chunk(items: list[tuple[dict[str, Any], CalibrationProfile, CalibrationProfile | None]],
                     fidelity: Fidelity) -> list[dict[str, Any]]:
     """Worker: each row at its fold profile (held out) and, unless None, at the all-families profile."""
-    cache: dict = {}
+    cache: dict[ClusterKey, Cluster] = {}
     out = []
     for row, fold_prof, full_prof in items:
         held = validate_row(row, profile=fold_prof, fidelity=fidelity, cache=cache)
@@ -226,7 +227,7 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
 
 def same_fit(full: FoldFit, fitted: Mapping[str, CalibrationProfile]) -> bool:
     """Whether ``fitted`` holds the fitted values of ``full`` for every GPU type with training rows."""
-    def key(p: CalibrationProfile) -> tuple:
+    def key(p: CalibrationProfile) -> tuple[object, ...]:
         return (p.gemm_efficiency, p.attention_efficiency, p.link_efficiency, p.memory_efficiency, p.kernel_overhead,
                 p.expert_efficiency, p.precision_efficiency, p.attention_kernel_efficiency)
     own = [g for g, n in full.fitted_params.items() if n > 0]
@@ -235,7 +236,7 @@ def same_fit(full: FoldFit, fitted: Mapping[str, CalibrationProfile]) -> bool:
 
 def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], ff: FoldFit) -> np.ndarray:
     """First-order step times at a fold's profiles (scales = fold value / base value per parameter)."""
-    t = pb.t0.copy()
+    t: np.ndarray = pb.t0.copy()
     for i, g in enumerate(pb.groups):
         rows = pb.gi == i
         base, new = profiles[g], ff.profiles[g]
@@ -256,11 +257,13 @@ def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, Calibratio
 def _simulate_all(runs: pd.DataFrame, ok: pd.DataFrame, fam: np.ndarray, fold_of: Mapping[str, FoldFit],
                   full: FoldFit | None, fidelity: Fidelity, workers: int,
                   progress: Callable[[int, int], None] | None) -> pd.DataFrame:
-    by_id = {int(r["row_id"]): r for r in runs.to_dict("records")}
+    by_id = {int(r["row_id"]): {str(k): v for k, v in r.items()} for r in runs.to_dict("records")}
     keys = list(next(iter(fold_of.values())).profiles)
     items = []
     for rid, f, gpu in zip(ok.row_id.astype(int), fam, ok.gpu_type.astype(str)):
         key = profile_key(gpu, keys)
+        if key is None:
+            raise CalibrationError(f"gpu_type {gpu!r} of an ok row: no profile among {keys}")
         items.append((by_id[rid], fold_of[f].profiles[key], full.profiles[key] if full is not None else None))
     chunks = [items[i:i + 8] for i in range(0, len(items), 8)]
     records: list[dict[str, Any]] = []
@@ -286,7 +289,7 @@ def family_table(frame: pd.DataFrame) -> pd.DataFrame:
         return {"family": name, "rows": len(g), "mape_in_sample": float(g.error_in_pct.abs().mean()),
                 "mape_out_of_sample": float(g.error_out_pct.abs().mean()),
                 "median_abs_out": float(g.error_out_pct.abs().median()), "bias_out": float(g.error_out_pct.mean())}
-    out = [line(f, g) for f, g in frame.groupby("family")]
+    out = [line(str(f), g) for f, g in frame.groupby("family")]
     return pd.DataFrame(out + [line("all", frame)])
 
 

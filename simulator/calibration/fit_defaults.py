@@ -15,7 +15,7 @@ import os
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,7 +29,8 @@ from clustersim.simulator.calibration.fit_first_order import (
     FLASH2_FACTOR, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors, first_order_problem, fit_scales,
     held_out_folds, measured_times, row_weights,
 )
-from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, validate_row
+from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row
+from clustersim.topologies import Cluster
 from clustersim.topologies.accelerators import normalise_gpu
 from clustersim.simulator.calibration.validate_rules import SkipRow, attention_kernel, precision_of
 
@@ -93,13 +94,15 @@ def _relevant(param: str, row: Mapping[str, Any]) -> bool:
 
 
 def _row_record(row: Mapping[str, Any], key: str | None, profiles: Mapping[str, CalibrationProfile],
-                params: Sequence[str], fidelity: Fidelity, cache: dict) -> dict[str, Any]:
+                params: Sequence[str], fidelity: Fidelity, cache: dict[ClusterKey, Cluster]) -> dict[str, Any]:
     """Base and perturbed predicted step times of one row (NaN-free: irrelevant ones = base)."""
     rec: dict[str, Any] = {"row_id": int(row["row_id"]), "gpu_type": str(row.get("gpu_type", "")), "group": key,
                            "framework": str(row.get("framework", "") or ""), "source_id": str(row.get("source_id", ""))}
-    base = validate_row(row, profile=profiles[key], fidelity=fidelity, cache=cache) if key else None
-    if base is None or base["status"] != "ok":
-        return {**rec, "status": "skipped", "reason": base["reason"] if base else "no profile for gpu_type"}
+    if not key:
+        return {**rec, "status": "skipped", "reason": "no profile for gpu_type"}
+    base = validate_row(row, profile=profiles[key], fidelity=fidelity, cache=cache)
+    if base["status"] != "ok":
+        return {**rec, "status": "skipped", "reason": base["reason"]}
     rec.update(status="ok", reason="", measured=base["measured_step_time_s"], base=base["predicted_step_time_s"])
     for p in params:
         if not _relevant(p, row):
@@ -113,7 +116,7 @@ def _row_record(row: Mapping[str, Any], key: str | None, profiles: Mapping[str, 
 def _chunk_records(rows: list[dict[str, Any]], profiles: dict[str, CalibrationProfile],
                    params: tuple[str, ...], fidelity: Fidelity) -> list[dict[str, Any]]:
     """Worker: the records of a chunk of rows (one cluster cache per chunk)."""
-    cache: dict = {}
+    cache: dict[ClusterKey, Cluster] = {}
     return [_row_record(r, profile_key(str(r.get("gpu_type", "")), list(profiles)), profiles, params, fidelity, cache)
             for r in rows]
 
@@ -127,10 +130,11 @@ def sensitivities(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile]
     of its ``gpu_type``. Columns: row_id, gpu_type, group, framework, source_id, status, reason,
     measured, base and one per parameter (seconds). ``workers`` > 1 runs chunks in a process pool.
     """
-    rows = runs.to_dict("records")
+    rows = [{str(k): v for k, v in row.items()} for row in runs.to_dict("records")]
     chunks = [rows[i:i + chunk] for i in range(0, len(rows), chunk)]
     prof, ps = dict(profiles), tuple(params)
     records: list[dict[str, Any]] = []
+    results: Iterable[list[dict[str, Any]]]
     if workers <= 1:
         results = (_chunk_records(c, prof, ps, fidelity) for c in chunks)
         return _collect(results, records, len(rows), progress)
@@ -217,7 +221,7 @@ def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, Ca
 
 def _group_mape(group: pd.Series, err: np.ndarray) -> dict[str, float]:
     a = pd.Series(np.abs(err), index=group.index)
-    return {**a.groupby(group).mean().to_dict(), "all": float(a.mean())}
+    return {**{str(k): v for k, v in a.groupby(group).mean().items()}, "all": float(a.mean())}
 
 
 def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *, rounds: int = 1,
@@ -241,6 +245,8 @@ def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationP
         first = _group_mape(ok.group, first_order_errors(sens, x, profiles=current))
         held = _group_mape(ok.group, held_abs)
         current = _complete(current, fitted, sens)
+    if before is None or first is None or held is None or folds_table is None:  # set by every round
+        raise CalibrationError(f"fit rounds = {rounds}; use 1 or more")
     check = sensitivities(runs, current, (), fidelity=fidelity, workers=workers, progress=tell("check"))
     ok = check[check.status == "ok"]
     after = _group_mape(ok.group, (ok.base - ok.measured).to_numpy() / ok.measured.to_numpy() * 100.0)

@@ -96,7 +96,10 @@ def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationPr
 def _base_values(profs: list[CalibrationProfile]) -> dict[str, np.ndarray]:
     if any(len(p.gemm_efficiency) != GEMM_POINTS for p in profs):
         raise CalibrationError(f"gemm_efficiency must have {GEMM_POINTS} points in every profile to fit a shared curve")
-    arr = lambda f: np.array([f(p) for p in profs], dtype=float)  # noqa: E731
+
+    def arr(f: Callable[[CalibrationProfile], float]) -> np.ndarray:
+        return np.array([f(p) for p in profs], dtype=float)
+
     return {"gemm": np.array([[e for _, e in p.gemm_efficiency] for p in profs]),
             "attn_max": arr(lambda p: max(e for _, e in p.attention_efficiency)),
             "nvlink": arr(lambda p: p.link_eff("nvlink")), "nic": arr(lambda p: p.link_eff("nic")),
@@ -189,7 +192,9 @@ def fit_scales(pb: _Problem, measured: np.ndarray, weights: np.ndarray, *, bound
     m = np.ones(len(measured), bool) if mask is None else mask
     x = _initial(len(pb.groups))
     for i, smooth in enumerate(SMOOTHING):
-        obj = lambda x, s=smooth: weighted_mape(predict(pb, x)[m], measured[m], weights[m], s)  # noqa: E731
+        def obj(x: Mapping[str, np.ndarray], s: float = smooth) -> float:
+            return weighted_mape(predict(pb, x)[m], measured[m], weights[m], s)
+
         best = obj(x)
         for step in ([None] * sweeps if i == 0 else []) + [0.02, 0.005, 0.001]:
             for _ in range(MAX_LOCAL_SWEEPS):
@@ -253,7 +258,8 @@ def first_order_errors(sens: pd.DataFrame, x: Mapping[str, np.ndarray] | None = 
     pb = first_order_problem(sens, profiles)
     t = predict(pb, x if x is not None else _initial(len(pb.groups)))
     meas = measured_times(sens, None)
-    return (t - meas) / meas * 100.0
+    errors: np.ndarray = (t - meas) / meas * 100.0
+    return errors
 
 
 def cross_validate(sens: pd.DataFrame, folds: int = 2, rng: np.random.Generator | None = None, *,

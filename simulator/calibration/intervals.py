@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
+import numpy.typing as npt
 import pandas as pd
 import yaml
 
@@ -62,7 +63,7 @@ def regime(kind: str, gpu: str) -> str:
     return f"{kind}/{generation(gpu) or gpu.lower()}"
 
 
-def conformal_bounds(ratios: Sequence[float], level: float) -> tuple[float, float]:
+def conformal_bounds(ratios: Sequence[float] | npt.NDArray[np.float64], level: float) -> tuple[float, float]:
     """Split-conformal bounds (lo, hi) on measured / predicted at ``level``, two-sided.
 
     With n calibration ratios sorted, hi is the ceil((n + 1)(1 - a/2))-th smallest and lo the
@@ -81,12 +82,12 @@ def conformal_bounds(ratios: Sequence[float], level: float) -> tuple[float, floa
     return lo, hi
 
 
-def ratios(frame: pd.DataFrame) -> np.ndarray:
+def ratios(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
     """measured / held-out predicted step time of each row of a cross-validation table."""
     return (frame.measured_s / frame.held_out_s).to_numpy(float)
 
 
-def _calibration(frame: pd.DataFrame, reg: str) -> tuple[np.ndarray, bool]:
+def _calibration(frame: pd.DataFrame, reg: object) -> tuple[npt.NDArray[np.float64], bool]:
     """Ratios of regime ``reg`` (or pooled, extrapolated, when it has too few)."""
     mine = frame[frame.regime_key == reg]
     if len(mine) >= MIN_REGIME_ROWS:
@@ -171,7 +172,8 @@ def load_intervals(path: str | Path = INTERVALS_PATH) -> dict[str, Any]:
     where = Path(path)
     if not where.exists():
         raise CalibrationError(f"interval table {where} missing; run clustersim validate --cross-validate family --write-intervals")
-    return yaml.safe_load(where.read_text())
+    table: dict[str, Any] = yaml.safe_load(where.read_text())
+    return table
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # annotations only; the modules load when a command runs
     import pandas as pd
 
     from clustersim.simulator.calibration.fit_defaults import FitOutcome
-
+    from clustersim.simulator.network.pricing import Fidelity
 
 
 def register(app: typer.Typer) -> None:
@@ -103,6 +103,7 @@ def validate_command(
     try:
         if fidelity not in ("analytic", "flow"):
             raise ClusterSimError(f"--fidelity {fidelity!r}: use analytic or flow")
+        model: Fidelity = "flow" if fidelity == "flow" else "analytic"
         output_file("--out", out)  # checked before the (long) computation
         if fit_profiles is not None:
             output_dir("--fit-profiles", fit_profiles)
@@ -114,18 +115,18 @@ def validate_command(
                 raise ClusterSimError("--cross-validate starts from the bundled profiles; drop --calibration and --fit-profiles")
             from clustersim.simulator.cli.validate_cv import run_cross_validation  # heavy (pandas): imported when used
 
-            run_cross_validation(console, errors, table, fidelity, workers, progress, cv_dir, sensitivities_csv)
+            run_cross_validation(console, errors, table, model, workers, progress, cv_dir, sensitivities_csv)
             return
         if fit_profiles is not None:
             if calibration is not None:
                 raise ClusterSimError("--fit-profiles starts from the bundled profiles; drop --calibration")
-            outcome = _run_fit(table, fidelity, fit_rounds, workers, progress, errors)
+            outcome = _run_fit(table, model, fit_rounds, workers, progress, errors)
             _write_fit(console, outcome, fit_profiles)
             return
         profile = load_profile(calibration) if calibration is not None else None
         with Progress(console=errors, disable=not progress, transient=True) as bar:
             task = bar.add_task("validating", total=len(table))
-            results = validate_runs(table, profile=profile, fidelity=fidelity,  # type: ignore[arg-type]
+            results = validate_runs(table, profile=profile, fidelity=model,
                                     progress=lambda done, _total: bar.update(task, completed=done))
     except ClusterSimError as exc:
         fail(exc)
@@ -134,7 +135,7 @@ def validate_command(
     print_summary(console, results)
 
 
-def _run_fit(table: pd.DataFrame, fidelity: str, rounds: int, workers: int, progress: bool,
+def _run_fit(table: pd.DataFrame, fidelity: Fidelity, rounds: int, workers: int, progress: bool,
              errors: Console) -> FitOutcome:
     """The fit pipeline of ``clustersim.simulator.calibration.fit_defaults`` with one progress bar per simulation pass."""
     from clustersim.simulator.calibration.fit_defaults import fit_default_profiles  # heavy (pandas/matplotlib): imported when the command runs
@@ -147,7 +148,7 @@ def _run_fit(table: pd.DataFrame, fidelity: str, rounds: int, workers: int, prog
             if label not in tasks:
                 tasks[label] = bar.add_task(f"fit: {label}", total=total)
             bar.update(tasks[label], completed=done)
-        return fit_default_profiles(table, start, rounds=rounds, fidelity=fidelity,  # type: ignore[arg-type]
+        return fit_default_profiles(table, start, rounds=rounds, fidelity=fidelity,
                                     workers=workers, progress=tick)
 
 

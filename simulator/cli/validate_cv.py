@@ -20,8 +20,9 @@ from clustersim.files import write_atomic
 from clustersim.simulator.calibration.fit_crossval import CrossValidation, cross_validate_families
 from clustersim.simulator.calibration.fit_defaults import sensitivities
 from clustersim.simulator.calibration.intervals import coverage_by_family, interval_table, write_intervals
-from clustersim.simulator.calibration.profile import PROFILE_DIR, load_profile
+from clustersim.simulator.calibration.profile import PROFILE_DIR, CalibrationProfile, load_profile
 from clustersim.simulator.errors import ClusterSimError
+from clustersim.simulator.network.pricing import Fidelity
 
 INTERVALS_HEADER = (
     "Prediction intervals of the step time, per regime (model kind / GPU generation): split-conformal\n"
@@ -30,7 +31,7 @@ INTERVALS_HEADER = (
     "ratio_80 / ratio_90: [low, high] multipliers of a prediction. Method and coverage: docs/VALIDATION.md.")
 
 
-def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame, fidelity: str, workers: int,
+def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame, fidelity: Fidelity, workers: int,
                          progress: bool, out_dir: Path, sens_csv: Path | None) -> CrossValidation:
     """Sensitivities (cached or one pass), the folds, coverage; files into ``out_dir``; tables printed."""
     profiles = {p.stem: load_profile(p) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
@@ -42,11 +43,11 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
             sens = pd.read_csv(sens_csv)
         else:
             task = bar.add_task("sensitivities", total=len(table))
-            sens = sensitivities(table, profiles, fidelity=fidelity, workers=workers,  # type: ignore[arg-type]
+            sens = sensitivities(table, profiles, fidelity=fidelity, workers=workers,
                                  progress=lambda d, _t: bar.update(task, completed=d))
         t_sens = time.perf_counter() - start
         task2 = bar.add_task("held-out re-simulation", total=int((sens.status == "ok").sum()))
-        cv = cross_validate_families(table, sens, profiles, fidelity=fidelity, workers=workers,  # type: ignore[arg-type]
+        cv = cross_validate_families(table, sens, profiles, fidelity=fidelity, workers=workers,
                                      progress=lambda d, _t: bar.update(task2, completed=d),
                                      reuse=_fit_run(sens_csv))
     coverage = coverage_by_family(cv.rows)
@@ -55,7 +56,7 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
     return cv
 
 
-def _fit_run(sens_csv: Path | None) -> tuple[dict, dict[int, float]] | None:
+def _fit_run(sens_csv: Path | None) -> tuple[dict[str, CalibrationProfile], dict[int, float]] | None:
     """The profiles and per-row predictions of the ``--fit-profiles`` run that wrote ``sens_csv``."""
     if sens_csv is None or not (sens_csv.parent / "fit_rows.csv").exists():
         return None
