@@ -98,7 +98,10 @@ def _incidence(fabric: Fabric, flows: Sequence[Flow]) -> tuple[np.ndarray, np.nd
         fi.append(np.full(len(edges), k))
         li.append(edges)
         fr.append(frac)
-    cat = (lambda xs, t: np.concatenate(xs).astype(t) if xs else np.zeros(0, dtype=t))
+
+    def cat(xs: list[np.ndarray], t: type) -> np.ndarray:
+        return np.concatenate(xs).astype(t) if xs else np.zeros(0, dtype=t)
+
     return cat(fi, np.int64), cat(li, np.int64), cat(fr, float), lat
 
 
@@ -115,9 +118,9 @@ def simulate_flows(graph: nx.DiGraph, flows: Sequence[Flow], profile: Calibratio
     used = np.flatnonzero(per_link > 0)
     return FlowResult(
         finish_times=tuple(float(x) for x in finish),
-        link_bytes={fabric.edge_name(e): float(per_link[e]) for e in used},
+        link_bytes={fabric.edge_name(int(e)): float(per_link[e]) for e in used},
         link_utilisation={
-            fabric.edge_name(e): float(per_link[e] / (fabric.capacity[e] * makespan)) if makespan > 0 else 0.0
+            fabric.edge_name(int(e)): float(per_link[e] / (fabric.capacity[e] * makespan)) if makespan > 0 else 0.0
             for e in used
         },
         makespan=makespan,

@@ -15,10 +15,10 @@ from functools import lru_cache
 
 from clustersim.simulator.network import analytic
 from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.step.compute import is_routed_expert, ops_time, optimizer_time, peak_for
+from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, optimizer_time, peak_for
 from clustersim.simulator.step.lower import flow_shop
 from clustersim.simulator.step.partition import RESERVED_BYTES
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.plan.plan import ParallelPlan, Recompute
 from clustersim.topologies import Cluster
 from clustersim.workloads import (
     ModelSpec,
@@ -70,7 +70,10 @@ class Estimator:
     def _layer_times(self, i: int, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool, imbalance: float) -> dict[str, float]:
         """Pass times of representative layer ``i`` (see ``layer_groups``)."""
         ops = list(self._ops(i, mb, tp, cp, ep, etp, sp))
-        t = lambda sel, which: ops_time(sel, self.cluster.accelerator, self.profile, self.training.precision, which, imbalance)  # noqa: E731
+
+        def t(sel: list[Op], which: Pass) -> float:
+            return ops_time(sel, self.cluster.accelerator, self.profile, self.training.precision, which, imbalance)
+
         attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
         ring = 1.0 if any(o.name == "attn_core" for o in ops) else 0.0  # CP ring only around attention
         expert = sum(o.params for o in ops if is_routed_expert(o))
@@ -78,10 +81,10 @@ class Estimator:
                 "sel": t([o for o in ops if o.recompute_selective], "fwd"), "attn_f": t(attn, "fwd"),
                 "attn_b": t(attn, "bwd"), "ring": ring, "params": float(sum(o.params for o in ops)), "expert": float(expert)}
 
-    def _layer_act(self, i: int, mb: int, tp: int, cp: int, sp: bool, rc: str, ep: int, etp: int) -> float:
+    def _layer_act(self, i: int, mb: int, tp: int, cp: int, sp: bool, rc: Recompute, ep: int, etp: int) -> float:
         return layer_activation_bytes(self.model, i, micro_batch=mb, seq_len=self.training.seq_len, tp=tp, cp=cp,
                                       sp=sp, recompute=rc, dtype_bytes=self.training.activation_bytes, ep=ep, etp=etp,
-                                      flash_attention=self.training.flash_attention)  # type: ignore[arg-type]
+                                      flash_attention=self.training.flash_attention)
 
     def _collective(self, kind: str, size: float, n: int, per_domain: int) -> float:
         shape = analytic.GroupShape(size=n, per_domain=max(1, min(per_domain, n)))

@@ -15,7 +15,7 @@ import itertools
 import time
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal
+from typing import Callable, Iterator, Literal, TypedDict
 
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
@@ -24,7 +24,7 @@ from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.estimate import Estimate, Estimator
 from clustersim.simulator.step.partition import partition_memory
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.plan.plan import Fsdp, ParallelPlan, Recompute, Schedule
 from clustersim.simulator.step.result import Result
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec
@@ -113,15 +113,26 @@ def candidate_plans(model: ModelSpec, training: TrainingSpec, cluster: Cluster, 
             yield from _variants(model, tp, pp, cp, ep, dp, mb)
 
 
+class _Sharding(TypedDict, total=False):
+    """The sharding keywords of one ParallelPlan variant."""
+
+    zero: int
+    fsdp: Fsdp
+
+
 def _variants(model: ModelSpec, tp: int, pp: int, cp: int, ep: int, dp: int, mb: int) -> Iterator[ParallelPlan]:
-    base = dict(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, micro_batch=mb, sp=tp > 1)
-    schedules: list[tuple[str, int]] = [("1f1b", 1)] if pp > 1 else [("1f1b", 1)]
+    schedules: list[tuple[Schedule, int]] = [("1f1b", 1)] if pp > 1 else [("1f1b", 1)]
     if pp > 1:
-        schedules += [("zb-h1", 1)] + [("interleaved", v) for v in (2, 3, 4, 5) if model.num_layers % (pp * v) == 0]
+        schedules.append(("zb-h1", 1))
+        schedules += [("interleaved", v) for v in (2, 3, 4, 5) if model.num_layers % (pp * v) == 0]
         schedules += [("dualpipe", 1)] if pp % 2 == 0 else []
-    shardings = [dict(zero=0), dict(zero=1)] + ([dict(fsdp="full")] if pp == 1 and tp <= 8 else [])
-    for (schedule, vpp), rc, sh in itertools.product(schedules, ("none", "selective", "full"), shardings):
-        yield ParallelPlan(**base, schedule=schedule, vpp=vpp, recompute=rc, **sh)  # type: ignore[arg-type]
+    shardings: list[_Sharding] = [{"zero": 0}, {"zero": 1}]
+    if pp == 1 and tp <= 8:
+        shardings.append({"fsdp": "full"})
+    recomputes: tuple[Recompute, ...] = ("none", "selective", "full")
+    for (schedule, vpp), rc, sh in itertools.product(schedules, recomputes, shardings):
+        yield ParallelPlan(tp=tp, pp=pp, cp=cp, ep=ep, dp=dp, micro_batch=mb, sp=tp > 1,
+                           schedule=schedule, vpp=vpp, recompute=rc, **sh)
 
 
 def plan_is_valid(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan) -> bool:
@@ -282,13 +293,13 @@ class _BranchAndBound:
 def pareto_front(ranked: list[Ranked], per_token: float = 1.0) -> tuple[Ranked, ...]:
     """The engine-priced plans no other priced plan beats on step time, peak memory and $/token
     at once (on one cluster $/token follows step time, so it is time against memory headroom)."""
-    done = sorted((r for r in ranked if r.result is not None), key=lambda r: (r.result.step_time, r.result.peak_memory))  # type: ignore[union-attr]
-    front: list[Ranked] = []
-    for r in done:
-        assert r.result is not None
-        if all(r.result.peak_memory < f.result.peak_memory for f in front):  # type: ignore[union-attr]
-            front.append(r)
-    return tuple(front)
+    done = sorted(((r, r.result) for r in ranked if r.result is not None),
+                  key=lambda pair: (pair[1].step_time, pair[1].peak_memory))
+    front: list[tuple[Ranked, Result]] = []
+    for r, result in done:
+        if all(result.peak_memory < f.peak_memory for _, f in front):
+            front.append((r, result))
+    return tuple(r for r, _ in front)
 
 
 def _safe_estimate(est: Estimator, plan: ParallelPlan) -> Estimate | None:
