@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
-from typing import Generator
+from typing import Any, Generator
 
 import numpy as np
 import simpy
@@ -26,6 +26,9 @@ from clustersim.simulator.step.costs import ChunkCost, StageCost
 from clustersim.simulator.step.interval import Interval
 
 __all__ = ["EngineInput", "Interval", "run"]
+
+Process = Generator[simpy.Event, Any, None]
+"""A SimPy process body: yields events, is sent each event's value, returns nothing."""
 
 
 @dataclass(frozen=True)
@@ -62,7 +65,7 @@ class _Run:
 
     @property
     def replicas(self) -> int:
-        return self.inp.scale.shape[0]
+        return int(self.inp.scale.shape[0])
 
     def event(self, key: tuple[int, Action, int]) -> simpy.Event:
         if key not in self.arrive:
@@ -116,7 +119,7 @@ def _split_w(inp: EngineInput) -> bool:
     return inp.schedule in ("zb-h1", "dualpipe")
 
 
-def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Generator:
+def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
     """One stage of one replica: gathers, the schedule's passes, then its DP reduction.
 
     The stage runs its lanes (one, or two for DualPipe) in order, taking whichever lane's next
@@ -177,7 +180,7 @@ def _input_ready(st: _Run, r: int, s: int, action: Action) -> bool:
     return dep is None or st.event((r, dep[0], dep[1])).triggered
 
 
-def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, left: Counter[int]) -> Generator:
+def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, left: Counter[int]) -> Process:
     """Run one pass; the chunk's last backward (its last W with a split backward) releases its DP buckets."""
     kind, mb, v = action
     chunk = st.inp.stages[s].chunks[v]
@@ -244,10 +247,15 @@ def _send(st: _Run, r: int, s: int, action: Action) -> None:
     if waiting is None:
         st.arrive[key] = arrival
     else:
-        arrival.callbacks.append(lambda _e: waiting.succeed())
+        arrival.callbacks.append(lambda _e: _succeed(waiting))
 
 
-def _release(st: _Run, queue: simpy.Store, chunk: ChunkCost, start: float, dur: float) -> Generator:
+def _succeed(event: simpy.Event) -> None:
+    """Trigger ``event`` (a callback: SimPy callbacks return nothing)."""
+    event.succeed()
+
+
+def _release(st: _Run, queue: simpy.Store, chunk: ChunkCost, start: float, dur: float) -> Process:
     """Hand the chunk's gradient buckets to the DP stream as the last backward produces them."""
     for i, b in enumerate(chunk.buckets):
         at = start + b.at * dur if st.inp.overlap_grad_reduce else start + dur
@@ -256,7 +264,7 @@ def _release(st: _Run, queue: simpy.Store, chunk: ChunkCost, start: float, dur: 
         yield queue.put((chunk.chunk, i, b.time))
 
 
-def _dp_stream(st: _Run, r: int, s: int, queue: simpy.Store, count: int) -> Generator:
+def _dp_stream(st: _Run, r: int, s: int, queue: simpy.Store, count: int) -> Process:
     """Reduce buckets one after another; in full mode each waits for every replica's copy."""
     for n in range(count):
         chunk, i, secs = yield queue.get()
@@ -277,7 +285,7 @@ def _barrier(st: _Run, s: int, n: int) -> simpy.Event:
     return ev
 
 
-def _prefetch(st: _Run, r: int, s: int) -> Generator:
+def _prefetch(st: _Run, r: int, s: int) -> Process:
     """ZeRO-1/2 parameter all-gathers of the previous step's update, chunk by chunk.
 
     The event of a chunk fires with the time its gathers start (layer-pipelined chunks) or when
@@ -294,7 +302,7 @@ def _prefetch(st: _Run, r: int, s: int) -> Generator:
             ev.succeed(st.env.now)
 
 
-def _wait_gather(st: _Run, r: int, s: int, v: int) -> Generator:
+def _wait_gather(st: _Run, r: int, s: int, v: int) -> Process:
     """Before a chunk's first forward: wait for its gathers (or, pipelined, for their lead)."""
     chunk = st.inp.stages[s].chunks[v]
     if not (st.inp.overlap_param_gather and chunk.param_gather > 0):
@@ -309,12 +317,15 @@ def _wait_gather(st: _Run, r: int, s: int, v: int) -> Generator:
         st.log.append(Interval(r, s, "compute", "exposed_dp", t0, st.env.now, "wait param gather"))
 
 
-def _finish(st: _Run, ready: list[list[simpy.Event]], ends: dict[tuple[int, int], float]) -> Generator:
+def _finish(st: _Run, ready: list[list[simpy.Event]], ends: dict[tuple[int, int], float]) -> Process:
     """Cross-stage sync (grad-norm), then every unit's optimizer and unoverlapped gathers."""
     done_at: dict[tuple[int, int], float] = {}
     for r, row in enumerate(ready):
         for s, ev in enumerate(row):
-            ev.callbacks.append(lambda _e, key=(r, s): done_at.__setitem__(key, st.env.now))
+            def mark(_e: simpy.Event, key: tuple[int, int] = (r, s)) -> None:
+                done_at[key] = st.env.now
+
+            ev.callbacks.append(mark)
     yield simpy.AllOf(st.env, [e for row in ready for e in row])
     sync = st.env.now
     for (r, s), t in done_at.items():
