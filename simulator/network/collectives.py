@@ -56,7 +56,7 @@ class CollectiveCost:
     """size / time (bytes/s)."""
     bytes_per_rank_sent: float
     """Mean bytes one rank of the representative group sends over links."""
-    link_utilisation: Mapping[str, float] | None = None
+    link_utilisation: LinkUtilisation | None = None
     """Per directed link ``"u->v"``: busy fraction over ``time`` with all groups' flows."""
 
 
@@ -76,7 +76,7 @@ class _Pattern:
     """Bytes per link per byte of size, summed over steps and repeats (all groups)."""
 
 
-class _LinkUtilisation(Mapping[str, float]):
+class LinkUtilisation(Mapping[str, float]):
     """Lazy mapping from link name to utilisation (built only when read)."""
 
     def __init__(self, fabric: Fabric, loads: np.ndarray, size: float, time: float) -> None:
@@ -184,7 +184,7 @@ def _cost(pattern: _Pattern, kind: str, algorithm: str, size: float, n: int, ove
     return CollectiveCost(
         time=time, algorithm=algorithm, alg_bandwidth=alg_bw, bus_bandwidth=alg_bw * bus_factor(kind, n),
         bytes_per_rank_sent=pattern.sent * size,
-        link_utilisation=_LinkUtilisation(fabric, pattern.loads, size, time),
+        link_utilisation=LinkUtilisation(fabric, pattern.loads, size, time),
     )
 
 

@@ -23,7 +23,7 @@ from clustersim.simulator.step.compute import peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.costs import StageCost
 from clustersim.simulator.step.lower import Costing, compute_parts, lower
-from clustersim.simulator.step.partition import partition_memory
+from clustersim.simulator.step.partition import StageMemory, partition_memory
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.step.result import Result, breakdowns, critical_unit
@@ -126,7 +126,8 @@ def unit_ranks(placement: Placement) -> np.ndarray:
 
 def _unit_scale(placement: Placement, rank_scale: np.ndarray) -> np.ndarray:
     """A unit (a TP/CP group at one stage of one replica) runs at its slowest rank's pace."""
-    return rank_scale[unit_ranks(placement)].max(axis=2)
+    slowest: np.ndarray = rank_scale[unit_ranks(placement)].max(axis=2)
+    return slowest
 
 
 def _rank_waits(placement: Placement, intervals: list[Interval], rank_scale: np.ndarray, unit_scale: np.ndarray) -> tuple[float, ...]:
@@ -169,7 +170,7 @@ def input_hash(doc: Mapping[str, Any]) -> str:
 
 
 def _summarise(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan,
-               stages: tuple[StageCost, ...], memory: tuple, intervals: list[Interval], step: float,
+               stages: tuple[StageCost, ...], memory: tuple[StageMemory, ...], intervals: list[Interval], step: float,
                m: int, inputs: dict[str, Any], waits: tuple[float, ...] | None) -> Result:
     per_stage_devices = plan.dp * plan.tp * plan.cp
     device = sum(c.flops for st in stages for c in st.chunks) * m * per_stage_devices

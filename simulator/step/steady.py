@@ -182,7 +182,7 @@ def _align(a: list[Interval], b: list[Interval], tol: float) -> _Alignment | Non
     from the front; None if it is not."""
     sa, sb = _shape(a), _shape(b)
 
-    def same(x: tuple, y: tuple) -> bool:
+    def same(x: tuple[tuple[str, str], float, float], y: tuple[tuple[str, str], float, float]) -> bool:
         return x[0] == y[0] and abs(x[1] - y[1]) <= tol and abs(x[2] - y[2]) <= tol
 
     def fits(i: int, j: int, length: int) -> bool:
