@@ -145,10 +145,10 @@ def _torus(num_gpus: int, node: NodeSpec, o: dict[str, Any]) -> Any:
 
 
 def _dragonfly(num_gpus: int, node: NodeSpec, o: dict[str, Any]) -> Any:
-    shape = [int(_need(o, k, "dragonfly")) for k in ("groups", "routers_per_group", "hosts_per_router")]
-    _check_direct_size(num_gpus, node, "dragonfly", math.prod(shape))
+    groups, routers, hosts = (int(_need(o, k, "dragonfly")) for k in ("groups", "routers_per_group", "hosts_per_router"))
+    _check_direct_size(num_gpus, node, "dragonfly", groups * routers * hosts)
     per_server = node.nic_bandwidth * node.gpus_per_node  # default: router links carry one server's NICs
-    return dragonfly(*shape, node, local_bandwidth=o.get("local_bandwidth", per_server),
+    return dragonfly(groups, routers, hosts, node, local_bandwidth=o.get("local_bandwidth", per_server),
                      global_bandwidth=o.get("global_bandwidth", per_server))
 
 
@@ -161,7 +161,7 @@ def _build_graph(fabric: str, num_gpus: int, node: NodeSpec, o: dict[str, Any], 
         case "rail_optimized":
             return rail_optimized_parts(num_gpus, node, servers_per_leaf=o.get("servers_per_leaf", spl), **common)
         case "fat_tree":
-            keys = ("hosts_per_leaf", "tiers", "leaves_per_pod", "num_cores", "core_oversubscription")
+            keys: tuple[str, ...] = ("hosts_per_leaf", "tiers", "leaves_per_pod", "num_cores", "core_oversubscription")
             return fat_tree_parts(num_gpus, node, **common, **{k: o[k] for k in keys if k in o})
         case "multi_plane":
             keys = ("planes", "hosts_per_leaf")
