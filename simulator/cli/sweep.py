@@ -24,7 +24,7 @@ from clustersim.simulator.sweep.executors import SchedulerLost, default_workers,
 from clustersim.simulator.cli.output import fail
 
 if TYPE_CHECKING:  # annotations only; sweep.sweep (pandas, pyarrow) loads when the command runs
-    from clustersim.simulator.sweep.sweep import SweepReport
+    from clustersim.simulator.sweep.sweep import SweepInterrupted as Interrupted, SweepReport
 
 EXIT_LOST_POINTS = 1
 EXIT_INTERRUPTED = 130  # 128 + SIGINT, the shell convention
@@ -34,6 +34,9 @@ DEFAULT_EVALUATOR = "clustersim.simulator.sweep.points:evaluate_point"
 
 class _NotRaised(Exception):
     """Stands for ``SweepInterrupted`` until ``clustersim.simulator.sweep.sweep`` is imported."""
+
+    signum: int
+    report: SweepReport
 
 
 def register(app: typer.Typer) -> None:
@@ -58,7 +61,7 @@ def sweep_command(
         "--calibration", help="Calibration profile YAML for every point (default: the base scenario's).")] = None,
 ) -> None:
     """Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."""
-    SweepInterrupted: type[BaseException] = _NotRaised  # bound before the import a Ctrl-C may interrupt
+    SweepInterrupted: type[_NotRaised | Interrupted] = _NotRaised  # bound before the import a Ctrl-C may interrupt
     console, errors = Console(), Console(stderr=True)
     if workers < 0:
         fail(f"--workers {workers}: use 0 (automatic), 1 (serial) or more")

@@ -28,11 +28,11 @@ import socket
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from dataclasses import dataclass
 from types import ModuleType
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Generator, Protocol
 
 from clustersim.simulator.errors import ClusterSimError
 
@@ -45,6 +45,8 @@ Task = tuple[str, Mapping[str, object]]
 Outcome = tuple[str, dict[str, object] | None, str]
 """What an executor yields: (point_id, row, note); row is None when the point was lost (a worker
 crash the executor could not recover from); note then says why."""
+Outcomes = Generator[Outcome, None, None]
+"""An executor's outcome stream: a generator, so the sweep can close it (stopping the workers)."""
 
 
 class SweepError(ClusterSimError):
@@ -68,7 +70,7 @@ def resolve_evaluator(spec: str) -> Callable[[dict[str, object]], Mapping[str, o
     except ImportError as exc:
         raise SweepError(f"evaluator {spec!r}: cannot import {module_name!r} ({exc}); install it "
                          f"or put it on PYTHONPATH") from exc
-    function = getattr(module, attr, None)
+    function: Callable[[dict[str, object]], Mapping[str, object]] | None = getattr(module, attr, None)
     if not callable(function):
         raise SweepError(f"evaluator {spec!r}: {module_name} has no function {attr!r}")
     return function
@@ -94,7 +96,7 @@ def evaluate_task(evaluator: str, point_id: str, point: Mapping[str, object]) ->
 class Executor(Protocol):
     """Anything that turns tasks into outcomes, yielded as they complete."""
 
-    def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
+    def run(self, evaluator: str, tasks: Sequence[Task]) -> Outcomes:
         """Yield one outcome per task, in completion order; stop workers when closed early."""
         ...
 
@@ -103,7 +105,7 @@ class Executor(Protocol):
 class SerialExecutor:
     """Evaluates points one after another in this process (workers=1; easiest to debug)."""
 
-    def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
+    def run(self, evaluator: str, tasks: Sequence[Task]) -> Outcomes:
         """Yield each task's row in task order."""
         resolve_evaluator(evaluator)  # fail fast on a bad spec, before any point runs
         for point_id, point in tasks:
@@ -175,7 +177,7 @@ class LocalExecutor:
         if self.workers < 1:
             raise SweepError(f"workers={self.workers}: must be >= 1 (use 1 for serial runs)")
 
-    def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
+    def run(self, evaluator: str, tasks: Sequence[Task]) -> Outcomes:
         """Submit every task, then yield rows as workers finish them."""
         resolve_evaluator(evaluator)
         # spawn, not fork: the driver runs a progress-bar thread, and fork copies locks held by it
@@ -216,7 +218,7 @@ class DaskExecutor:
     poll_s: float = 0.2
     """How often the driver looks at the futures' states."""
 
-    def run(self, evaluator: str, tasks: Sequence[Task]) -> Iterator[Outcome]:
+    def run(self, evaluator: str, tasks: Sequence[Task]) -> Outcomes:
         """Submit every task keyed by its point id; yield rows as they complete."""
         self._probe()  # an unreachable address fails in milliseconds, before distributed is imported
         # deferred import: distributed costs ~1 s to import, and local pool workers import us
@@ -232,13 +234,13 @@ class DaskExecutor:
             yield from self._watch(client, dict(zip(futures, ids)))
         except BaseException:
             with contextlib.suppress(Exception):
-                client.cancel(futures)
+                client.cancel(futures)  # type: ignore[no-untyped-call]  # distributed leaves Client.cancel unannotated
             raise
         finally:
             with contextlib.suppress(Exception):
-                client.close(timeout=2)
+                client.close(timeout=2)  # type: ignore[no-untyped-call]  # distributed leaves Client.close unannotated
 
-    def _watch(self, client: Client, pending: dict[object, str]) -> Iterator[Outcome]:
+    def _watch(self, client: Client, pending: dict[object, str]) -> Outcomes:
         """Yield each future's outcome as its state leaves 'pending'; watch workers and scheduler."""
         idle_s = 0.0
         while pending:
@@ -281,8 +283,9 @@ class DaskExecutor:
     def _connect(self, distributed: ModuleType) -> Client:
         """A client of the scheduler, or a SweepError naming the address."""
         try:
-            return distributed.Client(self.address, timeout=self.connect_timeout_s,
-                                      set_as_default=False)
+            client: Client = distributed.Client(self.address, timeout=self.connect_timeout_s,
+                                                set_as_default=False)
+            return client
         except (OSError, TimeoutError, ValueError) as exc:
             raise SweepError(f"--scheduler {self.address}: cannot connect within "
                              f"{self.connect_timeout_s:g} s ({exc}); start `dask scheduler` there "
@@ -298,17 +301,18 @@ class DaskExecutor:
         except Exception:  # the scheduler went away between the status check and the call
             return True
 
-def _dask_result(future: object) -> object:
+def _dask_result(future: object) -> dict[str, object] | BaseException:
     """A done future's row, or its exception (error, cancelled, lost with the scheduler)."""
     try:
-        return future.result(timeout=5)  # type: ignore[attr-defined]
+        row: dict[str, object] = future.result(timeout=5)  # type: ignore[attr-defined]  # a distributed.Future of evaluate_task
+        return row
     except BaseException as exc:  # noqa: BLE001 - the point is lost, the sweep goes on
         if isinstance(exc, KeyboardInterrupt):
             raise
         return exc
 
 
-def _dask_outcome(point_id: str, result: object) -> Outcome:
+def _dask_outcome(point_id: str, result: dict[str, object] | BaseException) -> Outcome:
     """The outcome of a finished Dask task; an exception (KilledWorker after repeated worker
     deaths, a cancelled task) loses the point."""
     if isinstance(result, BaseException):

@@ -47,7 +47,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.progress import TimeRemainingColumn
 
 from clustersim.files import write_atomic
-from clustersim.simulator.sweep.executors import Executor, Outcome, SchedulerLost, SweepError, Task, make_executor
+from clustersim.simulator.sweep.executors import Executor, Outcomes, SchedulerLost, SweepError, Task, make_executor
 from clustersim.simulator.sweep.executors import default_workers
 from clustersim.simulator.scenario import with_override
 
@@ -427,12 +427,12 @@ def sweep(source: str | Path | Mapping[str, object], out_dir: str | Path, *,
                      progress=progress).frame
 
 
-def _no_outcomes() -> Iterator[Outcome]:
+def _no_outcomes() -> Outcomes:
     """An empty outcome generator (closable, like an executor's) for a sweep already done."""
     yield from ()
 
 
-def _drain(outcomes: Iterator[Outcome], spec: SweepSpec, out_dir: Path, tasks: Sequence[Task],
+def _drain(outcomes: Outcomes, spec: SweepSpec, out_dir: Path, tasks: Sequence[Task],
            rows: dict[str, dict[str, object]], lost: list[str], *, progress: bool,
            consolidate_every_s: float) -> None:
     """Write each outcome's part as it arrives and add it to rows (a lost point to lost)."""
