@@ -45,6 +45,8 @@ from clustersim.workloads import ModelSpec, TrainingSpec, get_model, load_model
 from clustersim.workloads import model as model_fields
 from clustersim.workloads import training as training_fields
 
+ScenarioMode = Literal["symmetric", "full"]
+"""How the engine runs the scenario (``simulate``'s ``mode``)."""
 TOP_KEYS = ("name", "model", "training", "cluster", "plan", "calibration", "mode", "seed")
 MAX_GPUS = cluster_keys.MAX_GPUS
 MAX_LAYERS = model_fields.SIZE_LIMITS["num_layers"]
@@ -176,7 +178,7 @@ class ScenarioSpec(Spec):
     cluster: ClusterSpecModel  # type: ignore[valid-type]  # a create_model class: mypy sees a variable, not a type
     plan: PlanSpec  # type: ignore[valid-type]  # a create_model class: mypy sees a variable, not a type
     calibration: Optional[str | dict[str, Any]] = None
-    mode: Literal["symmetric", "full"] = "symmetric"
+    mode: ScenarioMode = "symmetric"
     seed: Annotated[int, Field(ge=0, le=MAX_SEED)] = 0
 
 
@@ -247,7 +249,7 @@ class Scenario:
     cluster: Cluster
     plan: ParallelPlan
     profile: CalibrationProfile | None
-    mode: str
+    mode: ScenarioMode
     seed: int
 
 
@@ -388,7 +390,7 @@ def scenario_from_dict(data: Mapping[str, Any], base_dir: Path | None = None, na
     model = _model(data["model"], base_dir)
     training = TrainingSpec(**validate_section(TrainingSpecModel, data["training"], "training"))
     plan = plan_from_mapping(validate_section(PlanSpec, data["plan"], "plan"))
-    mode = str(top.get("mode", "symmetric"))
+    mode: ScenarioMode = "full" if top.get("mode") == "full" else "symmetric"  # _TopSpec checked it
     check_scenario_step(model, training, plan, mode, force)
     cluster = _cluster(data["cluster"], profile, force)
     return Scenario(name=str(top.get("name") or name), model=model, training=training, cluster=cluster,

@@ -117,7 +117,7 @@ def predict(run: Run, compute: float, link: float, cache: Cache) -> float:
         sc = run.scenario
         prof = scaled(run.base, compute, link)
         cache[key] = float(simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=prof,
-                                    mode=sc.mode, seed=sc.seed).step_time)  # type: ignore[arg-type]
+                                    mode=sc.mode, seed=sc.seed).step_time)
     return cache[key]
 
 

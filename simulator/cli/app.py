@@ -40,7 +40,7 @@ from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.step.result import CATEGORIES, Result
 from clustersim.simulator.bounds import GPU_LIMIT
-from clustersim.simulator.scenario import MAX_GPUS, apply_overrides, load_scenario, read_yaml
+from clustersim.simulator.scenario import MAX_GPUS, ScenarioMode, apply_overrides, load_scenario, read_yaml
 from clustersim.topologies import ACCELERATORS, CLUSTER_PRESETS
 from clustersim.workloads import MODEL_PRESETS
 
@@ -132,14 +132,14 @@ def simulate_cmd(
     force: bool = typer.Option(False, "--force", help="Run even above the work limits (GPUs, engine events)."),
 ) -> None:
     """Simulate one training step of a scenario."""
-    if mode is not None:
-        choice("--mode", mode, ("symmetric", "full"))
+    modes: tuple[ScenarioMode, ...] = ("symmetric", "full")
+    chosen = choice("--mode", mode, modes) if mode is not None else None
     for option, path in (("--json", json_out), ("--trace", trace), ("--plot", plot)):
         output_file(option, path)
     sc = load_scenario(scenario, set_, force=force)
     profile = load_profile(calibration) if calibration else sc.profile
     result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
-                      mode=mode or sc.mode, seed=sc.seed)  # type: ignore[arg-type]
+                      mode=chosen or sc.mode, seed=sc.seed)
     title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
     energy = step_energy(result, sc.cluster)
     to_stdout = json_out is not None and str(json_out) == output.STDOUT

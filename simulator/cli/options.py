@@ -13,8 +13,11 @@ import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 from clustersim.simulator.errors import ScenarioError
+
+C = TypeVar("C", bound=str)
 
 
 class OptionError(ScenarioError):
@@ -23,11 +26,13 @@ class OptionError(ScenarioError):
     stage = "options"
 
 
-def choice(option: str, value: str, choices: Sequence[str]) -> str:
-    """``value`` if it is one of ``choices``, else an OptionError listing them."""
-    if value not in choices:
-        raise OptionError(f"{option} {value!r} is not a choice; use one of {', '.join(choices)}")
-    return value
+def choice(option: str, value: str, choices: Sequence[C]) -> C:
+    """The one of ``choices`` that ``value`` spells (typed as the choices: a Literal), else an
+    OptionError listing them."""
+    for known in choices:
+        if value == known:
+            return known
+    raise OptionError(f"{option} {value!r} is not a choice; use one of {', '.join(choices)}")
 
 
 def int_range(option: str, value: int, low: int, high: int) -> int:

@@ -94,6 +94,7 @@ def register(app: typer.Typer) -> None:
         """The engine's best plan, proven: every valid plan bounded, the engine prices best bound first until none can win."""
         if objective not in OBJECTIVES:
             raise ValueError(f"--objective = {objective!r}: use one of {', '.join(OBJECTIVES)}")
+        goal = next(o for o in OBJECTIVES if o == objective)
         sc = load_scenario(scenario, [*set_, *([f"cluster.num_gpus={gpus}"] if gpus is not None else [])])
         profile = load_profile(calibration) if calibration else sc.profile
         per_token = price_per_token(sc.cluster, sc.training) if objective == "cost" else None
@@ -101,7 +102,7 @@ def register(app: typer.Typer) -> None:
         say = err_console if quiet else console
         with Progress(console=err_console, transient=True) as bar:
             task = bar.add_task("bounding plans", total=None)
-            rep = search(sc.model, sc.training, sc.cluster, top=top, objective=objective, profile=profile,  # type: ignore[arg-type]
+            rep = search(sc.model, sc.training, sc.cluster, top=top, objective=goal, profile=profile,
                          progress=lambda n: bar.update(task, completed=n))
         prof = profile or default_profile(sc.cluster.accelerator.name)
         header = search_header(sc, rep, prof.name, prof.fit_date)

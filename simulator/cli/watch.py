@@ -72,7 +72,7 @@ def _intervals(scenario_path: Path) -> tuple[int | None, int | None]:
 def prediction(sc: Scenario, scenario_path: Path, calibration: Path | None, raw: str | None) -> tuple[Prediction, str]:
     """The prediction the log is compared with, and where its interval came from."""
     profile = load_profile(calibration) if calibration else sc.profile
-    res = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile, mode=sc.mode, seed=sc.seed)  # type: ignore[arg-type]
+    res = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile, mode=sc.mode, seed=sc.seed)
     share = sum(res.breakdown.get(k, 0.0) for k in EXPOSED) / res.step_time
     interval, origin = _interval(raw, scenario_path, calibration)
     ckpt, ev = _intervals(scenario_path)

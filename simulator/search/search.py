@@ -30,7 +30,7 @@ from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec
 
 Objective = Literal["time", "cost", "memory"]
-OBJECTIVES: tuple[str, ...] = ("time", "cost", "memory")
+OBJECTIVES: tuple[Objective, ...] = ("time", "cost", "memory")
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
             result = best_result(sc)
         else:
             result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=sc.profile,
-                              mode=sc.mode, seed=sc.seed)  # type: ignore[arg-type]
+                              mode=sc.mode, seed=sc.seed)
     except ValueError as exc:
         return {"status": "error", "error": str(exc).splitlines()[0], "series": series or mode,
                 "num_gpus": _gpus(point), "model": _name(point.get("model")), "cluster": _name(point.get("cluster")),
