@@ -71,7 +71,7 @@ class Cluster:
     def __getattr__(self, name: str) -> Any:
         if name != "graph" or "wiring" not in self.__dict__:
             raise AttributeError(name)
-        graph = self.wiring.to_digraph()  # type: ignore[union-attr]
+        graph = self.wiring.to_digraph()  # type: ignore[union-attr]  # wiring is in __dict__ (checked above)
         object.__setattr__(self, "graph", graph)
         return graph
 
@@ -79,7 +79,7 @@ class Cluster:
         """The wiring in columns (converted from the graph once for clusters built from a graph)."""
         if self.wiring is None:
             object.__setattr__(self, "wiring", Wiring.from_graph(self.graph))
-        return self.wiring  # type: ignore[return-value]
+        return self.wiring  # type: ignore[return-value]  # set just above when it was None
 
     def gpu(self, i: int) -> str:
         """Graph node name of device ``i``."""

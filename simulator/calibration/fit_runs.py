@@ -83,11 +83,11 @@ EVALUATIONS = len(COMPUTE_GRID) + len(LINK_GRID) + 3
 """Profile evaluations of one ``fit_runs``: both grids, then held-out before, both parts after."""
 
 
-def _best(runs: pd.DataFrame, grid: tuple[float, ...], make: object, progress: Progress) -> tuple[float, dict[float, float]]:
+def _best(runs: pd.DataFrame, grid: tuple[float, ...], make: Callable[[float], CalibrationProfile], progress: Progress) -> tuple[float, dict[float, float]]:
     """(best scale, median |error| by scale); ties go to the scale nearest 1."""
     errors = {}
     for g in grid:
-        errors[g] = median_abs_error(runs, make(g))[0]  # type: ignore[operator]
+        errors[g] = median_abs_error(runs, make(g))[0]
         progress(1)
     scores = [(e, abs(np.log(g)), g) for g, e in errors.items() if not np.isnan(e)]
     if not scores:

@@ -470,6 +470,6 @@ def interruptions(log: RunLog) -> Interruptions | None:
         lost += before.step - (after.step - after.span)
         if before.wall_s is not None and after.wall_s is not None:
             gaps.append(after.wall_s - before.wall_s - after.span * after.time_s)
-    hours = (timed[-1].wall_s - timed[0].wall_s) / 3600.0  # type: ignore[operator]
+    hours = (timed[-1].wall_s - timed[0].wall_s) / 3600.0  # type: ignore[operator]  # timed holds only steps with wall_s
     return Interruptions(count=sum("restart" in s.marks for s in log.steps), hours=hours,
                          restart_s=float(np.median(gaps)) if gaps else None, lost_steps=lost)

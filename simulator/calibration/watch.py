@@ -134,7 +134,7 @@ def level_events(steady: Sequence[LogStep], pred: Prediction, rules: WatchRules)
             text = (f"slower than predicted by {size * 100:.1f}% (limit +{(hi - 1) * 100:.1f}%)" if now == "slow"
                     else f"faster than predicted by {-size * 100:.1f}% (interval low {(lo - 1) * 100:+.1f}%)"
                     if now == "fast" else f"back on plan ({size * 100:+.1f}%)")
-            events.append(Event(step=steady[k].step, kind=kind, message=text, value=size))  # type: ignore[arg-type]
+            events.append(Event(step=steady[k].step, kind=kind, message=text, value=size))  # type: ignore[arg-type]  # kind: 'recovered' or the new state, slow or fast
             state = now
     return events, roll
 

@@ -180,7 +180,7 @@ def check_command(
     output_file("--json", json_out)
     profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in fit_profiles(folder).items()}
     records = load_steps(folder)
-    rows = check(records, profiles, statistic)  # type: ignore[arg-type]
+    rows = check(records, profiles, next(s for s in STATISTICS if s == statistic))
     table = Table(title=f"predicted vs measured ({statistic}), profile fitted on microbenchmarks only")
     for col in ("plan", "ranks", "measured ms", "predicted ms", "error %", "spread %", "CPU withheld %"):
         table.add_column(col, justify="left" if col == "plan" else "right")

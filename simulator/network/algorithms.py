@@ -105,7 +105,7 @@ def _flows(src: np.ndarray, dst: np.ndarray, weight: float | np.ndarray, **kw: o
     phases = kw.pop("latency_phases", None) or ((np.ones(n, dtype=bool), hops),)
     kw.pop("hops", None)
     return Step(src=src.ravel(), dst=dst.ravel(), weight=w.ravel().copy(), rep=rep.ravel(),
-                latency_phases=phases, **kw)  # type: ignore[arg-type]
+                latency_phases=phases, **kw)  # type: ignore[arg-type]  # kw: the builder's remaining Step fields, forwarded as given
 
 
 def node_layout(groups: np.ndarray, fabric: Fabric) -> tuple[np.ndarray, int, int]:

@@ -209,7 +209,7 @@ def price_collective(
     options_key = ("applicable", kind, arr.shape, arr.tobytes())
     if options_key not in fabric.memo:
         fabric.memo[options_key] = applicable(kind, arr, fabric)
-    options: tuple[str, ...] = fabric.memo[options_key]  # type: ignore[assignment]
+    options: tuple[str, ...] = fabric.memo[options_key]  # type: ignore[assignment]  # memo holds several kinds of value; this key holds applicable()'s tuple
     if algorithm is not None:
         if algorithm not in ALGORITHMS.get(kind, ()):
             raise CollectiveError(f"algorithm = '{algorithm}' does not implement {kind}; use one of {ALGORITHMS[kind]}")

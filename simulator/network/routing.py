@@ -255,7 +255,7 @@ class Fabric:
         round, merging equal (switch, destination) states); add edge loads; return each pair's
         expected path latency (ECMP-averaged). States are merged by counting into the f x f state
         space when it is small (same order and sums as sorting them, without the sort)."""
-        f = len(self._dist)  # type: ignore[arg-type]
+        f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
         dense = f * f <= DENSE_STATES
         rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         keys, m = u * f + b, mass
@@ -340,7 +340,7 @@ class Fabric:
         ok = (a >= 0) & (b >= 0) & (pw > 0)
         a, b, pw, flow_of = a[ok], b[ok], pw[ok], flow_of[ok]
         self._fabric_dist()
-        f = len(self._dist)  # type: ignore[arg-type]
+        f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
         pairs, inv = np.unique(self.fabric_index[a] * f + self.fabric_index[b], return_inverse=True)
         pair_lat = self._propagate(pairs // f, pairs % f, np.bincount(inv, weights=pw), loads)
         lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * pair_lat[inv], minlength=len(s))
@@ -406,7 +406,7 @@ class Fabric:
     def _switch_pairs(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """For flows src[i] -> dst[i]: flat (exit switch * f + entry switch) index and fraction of
         every (exit, entry) combination, fabric switch indices."""
-        f = len(self._dist)  # type: ignore[arg-type]
+        f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
         idx, frac = [], []
         for i in range(self.egress.switch.shape[1]):
             for j in range(self.ingress.switch.shape[1]):
@@ -418,7 +418,7 @@ class Fabric:
 
     def _switch_sums(self, tab: _Egress, groups: np.ndarray) -> np.ndarray:
         """(groups, f): each group's total fraction through every fabric switch."""
-        f = len(self._dist)  # type: ignore[arg-type]
+        f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
         g, n = groups.shape
         row = np.repeat(np.arange(g), n)
         flat = groups.ravel()
@@ -434,7 +434,7 @@ class Fabric:
         """Fabric loads of every cross-domain pair: w * (all pairs of each group - same-domain pairs),
         summed per (exit switch, entry switch); returns the (f, f) matrix of pair latencies."""
         self._fabric_dist()
-        f = len(self._dist)  # type: ignore[arg-type]
+        f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
         if f == 0:
             return np.zeros((0, 0))
         traffic = (self._switch_sums(self.egress, groups).T @ self._switch_sums(self.ingress, groups)).ravel()
@@ -532,7 +532,7 @@ def fabric_for(graph: nx.DiGraph, profile: CalibrationProfile) -> Fabric:
 @lru_cache(maxsize=4)
 def _cluster_memo(cluster: _ByIdentity, profile_json: str) -> Fabric:
     c = cluster.obj
-    return Fabric(c.wiring, CalibrationProfile.model_validate_json(profile_json), source=lambda: c.graph)  # type: ignore[attr-defined]
+    return Fabric(c.wiring, CalibrationProfile.model_validate_json(profile_json), source=lambda: c.graph)  # type: ignore[attr-defined]  # obj is a Cluster (has wiring and graph)
 
 
 def fabric_of(cluster: object, profile: CalibrationProfile) -> Fabric:
@@ -540,4 +540,4 @@ def fabric_of(cluster: object, profile: CalibrationProfile) -> Fabric:
     graph is built), else from its graph."""
     if getattr(cluster, "wiring", None) is not None:
         return _cluster_memo(_ByIdentity(cluster), profile.model_dump_json())
-    return fabric_for(cluster.graph, profile)  # type: ignore[attr-defined]
+    return fabric_for(cluster.graph, profile)  # type: ignore[attr-defined]  # a Cluster without columns has a graph

@@ -36,8 +36,8 @@ class Costing:
     profile: CalibrationProfile
     pricer: CommPricer
 
-    def time(self, ops: list[Op], which: str) -> float:
-        return ops_time(ops, self.accelerator, self.profile, self.training.precision, which,  # type: ignore[arg-type]
+    def time(self, ops: list[Op], which: Pass) -> float:
+        return ops_time(ops, self.accelerator, self.profile, self.training.precision, which,
                         self.plan.expert_imbalance)
 
 

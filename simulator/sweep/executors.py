@@ -244,8 +244,8 @@ class DaskExecutor:
         """Yield each future's outcome as its state leaves 'pending'; watch workers and scheduler."""
         idle_s = 0.0
         while pending:
-            finished = [f for f in pending if f.status != "pending"]  # type: ignore[attr-defined]
-            if any(f.status == "cancelled" for f in finished) and client.status != "running":  # type: ignore[attr-defined]
+            finished = [f for f in pending if f.status != "pending"]  # type: ignore[attr-defined]  # pending maps distributed Futures (typed object: distributed loads lazily)
+            if any(f.status == "cancelled" for f in finished) and client.status != "running":  # type: ignore[attr-defined]  # distributed Future.status / Client.status
                 raise self._lost(len(pending))  # the client cancels everything when the scheduler goes
             for future in finished:
                 yield _dask_outcome(pending.pop(future), _dask_result(future))

@@ -38,7 +38,7 @@ def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
 
 def best_result(sc: Any) -> Result:
     """The engine's best plan of a scenario (branch and bound over every valid plan)."""
-    return best_search(sc, top=1).ranked[0].result  # type: ignore[return-value]
+    return best_search(sc, top=1).ranked[0].result  # type: ignore[return-value]  # best_search engine-prices its top plan
 
 
 def best_search(sc: Any, top: int = 1) -> SearchReport:

@@ -78,6 +78,6 @@ def _best_and_front(point: Mapping[str, Any]) -> list[dict[str, Any]]:
         rep = best_search(scenario_from_dict(data))
     except ValueError:
         return [evaluate_point(point)]  # the same error row as a sweep's
-    rows = [result_row(rep.ranked[0].result, "best")]  # type: ignore[arg-type]
+    rows = [result_row(rep.ranked[0].result, "best")]  # type: ignore[arg-type]  # best_search engine-prices its top plan: result is set
     rows += [result_row(r.result, "pareto") for r in rep.pareto if r.result is not None and r.plan != rep.ranked[0].plan]
     return rows

@@ -22,7 +22,7 @@ from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GP
 from clustersim.workloads import ModelSpec, TrainingSpec
 
 Statistic = Literal["median", "best", "uncontended"]
-STATISTICS: tuple[str, ...] = ("median", "best", "uncontended")
+STATISTICS: tuple[Statistic, ...] = ("median", "best", "uncontended")
 
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch DDP's default gradient bucket (``bucket_cap_mb=25``, torch.nn.parallel.DistributedDataParallel docs)."""

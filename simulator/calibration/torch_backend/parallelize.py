@@ -16,6 +16,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import Replicate, Shard
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
+    ParallelStyle,
     PrepareModuleInput,
     RowwiseParallel,
     SequenceParallel,
@@ -39,10 +40,10 @@ def synchronize() -> None:
         torch.cuda.synchronize()
 
 
-def tp_block_plan(sp: bool) -> dict[str, object]:
+def tp_block_plan(sp: bool) -> dict[str, ParallelStyle]:
     """torchtitan's per-block TP plan: column-shard q/k/v and w1, row-shard wo and w2."""
     out = Shard(1) if sp else Replicate()
-    plan: dict[str, object] = {
+    plan: dict[str, ParallelStyle] = {
         "attention.wq": ColwiseParallel(),
         "attention.wk": ColwiseParallel(),
         "attention.wv": ColwiseParallel(),
@@ -60,15 +61,15 @@ def tp_block_plan(sp: bool) -> dict[str, object]:
 def apply_tp(model: GPT, mesh: DeviceMesh, sp: bool) -> None:
     """Tensor (and sequence) parallelism with torch.distributed.tensor.parallel."""
     out = Shard(1) if sp else Replicate()
-    top: dict[str, object] = {
+    top: dict[str, ParallelStyle] = {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=out),
         "output": ColwiseParallel(input_layouts=out, output_layouts=Replicate()),
     }
     if sp:
         top["norm"] = SequenceParallel()
-    parallelize_module(model, mesh, top)  # type: ignore[arg-type]
+    parallelize_module(model, mesh, top)
     for block in model.layers.values():
-        parallelize_module(block, mesh, tp_block_plan(sp))  # type: ignore[arg-type]
+        parallelize_module(block, mesh, tp_block_plan(sp))
 
 
 def apply_fsdp(model: GPT, mesh: DeviceMesh) -> None:

@@ -159,11 +159,11 @@ def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int 
 
 def run_task(task: dict[str, object]) -> dict[str, object]:
     """Dispatch one task of the launcher's list."""
-    timing = TimingRecipe(**task.get("timing", {}))  # type: ignore[arg-type]
+    timing = TimingRecipe(**task.get("timing", {}))  # type: ignore[arg-type]  # a JSON section of the launcher's task, keyed by field name
     match task["kind"]:
         case "step":
-            plan = BackendPlan(**task["plan"])  # type: ignore[arg-type]
-            cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]
+            plan = BackendPlan(**task["plan"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
+            cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
             return {"kind": "step", **run_plan(plan, cfg, timing).to_dict()}
         case "compute":
             return {"kind": "compute", **microbench.compute_suite(task, timing)}
