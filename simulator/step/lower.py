@@ -18,7 +18,7 @@ from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_expert, ops_time, ops_time_parts, optimizer_time
 from clustersim.simulator.step.costs import Bucket, ChunkCost, StageCost
-from clustersim.simulator.step.partition import chunk_ops, stage_chunks
+from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.topologies import AcceleratorSpec
 from clustersim.workloads import ModelSpec, Op, TrainingSpec
@@ -41,24 +41,25 @@ class Costing:
                         self.plan.expert_imbalance)
 
 
-def lower(c: Costing) -> tuple[StageCost, ...]:
-    """Per-stage costs of the whole plan."""
+def lower(c: Costing, part: Partition | None = None) -> tuple[StageCost, ...]:
+    """Per-stage costs of the whole plan, from phase 1's ``Partition`` (split here when not given)."""
     plan, training, model = c.plan, c.training, c.model
+    part = part or partition_plan(model, training, plan)
     act = plan.micro_batch * training.seq_len / plan.cp * model.hidden_size * training.activation_bytes
     p2p_size = act / (plan.tp if plan.sp else 1)
     out = []
-    for s, chunks in enumerate(stage_chunks(plan, model.num_layers)):
-        costs = tuple(_chunk_cost(c, k, layers) for k, layers in chunks)
-        out.append(StageCost(stage=s, chunks=costs, p2p=c.pricer.p2p_time(p2p_size, s),
-                             optimizer=_optimizer(c, chunks)))
+    for stage in part.stages:
+        costs = tuple(_chunk_cost(c, ch.chunk, ch.layers, list(ch.ops)) for ch in stage.chunks)
+        out.append(StageCost(stage=stage.stage, chunks=costs, p2p=c.pricer.p2p_time(p2p_size, stage.stage),
+                             optimizer=_optimizer(c, stage.chunks)))
     return tuple(out)
 
 
-def _optimizer(c: Costing, chunks: list[tuple[int, range]]) -> float:
+def _optimizer(c: Costing, chunks: tuple[ChunkPart, ...]) -> float:
     plan = c.plan
     local = 0.0
-    for k, layers in chunks:
-        ops = chunk_ops(c.model, c.training, plan, k, layers)
+    for ch in chunks:
+        ops = ch.ops
         expert = sum(o.params for o in ops if is_routed_expert(o))
         local += plan.sharded_state(sum(o.params for o in ops) - expert, expert)
     return optimizer_time(local, c.accelerator, c.profile)
@@ -113,9 +114,8 @@ def flow_shop(compute: list[float], comm: list[float]) -> float:
     return c_end - sum(compute)
 
 
-def _chunk_cost(c: Costing, chunk: int, layers: range) -> ChunkCost:
+def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> ChunkCost:
     plan, model = c.plan, c.model
-    ops_all = chunk_ops(model, c.training, plan, chunk, layers)
     per_layer = _per_layer(c, chunk, layers)
     n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
     acc = {k: 0.0 for k in ("tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "ep_fwd", "ep_bwd")}
@@ -148,25 +148,25 @@ def _recomputed(c: Costing, per_layer: list[tuple[list[Op], bool]], n_full: int)
     return []
 
 
-def compute_parts(c: Costing) -> tuple[dict[str, float], ...]:
+def compute_parts(c: Costing, partition: Partition | None = None) -> tuple[dict[str, float], ...]:
     """Per stage: the compute seconds of one step on one device (every pass of every chunk, as the
     engine runs them) split into ``compute.COMPUTE_PARTS``; each sums to the stage's compute."""
     m = num_microbatches(c.plan, c.training)
     counts = [m // 2, m - m // 2] if c.plan.schedule == "dualpipe" else [m] * c.plan.vpp  # passes per chunk
+    partition = partition or partition_plan(c.model, c.training, c.plan)
     out = []
-    for chunks in stage_chunks(c.plan, c.model.num_layers):
+    for stage in partition.stages:
         total = dict.fromkeys(COMPUTE_PARTS, 0.0)
-        for n, (k, layers) in zip(counts, chunks):
-            for part, secs in _chunk_parts(c, k, layers).items():
+        for n, ch in zip(counts, stage.chunks):
+            for part, secs in _chunk_parts(c, ch.chunk, ch.layers, list(ch.ops)).items():
                 total[part] += n * secs
         out.append(total)
     return tuple(out)
 
 
-def _chunk_parts(c: Costing, chunk: int, layers: range) -> dict[str, float]:
+def _chunk_parts(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> dict[str, float]:
     """One micro-batch of one chunk: forward, input- and weight-gradient split by part, recompute whole."""
     plan = c.plan
-    ops_all = chunk_ops(c.model, c.training, plan, chunk, layers)
     out = dict.fromkeys(COMPUTE_PARTS, 0.0)
     passes: tuple[Pass, ...] = ("fwd", "bwd_input", "bwd_weight")
     for which in passes:

@@ -1,9 +1,11 @@
 """Phase 1: which layers live on which pipeline stage, and what each device holds.
 
-Owns the layer split (even, with embedding on the first and loss on the last stage), the
-per-device memory (weights, gradients, optimizer state, activations at the schedule's peak of
+Owns the layer split (even, with embedding on the first and loss on the last stage), each
+chunk's ops, and the per-device memory (weights, gradients, optimizer state, activations at the schedule's peak of
 in-flight micro-batches, buffers) and the out-of-memory check. Activation sizes come from
-``workloads.activations`` (Korthikanti et al. 2022). It times nothing.
+``workloads.activations`` (Korthikanti et al. 2022). It hands lowering one value, the
+``Partition`` (stages, their chunks and ops, memory), so lowering rebuilds none of it. It times
+nothing.
 """
 
 from __future__ import annotations
@@ -161,14 +163,56 @@ def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan,
                default=0.0)
 
 
+@dataclass(frozen=True)
+class ChunkPart:
+    """One model chunk on a stage: its index, its layers and its ops (one micro-batch, one device)."""
+
+    chunk: int
+    layers: range
+    ops: tuple[Op, ...]
+
+
+@dataclass(frozen=True)
+class StagePart:
+    """What one pipeline stage holds: its model chunks (in schedule order) and one device's memory."""
+
+    stage: int
+    chunks: tuple[ChunkPart, ...]
+    memory: StageMemory
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Phase 1's value, handed to lowering: the stage split, each chunk's ops and the memory."""
+
+    stages: tuple[StagePart, ...]
+
+    @property
+    def memory(self) -> tuple[StageMemory, ...]:
+        """Memory of one device of every stage."""
+        return tuple(s.memory for s in self.stages)
+
+
+def stage_part(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int) -> StagePart:
+    """The chunks, ops and memory of one device of ``stage`` (ops computed once, shared by both)."""
+    chunks = tuple(ChunkPart(chunk=k, layers=layers, ops=tuple(chunk_ops(model, training, plan, k, layers)))
+                   for k, layers in stage_chunks(plan, model.num_layers)[stage])
+    return StagePart(stage=stage, chunks=chunks, memory=_stage_memory(model, training, plan, stage, chunks))
+
+
 def stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int) -> StageMemory:
     """Memory of one device of ``stage``."""
-    chunks = stage_chunks(plan, model.num_layers)[stage]
+    return stage_part(model, training, plan, stage).memory
+
+
+def _stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int,
+                  chunks: tuple[ChunkPart, ...]) -> StageMemory:
     dense = expert = 0.0
     act: list[float] = []
     largest_layer = 0.0
-    for chunk, layers in chunks:
-        d, e = _params(chunk_ops(model, training, plan, chunk, layers))
+    for part in chunks:
+        chunk, layers = part.chunk, part.layers
+        d, e = _params(list(part.ops))
         dense, expert = dense + d, expert + e
         act.append(_activation_bytes(model, training, plan, chunk, layers))
         largest_layer = max(largest_layer, _largest_layer(model, training, plan, layers))
@@ -186,9 +230,25 @@ def stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, s
     )
 
 
+def partition_plan(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> Partition:
+    """The partition of ``plan`` without the fit check (lowering alone, tests)."""
+    return Partition(stages=tuple(stage_part(model, training, plan, s) for s in range(plan.pp)))
+
+
+def partition(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, cluster: Cluster) -> Partition:
+    """Phase 1: the stage split, each chunk's ops and the memory of every stage; raises
+    ``OutOfMemoryError`` naming the largest part if a stage does not fit."""
+    part = partition_plan(model, training, plan)
+    _check_fits(part.memory, cluster)
+    return part
+
+
 def partition_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, cluster: Cluster) -> tuple[StageMemory, ...]:
     """Memory of every stage; raises ``OutOfMemoryError`` naming the largest part if one does not fit."""
-    mems = tuple(stage_memory(model, training, plan, s) for s in range(plan.pp))
+    return partition(model, training, plan, cluster).memory
+
+
+def _check_fits(mems: tuple[StageMemory, ...], cluster: Cluster) -> None:
     cap = cluster.accelerator.hbm_capacity
     worst = max(mems, key=lambda m: m.total)
     if worst.total > cap:
@@ -199,7 +259,6 @@ def partition_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPla
             f"{cluster.accelerator.name} ({parts} GiB); largest part: {big}; "
             f"{_oom_hint(big)}"
         )
-    return mems
 
 
 def _oom_hint(part: str) -> str:

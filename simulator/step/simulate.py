@@ -23,7 +23,7 @@ from clustersim.simulator.step.compute import peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.costs import StageCost
 from clustersim.simulator.step.lower import Costing, compute_parts, lower
-from clustersim.simulator.step.partition import StageMemory, partition_memory
+from clustersim.simulator.step.partition import StageMemory, partition
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.step.result import Result, breakdowns, critical_unit
@@ -53,12 +53,13 @@ def simulate(
     """
     _check_inputs(model, training, cluster, plan, mode)
     check_plan(model, training, cluster, plan)
-    memory = partition_memory(model, training, plan, cluster)
+    part = partition(model, training, plan, cluster)
+    memory = part.memory
     prof = profile or default_profile(cluster.accelerator.name)
     placement = Placement(plan, cluster.gpus_per_node)
     pricer = CommPricer(cluster, placement, prof, fidelity)
     costing = Costing(model, training, plan, cluster.accelerator, prof, pricer)
-    stages = lower(costing)
+    stages = lower(costing, part)
     rank_scale = _rank_scale(plan, mode, compute_scale)
     unit_scale = _unit_scale(placement, rank_scale) if mode == "full" else np.ones((1, plan.pp))
     m = num_microbatches(plan, training)
@@ -73,7 +74,7 @@ def simulate(
                         _rank_waits(placement, intervals, rank_scale, unit_scale) if mode == "full" else None)
     crit = critical_unit(intervals)
     scale = float(unit_scale[crit[0], crit[1]])  # a straggling unit's compute runs at its scale
-    parts = {k: v * scale for k, v in compute_parts(costing)[crit[1]].items()}
+    parts = {k: v * scale for k, v in compute_parts(costing, part)[crit[1]].items()}
     return dataclasses.replace(result, collectives=tuple(pricer.summary()), compute_breakdown=parts,
                                labels={**result.labels, **scenario_labels(model, training, cluster, prof)})
 
