@@ -330,7 +330,7 @@ def _finish(st: _Run, ready: list[list[simpy.Event]], ends: dict[tuple[int, int]
     sync = st.env.now
     for (r, s), t in done_at.items():
         if sync > t:
-            st.log.append(Interval(r, s, "compute", "bubble", t, sync, "wait stage sync"))
+            st.log.append(Interval(r, s, "compute", "bubble", t, sync, "wait stage sync", stage_sync=True))
         stage = st.inp.stages[s]
         t_opt = sync + stage.optimizer
         st.log.append(Interval(r, s, "compute", "optimizer", sync, t_opt, "optimizer"))

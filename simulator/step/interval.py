@@ -19,3 +19,6 @@ class Interval(NamedTuple):
     start: float
     end: float
     label: str
+    stage_sync: bool = False
+    """True for a unit's wait at the cross-stage sync before the optimizer (grad-norm all-reduce):
+    the critical path is the unit that waits there least (``result.critical_unit``)."""

@@ -51,7 +51,7 @@ def critical_unit(intervals: list[Interval]) -> tuple[int, int]:
         if iv.stream == "compute":
             key = (iv.replica, iv.stage)
             waits.setdefault(key, 0.0)
-            if iv.category == "bubble" and iv.label == "wait stage sync":
+            if iv.stage_sync:
                 waits[key] += iv.end - iv.start
     return min(waits, key=lambda k: (waits[k], k))
 
