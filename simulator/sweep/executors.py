@@ -243,12 +243,16 @@ class DaskExecutor:
     def _watch(self, client: Client, pending: dict[object, str]) -> Outcomes:
         """Yield each future's outcome as its state leaves 'pending'; watch workers and scheduler."""
         idle_s = 0.0
+        fetch_timeouts: dict[object, int] = {}
         while pending:
             finished = [f for f in pending if f.status != "pending"]  # type: ignore[attr-defined]  # pending maps distributed Futures (typed object: distributed loads lazily)
             if any(f.status == "cancelled" for f in finished) and client.status != "running":  # type: ignore[attr-defined]  # distributed Future.status / Client.status
                 raise self._lost(len(pending))  # the client cancels everything when the scheduler goes
             for future in finished:
-                yield _dask_outcome(pending.pop(future), _dask_result(future))
+                result = _dask_result(future)
+                if isinstance(result, TimeoutError) and self._refetch(fetch_timeouts, future):
+                    continue  # its row was on a worker that died: Dask recomputes it; ask again
+                yield _dask_outcome(pending.pop(future), result)
             if finished:
                 idle_s = 0.0
                 continue
@@ -261,6 +265,12 @@ class DaskExecutor:
                 for future, pid in list(pending.items()):
                     yield pid, None, note
                 return
+
+    def _refetch(self, timeouts: dict[object, int], future: object) -> bool:
+        """True while a finished point whose result could not be fetched (its worker died and Dask
+        is recomputing it) may be asked again: up to ``no_worker_timeout_s`` worth of fetches."""
+        timeouts[future] = timeouts.get(future, 0) + 1
+        return timeouts[future] * FETCH_TIMEOUT_S < self.no_worker_timeout_s
 
     def _probe(self) -> None:
         """A TCP connection to a ``tcp://host:port`` address opens, or a SweepError says why."""
@@ -301,10 +311,14 @@ class DaskExecutor:
         except Exception:  # the scheduler went away between the status check and the call
             return True
 
+FETCH_TIMEOUT_S = 5.0
+"""Seconds to wait for one finished point's row; a fetch that times out is retried (see _refetch)."""
+
+
 def _dask_result(future: object) -> dict[str, object] | BaseException:
     """A done future's row, or its exception (error, cancelled, lost with the scheduler)."""
     try:
-        row: dict[str, object] = future.result(timeout=5)  # type: ignore[attr-defined]  # a distributed.Future of evaluate_task
+        row: dict[str, object] = future.result(timeout=FETCH_TIMEOUT_S)  # type: ignore[attr-defined]  # a distributed.Future of evaluate_task
         return row
     except BaseException as exc:  # noqa: BLE001 - the point is lost, the sweep goes on
         if isinstance(exc, KeyboardInterrupt):
