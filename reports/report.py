@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from clustersim.reports.files import write_bytes_atomic, write_csv_atomic, write_text_atomic
+from clustersim.files import write_atomic
 from clustersim.reports.html import PageFigure, PageTable, render_page
 from clustersim.reports.plots import (
     plot_hardware, plot_lost_time, plot_mfu, plot_scaling_efficiency, plot_throughput_per_gpu,
@@ -158,19 +158,19 @@ def write_scaling_report(results: ResultsInput, out_dir: str | Path, *, title: s
     data = report_data(results, cost_per_gpu_hour)
     figures = _figures(data)
     for figure in figures:
-        write_bytes_atomic(out / f"{figure.key}.png", figure.png)
+        write_atomic(out / f"{figure.key}.png", figure.png)
     for name, frame in (("results", data.results), ("scaling", data.curves),
                         ("lost_time", data.fractions),
                         ("lost_time_naive_dp", data.naive_fractions), ("plan_table", data.plans),
                         ("hardware", data.hardware), ("errors", data.errors), ("compute", data.compute),
                         ("pareto", data.pareto)):
-        write_csv_atomic(out / f"{name}.csv", frame)
-    write_text_atomic(out / "scenario.json", json.dumps({"title": title, **data.header}, indent=2, default=str))
+        write_atomic(out / f"{name}.csv", frame.to_csv(index=False))
+    write_atomic(out / "scenario.json", json.dumps({"title": title, **data.header}, indent=2, default=str))
     meta = (f"{len(data.results):,} result rows, {len(data.errors):,} failed; memory in GiB (2^30 bytes); "
             "MFU with PaLM model FLOPs; every CSV is in this folder; scenario.json says what was simulated")
     page = render_page(title=title, sentences=data.sentences, figures=figures,
                        tables=_tables(data), meta=meta, header=data.header, verdict=data.verdict)
-    return write_text_atomic(out / "report.html", page)
+    return write_atomic(out / "report.html", page)
 
 
 def report_command(results: str | Path, out_dir: str | Path, *, title: str | None = None,

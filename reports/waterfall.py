@@ -19,7 +19,7 @@ from matplotlib.axes import Axes
 from matplotlib.ticker import PercentFormatter
 
 from clustersim.reports.errors import ReportError
-from clustersim.reports.files import write_bytes_atomic
+from clustersim.files import write_atomic
 from clustersim.reports.plots import SEGMENT_COLORS, new_axes, png_bytes
 from clustersim.reports.scaling import LOSS_CAUSES
 from clustersim.reports.tables import BREAKDOWN_COLUMNS
@@ -150,4 +150,4 @@ def _title(result: Mapping[str, Any]) -> str:
 
 def write_waterfall(result: Mapping[str, Any], path: str | Path) -> Path:
     """Render ``plot_waterfall`` of ``result`` to a PNG at ``path`` (atomically)."""
-    return write_bytes_atomic(Path(path), png_bytes(plot_waterfall(result)))
+    return write_atomic(Path(path), png_bytes(plot_waterfall(result)))
