@@ -4,7 +4,7 @@ Owns ``PowerSpec`` (one accelerator: idle and maximum board power, the power of 
 its node's non-GPU power per GPU), ``FacilitySpec`` (PUE, fabric switch power per port, prices,
 grid intensity), the presets by accelerator name (``power_spec``), ``with_power_limit`` and
 ``clock_fraction`` (how far a power cap lowers the sustained clock). It does not integrate power
-over a timeline nor price a run (``clustersim.simulator.longrun.energy`` does) and times nothing.
+over a timeline nor price a run (``clustersim.simulator.step.energy`` and ``longrun.energy`` do) and times nothing.
 
 Model (SI units: watts, joules). A device doing activity ``a`` draws
 ``P(a) = idle_w + level[a] * (max_w - idle_w)``, clipped at its power limit; ``level`` is 1 for

@@ -35,7 +35,7 @@ from clustersim.simulator.cli import sweep as sweep_cli
 from clustersim.simulator.cli import validate as validate_cli
 from clustersim.simulator.cli import watch as watch_cli
 from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.longrun.energy import StepEnergy, step_energy
+from clustersim.simulator.step.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.step.result import CATEGORIES, Result
@@ -104,7 +104,7 @@ def result_table(result: Result, title: str, energy: StepEnergy | None = None) -
             for part, label in COMPUTE_LABELS.items():
                 v = result.compute_breakdown.get(part, 0.0)
                 table.add_row(f"    {label}", f"{v:.4f} s", f"{v / step * 100:.1f}%")
-    if energy is not None:  # longrun.energy: the power model integrated over the step's timeline
+    if energy is not None:  # step.energy: the power model integrated over the step's timeline
         table.add_row("energy per step", f"{energy.facility_j / 3.6e6:.4g} kWh", f"PUE {energy.pue:.2f}")
         table.add_row("energy per token", f"{energy.j_per_token:.4g} J", f"{energy.j_per_token / 3.6:.4g} kWh/M")
         node_w = energy.node_j / max(energy.step_time * energy.num_gpus, 1e-30)

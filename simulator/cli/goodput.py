@@ -29,7 +29,8 @@ from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.longrun.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.longrun.failures import FailureSpec, system_mtbf
-from clustersim.simulator.longrun.energy import RunEnergy, run_energy, step_energy
+from clustersim.simulator.longrun.energy import RunEnergy, run_energy
+from clustersim.simulator.step.energy import step_energy
 from clustersim.simulator.longrun.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,
                                simulate_long_run, sweep_intervals)
 from clustersim.simulator.calibration.profile import load_profile

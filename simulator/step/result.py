@@ -90,6 +90,9 @@ class Result:
     """Full mode: seconds each rank waited for others (TP/DP sync, pipeline); None when symmetric."""
     compute_breakdown: Mapping[str, float] = field(default_factory=dict)
     """``breakdown["compute"]`` of the critical stage split by ``COMPUTE_PARTS`` (sums to it)."""
+    stage_compute_breakdowns: tuple[Mapping[str, float], ...] = field(default=(), compare=False)
+    """Each stage's compute seconds of one device by ``COMPUTE_PARTS`` (unscaled by stragglers):
+    the kernel mix the energy model (``step.energy``) reads; empty when not known."""
     intervals: tuple[Interval, ...] = field(default=(), repr=False, compare=False)
 
     @property

@@ -74,8 +74,10 @@ def simulate(
                         _rank_waits(placement, intervals, rank_scale, unit_scale) if mode == "full" else None)
     crit = critical_unit(intervals)
     scale = float(unit_scale[crit[0], crit[1]])  # a straggling unit's compute runs at its scale
-    parts = {k: v * scale for k, v in compute_parts(costing, part)[crit[1]].items()}
+    stage_parts = compute_parts(costing, part)
+    parts = {k: v * scale for k, v in stage_parts[crit[1]].items()}
     return dataclasses.replace(result, collectives=tuple(pricer.summary()), compute_breakdown=parts,
+                               stage_compute_breakdowns=stage_parts,
                                labels={**result.labels, **scenario_labels(model, training, cluster, prof)})
 
 

@@ -18,8 +18,9 @@ from typer.testing import CliRunner
 
 from clustersim.simulator.cli.goodput import register
 from clustersim.simulator.longrun.checkpoint import CheckpointSpec
-from clustersim.simulator.longrun.energy import (activity, energy_per_token, energy_row, price_run, step_energy,
-                                                 token_costs, unit_power, units_of)
+from clustersim.simulator.longrun.energy import price_run
+from clustersim.simulator.step.energy import (activity, energy_per_token, energy_row, step_energy, token_costs,
+                                              unit_power, units_of)
 from clustersim.simulator.longrun.failures import FailureSpec
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.engine import Interval
@@ -39,19 +40,31 @@ def _run(cluster: Cluster, plan: ParallelPlan, batch: int = 16) -> Result:
     return simulate(MODEL, TrainingSpec(seq_len=4096, global_batch_size=batch), cluster, plan)
 
 
+def _kernel_watts(result: Result, stage: int, power: PowerSpec, limit: float | None) -> float:
+    """Watts of a compute interval of ``stage``: its element-wise share at the memory level, its
+    launch overhead at the waiting level, the rest dense, each clipped at the cap."""
+    parts = result.stage_compute_breakdowns[stage]
+    total = sum(parts.values())
+    mem, over = parts["elementwise"] / total, parts["overhead"] / total
+    w = {a: min(power.idle_w + power.levels[a] * (power.max_w - power.idle_w), limit or np.inf) for a in power.levels}
+    return (1 - mem - over) * w["dense"] + mem * w["memory"] + over * w["wait"]
+
+
 def _brute_force_joules(result: Result, power: PowerSpec, limit: float | None, samples: int = 20000) -> float:
-    """GPU joules by sampling the timeline: at each instant, the highest level of the active intervals."""
+    """GPU joules by sampling the timeline: at each instant, the highest power of the active intervals."""
     units = units_of(result.intervals)
     dt = result.step_time / samples
     times = (np.arange(samples) + 0.5) * dt
     total = 0.0
-    for ivs in units.values():
-        level = np.full(samples, power.levels["wait"])
+    for (_, stage), ivs in units.items():
+        watts = np.full(samples, min(power.watts(power.levels["wait"]), limit or np.inf))
         for iv in ivs:
             on = (times >= iv.start) & (times < iv.end)
-            level[on] = np.maximum(level[on], power.levels[activity(iv.stream, iv.category)])
-        watts = power.idle_w + level * (power.max_w - power.idle_w)
-        total += float(np.minimum(watts, limit if limit is not None else np.inf).sum() * dt)
+            act = activity(iv.stream, iv.category)
+            w = (_kernel_watts(result, stage, power, limit) if act == "dense"
+                 else min(power.watts(power.levels[act]), limit or np.inf))
+            watts[on] = np.maximum(watts[on], w)
+        total += float(watts.sum() * dt)
     return total * result.num_gpus / len(units)
 
 
@@ -93,9 +106,11 @@ def test_comm_bound_step_closed_form_and_against_compute_bound() -> None:
     assert slow.breakdown["exposed_tp"] > slow.breakdown["compute"]  # it is communication-bound
     e = step_energy(slow, cluster, POWER)
     # one unit, compute stream only (dp = 1): E = N * sum over causes of seconds * P(activity of the cause)
+    # a compute second draws its stage's kernel mix (element-wise at memory, launch overhead at wait)
     w = {a: POWER.watts(POWER.levels[a]) for a in ("dense", "memory", "comm", "wait")}
     b = slow.breakdown
-    closed = 16 * (b["compute"] * w["dense"] + b["optimizer"] * w["memory"] + b["exposed_tp"] * w["comm"]
+    closed = 16 * (b["compute"] * _kernel_watts(slow, 0, POWER, None) + b["optimizer"] * w["memory"]
+                   + b["exposed_tp"] * w["comm"]
                    + (b["bubble"] + b["exposed_pp"] + b["other"]) * w["wait"])
     assert e.gpu_j == pytest.approx(closed, rel=1e-9)
     assert e.gpu_j < 16 * POWER.max_w * slow.step_time  # less than the same time fully compute-bound
@@ -258,3 +273,22 @@ def test_symmetric_and_full_mode_give_the_same_step_energy() -> None:
     full = simulate(MODEL, training, cluster, plan, mode="full")
     assert len(units_of(full.intervals)) == 4 * len(units_of(sym.intervals))
     assert step_energy(full, cluster).gpu_j == pytest.approx(step_energy(sym, cluster).gpu_j, rel=1e-6)
+
+
+def test_memory_bound_kernels_draw_the_memory_level_in_closed_form() -> None:
+    """One unit, compute stream only (tp 8, dp 1): against all-dense compute, the step saves
+    N x compute seconds x (element-wise share x (P_dense - P_memory) + overhead share x (P_dense - P_wait))."""
+    cluster, result = _cached()
+    parts = result.stage_compute_breakdowns[0]
+    total = sum(parts.values())
+    assert parts["elementwise"] > 0 and total > 0
+    w = {a: POWER.watts(POWER.levels[a]) for a in ("dense", "memory", "wait")}
+    saved = 8 * result.breakdown["compute"] * (parts["elementwise"] / total * (w["dense"] - w["memory"])
+                                               + parts["overhead"] / total * (w["dense"] - w["wait"]))
+    mixed = step_energy(result, cluster, POWER)
+    dense = step_energy(replace(result, stage_compute_breakdowns=()), cluster, POWER)
+    assert dense.gpu_j - mixed.gpu_j == pytest.approx(saved, rel=1e-9)
+    assert mixed.by_activity_j["memory"] > dense.by_activity_j["memory"]  # element-wise kernels book as memory
+    same = replace(POWER, levels={**POWER.levels, "memory": 1.0, "wait": 1.0})  # every kernel at the dense level
+    assert step_energy(result, cluster, same).gpu_j == pytest.approx(step_energy(replace(result, stage_compute_breakdowns=()),
+                                                                                 cluster, same).gpu_j, rel=1e-12)
