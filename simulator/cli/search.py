@@ -16,6 +16,7 @@ from clustersim.simulator.calibration.profile import default_profile, load_profi
 from clustersim.simulator.cli import output
 from clustersim.simulator.scenario import load_scenario
 from clustersim.simulator.search.search import OBJECTIVES, Ranked, SearchReport, price_per_token, search
+from clustersim.simulator.step.energy import J_PER_KWH
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
@@ -27,17 +28,29 @@ def losses(breakdown: dict[str, float], step: float, n: int = 3) -> str:
     return " ".join(f"{k.replace('exposed_', '')} {v / step * 100:.0f}%" for v, k in parts)
 
 
+def _bound(r: Ranked, per_token: float | None, objective: str) -> dict[str, float]:
+    """The plan's bound in the objective's unit: GiB (memory), kWh per M tokens (energy), else seconds."""
+    match objective:
+        case "memory":
+            return {"bound_gib": r.bound / 2**30}
+        case "energy":
+            return {"bound_kwh_per_million_tokens": r.bound / J_PER_KWH * 1e6}
+    return {"bound_s": r.bound / (per_token or 1.0)}
+
+
 def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None, objective: str = "time") -> list[dict[str, Any]]:
-    """One flat row per engine-priced plan: time, $/M tokens, MFU, TFLOP/s/GPU, GiB, bound, tiers.
-    The bound is in the objective's unit: seconds (time, cost) or GiB (memory)."""
+    """One flat row per engine-priced plan: time, $/M tokens, kWh/M tokens, MFU, TFLOP/s/GPU, GiB,
+    bound, tiers. The bound is in the objective's unit: seconds (time, cost), GiB (memory) or kWh
+    per million tokens (energy)."""
     rows = []
     for i, r in enumerate(plans, 1):
         res = r.result
         if res is None:
             continue
-        bound = {"bound_gib": r.bound / 2**30} if objective == "memory" else {"bound_s": r.bound / (per_token or 1.0)}
-        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, **bound,
+        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, **_bound(r, per_token, objective),
                      "cost_per_million_tokens": res.step_time * per_token * 1e6 if per_token else None,
+                     "energy_j_per_token": r.energy,
+                     "kwh_per_million_tokens": r.energy / J_PER_KWH * 1e6 if r.energy is not None else None,
                      "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu, "mfu": res.mfu, "tflops_per_gpu": res.tflops_per_gpu,
                      "peak_memory_gib": res.peak_memory / 2**30, "hbm_capacity_gib": res.hbm_capacity / 2**30,
                      "memory_headroom_gib": res.memory_headroom / 2**30,
@@ -47,19 +60,21 @@ def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None, objective: s
 
 
 def report_table(rep: SearchReport, title: str, per_token: float | None = None, caption: str = "") -> Table:
-    """The ranked plans: step time, $/M tokens, MFU, TFLOP/s/GPU, memory, the bound and both tiers."""
+    """The ranked plans: step time, $/M tokens, kWh/M tokens, MFU, TFLOP/s/GPU, memory, the bound and both tiers."""
     table = Table(title=title, caption=caption)
-    memory = rep.objective == "memory"
-    cols = ["#", "plan", "step s", *(["$/M tok"] if per_token else []), "MFU", "TFLOP/s/GPU", "GiB / cap",
-            "bound GiB" if memory else "bound s", "analytic", "losses"]
+    bound_col, bound_key, bound_fmt = {"memory": ("bound GiB", "bound_gib", ".1f"),
+                                       "energy": ("bound kWh/M", "bound_kwh_per_million_tokens", ".3f")}.get(
+                                           rep.objective, ("bound s", "bound_s", ".3f"))
+    cols = ["#", "plan", "step s", *(["$/M tok"] if per_token else []), "kWh/M tok", "MFU", "TFLOP/s/GPU", "GiB / cap",
+            bound_col, "analytic", "losses"]
     for col in cols:
         table.add_column(col, justify="left" if col in ("plan", "losses") else "right")
     for row in ranked_rows(rep.ranked, per_token, rep.objective):
         cells = [str(row["rank"]), row["plan"], f"{row['step_time_s']:.3f}"]
         cells += [f"{row['cost_per_million_tokens']:.3f}"] if per_token else []
-        cells += [f"{row['mfu'] * 100:.1f}%", f"{row['tflops_per_gpu']:.0f}",
-                  f"{row['peak_memory_gib']:.1f} / {row['hbm_capacity_gib']:.0f}",
-                  f"{row['bound_gib']:.1f}" if memory else f"{row['bound_s']:.3f}",
+        cells += [f"{row['kwh_per_million_tokens']:.3f}" if row["kwh_per_million_tokens"] is not None else "-",
+                  f"{row['mfu'] * 100:.1f}%", f"{row['tflops_per_gpu']:.0f}",
+                  f"{row['peak_memory_gib']:.1f} / {row['hbm_capacity_gib']:.0f}", f"{row[bound_key]:{bound_fmt}}",
                   f"{row['analytic_vs_engine'] * 100:+.1f}%", row["losses"]]
         table.add_row(*cells)
     return table
@@ -85,7 +100,7 @@ def register(app: typer.Typer) -> None:
         scenario: Path = typer.Argument(..., help="Scenario YAML; its plan is ignored."),
         gpus: Optional[int] = typer.Option(None, "--gpus", help="GPU count (default: the scenario's).", min=1, max=GPU_LIMIT),
         top: int = typer.Option(5, "--top", help="How many plans to print.", min=1, max=1000),
-        objective: str = typer.Option("time", "--objective", help="time, cost ($/token; needs cluster.cost_per_gpu_hour) or memory."),
+        objective: str = typer.Option("time", "--objective", help="time, cost ($/token; needs cluster.cost_per_gpu_hour), memory or energy (facility J/token)."),
         set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the ranked plans, Pareto front and scenario as JSON ('-': standard output)."),
@@ -116,7 +131,8 @@ def register(app: typer.Typer) -> None:
             console.print(report_table(rep, title, per_token, caption))
             console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0,
                                                     objective=rep.objective),
-                                       "Pareto front of the priced plans: step time vs memory headroom ($/token follows step time on one cluster)",
+                                       "Pareto front of the priced plans: step time vs peak memory vs energy per token "
+                                       "($/token at a GPU-hour price follows step time on one cluster)",
                                        per_token))
         if not rep.ranked:
             raise ValueError("no plan fits in memory; try more GPUs, a smaller global batch or a bigger accelerator")

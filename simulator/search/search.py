@@ -2,9 +2,9 @@
 
 Owns the enumeration of candidate plans (tp, pp, vpp, dp, cp, ep, ZeRO/FSDP, micro-batch,
 recompute, schedule), pruning by divisibility (``check_plan``), the objectives (step time, $ per
-token, peak memory), the branch and bound over the optimistic bounds of ``search.bound`` (the
+token, peak memory, facility joules per token from ``step.energy``), the branch and bound over the optimistic bounds of ``search.bound`` (the
 engine prices plans best bound first until no bound can beat the best engine score; memory is
-the engine's own phase-1 check), the Pareto front of the priced plans, and how far the analytical
+the engine's own phase-1 check), the Pareto front of the priced plans (time, memory, energy), and how far the analytical
 tier (``search.estimate``, which orders the first plans priced) is from the engine. It prints
 nothing (the CLI does).
 """
@@ -22,15 +22,17 @@ from clustersim.simulator.calibration.profile import CalibrationProfile, default
 from clustersim.simulator.plan.checks import check_plan
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
+from clustersim.simulator.search.energy_bound import EnergyBound
 from clustersim.simulator.search.estimate import Estimate, Estimator
 from clustersim.simulator.step.partition import partition_memory
 from clustersim.simulator.plan.plan import Fsdp, ParallelPlan, Recompute, Schedule
+from clustersim.simulator.step.energy import energy_per_token
 from clustersim.simulator.step.result import Result
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec
 
-Objective = Literal["time", "cost", "memory"]
-OBJECTIVES: tuple[Objective, ...] = ("time", "cost", "memory")
+Objective = Literal["time", "cost", "memory", "energy"]
+OBJECTIVES: tuple[Objective, ...] = ("time", "cost", "memory", "energy")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,9 @@ class Ranked:
     """``StepBound``'s optimistic score of the plan (seconds, $/token or bytes by objective)."""
     memory: float | None = None
     """Peak bytes per device from phase 1 (None when it does not fit)."""
+    energy: float | None = None
+    """Facility joules per trained token of the engine's step (``step.energy``; PUE 1, the cluster's
+    power preset); None without an engine result."""
 
     @property
     def disagreement(self) -> float:
@@ -80,7 +85,7 @@ class SearchReport:
     pruned: int = 0
     """Valid plans never priced: their bound could not beat the best engine score."""
     pareto: tuple[Ranked, ...] = ()
-    """Engine-priced plans not beaten on step time, memory and $/token at once."""
+    """Engine-priced plans not beaten on step time, memory and energy per token at once."""
 
     @property
     def best(self) -> Ranked | None:
@@ -153,13 +158,16 @@ def price_per_token(cluster: Cluster, training: TrainingSpec) -> float:
 
 
 def _score(objective: Objective, r: Ranked, per_token: float) -> tuple[float, float]:
-    """What ``objective`` minimises, then the step time: (seconds | $ per token | bytes, seconds)."""
+    """What ``objective`` minimises, then the step time: (seconds | $ per token | bytes | J per token, seconds)."""
     assert r.result is not None
     match objective:
         case "cost":
             return r.result.step_time * per_token, r.result.step_time
         case "memory":
             return r.result.peak_memory, r.result.step_time
+        case "energy":
+            assert r.energy is not None
+            return r.energy, r.result.step_time
     return r.result.step_time, r.result.step_time
 
 
@@ -182,7 +190,8 @@ def search(
     ``shortlist``, the analytical tier's ``shortlist`` fastest plans are priced first. The first
     ranked plan is the engine's best over the whole space; the rest are the best of those the
     engine priced, each with the analytical tier's estimate beside it. ``cost`` ranks by $/token
-    (needs ``cluster.cost_per_gpu_hour``).
+    (needs ``cluster.cost_per_gpu_hour``); ``energy`` by facility joules per token (PUE 1), bounded
+    by ``search.energy_bound.EnergyBound``.
     """
     per_token = price_per_token(cluster, training) if objective == "cost" else 1.0
     prof = profile or default_profile(cluster.accelerator.name)
@@ -192,7 +201,9 @@ def search(
     seeds = _analytic_best(est, plans, shortlist) if shortlist else []
     t1 = time.perf_counter()
     sb = StepBound(model, training, cluster, prof)
-    bounds = {p: (sb.static_memory(p) if objective == "memory" else sb.step_time(p) * per_token) for p in plans}
+    eb = EnergyBound(model, training, cluster, prof)
+    bounds = {p: (sb.static_memory(p) if objective == "memory" else eb.per_token(p, sb.step_time(p))
+                  if objective == "energy" else sb.step_time(p) * per_token) for p in plans}
     t2 = time.perf_counter()
     bb = _BranchAndBound(model, training, cluster, prof, objective, per_token, est, bounds, sb)
     for plan in seeds:
@@ -291,15 +302,25 @@ class _BranchAndBound:
 
 
 def pareto_front(ranked: list[Ranked], per_token: float = 1.0) -> tuple[Ranked, ...]:
-    """The engine-priced plans no other priced plan beats on step time, peak memory and $/token
-    at once (on one cluster $/token follows step time, so it is time against memory headroom)."""
-    done = sorted(((r, r.result) for r in ranked if r.result is not None),
-                  key=lambda pair: (pair[1].step_time, pair[1].peak_memory))
-    front: list[tuple[Ranked, Result]] = []
-    for r, result in done:
-        if all(result.peak_memory < f.peak_memory for _, f in front):
-            front.append((r, result))
+    """The engine-priced plans no other priced plan beats on step time, peak memory and energy
+    per token at once (on one cluster $/token at a GPU-hour price follows step time), fastest first."""
+    done = sorted(((r, _objectives(r)) for r in ranked if r.result is not None), key=lambda pair: pair[1])
+    front: list[tuple[Ranked, tuple[float, float, float]]] = []
+    for r, v in done:  # ties (plans alike on all three) keep the first in rank order
+        if not any(_dominates(o, v) for _, o in done) and all(v != f for _, f in front):
+            front.append((r, v))
     return tuple(r for r, _ in front)
+
+
+def _objectives(r: Ranked) -> tuple[float, float, float]:
+    """(step time, peak memory, energy per token) of an engine-priced plan."""
+    assert r.result is not None
+    return r.result.step_time, r.result.peak_memory, r.energy if r.energy is not None else math.inf
+
+
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    """``a`` is no worse than ``b`` everywhere and better somewhere."""
+    return all(x <= y for x, y in zip(a, b)) and any(x < y for x, y in zip(a, b))
 
 
 def _safe_estimate(est: Estimator, plan: ParallelPlan) -> Estimate | None:
@@ -319,7 +340,8 @@ def _engine(model: ModelSpec, training: TrainingSpec, cluster: Cluster, prof: Ca
     if not engine:
         return Ranked(plan=plan, estimate=e, result=None, bound=bound, memory=memory)
     try:
-        return Ranked(plan=plan, estimate=e, result=simulate(model, training, cluster, plan, profile=prof),
-                      bound=bound, memory=memory)
+        result = simulate(model, training, cluster, plan, profile=prof)
+        return Ranked(plan=plan, estimate=e, result=result, bound=bound, memory=memory,
+                      energy=energy_per_token(result, cluster))
     except ClusterSimError as exc:
         return Ranked(plan=plan, estimate=e, result=None, error=str(exc), bound=bound, memory=memory)

@@ -292,3 +292,15 @@ def energy_row(result: Result, cluster: Cluster, power: PowerSpec | None = None,
             "mean_gpu_power_w": step.mean_gpu_w, "gpu_hours_per_million_tokens": costs.per_token("gpu_hours") * 1e6,
             "cost_per_million_tokens": costs.per_token("money") * 1e6,
             "kg_co2_per_million_tokens": costs.per_token("kg_co2") * 1e6}
+
+
+def floor_w(cluster: Cluster, power: PowerSpec | None = None, facility: FacilitySpec | None = None) -> float:
+    """The least facility power the cluster draws while a step runs: every GPU at its lowest
+    activity level (clipped at the cap), nodes and fabric on. ``step_time x floor_w`` never
+    exceeds ``step_energy(...).facility_j`` (the bound of the search objective ``energy``)."""
+    power = power or power_spec(cluster.accelerator)
+    facility = facility or FacilitySpec()
+    limit = cluster.accelerator.power_limit_w
+    gpu_w = min(power.watts(power.levels[a], limit) for a in ACTIVITIES)
+    it_w = cluster.num_gpus * (gpu_w + power.node_w_per_gpu) + switch_ports(cluster) * facility.switch_w_per_port
+    return facility.pue * it_w

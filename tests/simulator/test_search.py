@@ -2,7 +2,7 @@
 
 Every valid plan of a 4-layer Llama 2 7B on 8 H100 is simulated; ``search`` (branch and bound)
 and ``plan: best`` of a sweep point must return the plan with the least engine step time (and
-$/token, and peak memory), and the optimistic bound of ``search.bound`` must never exceed the
+$/token, peak memory and facility joules per token), and the optimistic bound of ``search.bound`` must never exceed the
 engine's step time (nor static memory the engine's peak memory) on any plan.
 """
 
@@ -16,7 +16,9 @@ import pytest
 from clustersim.simulator.calibration.profile import default_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
+from clustersim.simulator.search.energy_bound import EnergyBound
 from clustersim.simulator.search.search import candidate_plans, plan_is_valid, search
+from clustersim.simulator.step.energy import energy_per_token
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.sweep.points import evaluate_point
 from clustersim.topologies import get_cluster
@@ -32,7 +34,7 @@ def space() -> dict:
     cluster = dataclasses.replace(get_cluster("dgx-h100", 8), cost_per_gpu_hour=PRICE)
     prof = default_profile(cluster.accelerator.name)
     bound = StepBound(MODEL, TRAINING, cluster, prof)
-    rows = []
+    rows, energies = [], {}
     for plan in candidate_plans(MODEL, TRAINING, cluster):
         if not plan_is_valid(MODEL, TRAINING, cluster, plan):
             continue
@@ -41,7 +43,8 @@ def space() -> dict:
         except ClusterSimError:
             continue
         rows.append((plan, r.step_time, r.peak_memory, bound.step_time(plan), bound.static_memory(plan)))
-    return {"cluster": cluster, "rows": rows}
+        energies[plan] = energy_per_token(r, cluster)
+    return {"cluster": cluster, "rows": rows, "energy": energies}
 
 
 def test_the_space_is_not_trivial(space: dict) -> None:
@@ -75,12 +78,37 @@ def test_search_memory_objective_returns_the_least_memory(space: dict) -> None:
     assert math.isclose(rep.best.result.step_time, fastest_least, rel_tol=1e-12)
 
 
-def test_pareto_front_is_non_dominated(space: dict) -> None:
+def _dominates(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+    return all(x <= y for x, y in zip(a, b)) and a != b
+
+
+def test_pareto_front_is_non_dominated_in_time_memory_and_energy(space: dict) -> None:
+    """The front over (step time, peak memory, J/token): no member dominated by a priced plan,
+    every priced plan off the front dominated by a member."""
     rep = search(MODEL, TRAINING, space["cluster"], top=3)
-    front = [(r.result.step_time, r.result.peak_memory) for r in rep.pareto]
+    front = [(r.result.step_time, r.result.peak_memory, r.energy) for r in rep.pareto]
     assert front and front[0][0] == rep.best.result.step_time
-    for t, m in front:
-        assert not any(t2 <= t and m2 <= m and (t2, m2) != (t, m) for t2, m2 in front)
+    priced = [(r.result.step_time, r.result.peak_memory, space["energy"][r.plan]) for r in rep.ranked]
+    assert all(math.isclose(e, space["energy"][r.plan], rel_tol=1e-12) for r, (*_, e) in zip(rep.pareto, front))
+    for v in front:
+        assert not any(_dominates(o, v) for o in front + priced)
+    for v in priced:
+        assert v in front or any(_dominates(f, v) for f in front)
+
+
+def test_search_energy_objective_returns_the_least_energy_per_token(space: dict) -> None:
+    """Branch and bound on J/token: the bound (``EnergyBound``) never exceeds any plan's energy, and the search returns the exhaustive minimum while pruning."""
+    eb = EnergyBound(MODEL, TRAINING, space["cluster"], default_profile(space["cluster"].accelerator.name))
+    tight = []
+    for plan, _, _, bound, _ in space["rows"]:
+        assert eb.per_token(plan, bound) <= space["energy"][plan], plan.describe()
+        tight.append(eb.per_token(plan, bound) / space["energy"][plan])
+    assert max(tight) > 0.9  # and a useful bound: within 10 % of the engine somewhere
+    least = min(space["energy"].values())
+    rep = search(MODEL, TRAINING, space["cluster"], top=3, objective="energy")
+    assert rep.best is not None and math.isclose(rep.best.energy, least, rel_tol=1e-12)
+    assert [r.energy for r in rep.ranked] == sorted(r.energy for r in rep.ranked)
+    assert rep.engine_calls < len(space["rows"])
 
 
 def test_plan_best_point_is_the_engine_best(space: dict) -> None:
