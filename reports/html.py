@@ -113,6 +113,7 @@ FORMATTERS: dict[str, Callable[[Any], str]] = {
     "hbm_capacity_gib": _gib, "t_compute": _seconds, "compute_share_of_step": _percent,
     "c_gemm_ideal": _seconds, "c_gemm_efficiency_loss": _seconds, "c_attention_kernel": _seconds,
     "c_elementwise": _seconds, "c_recompute": _seconds, "c_overhead": _seconds,
+    "kwh_per_million_tokens": _general, "mean_gpu_power_w": _count,
 }
 """How each known numeric column is shown; other columns print as they are."""
 
@@ -127,6 +128,7 @@ HEADERS: dict[str, str] = {
     "c_attention_kernel": "attention (s)", "c_elementwise": "element-wise (s)", "c_recompute": "recompute (s)",
     "c_overhead": "launch/overhead (s)",
     "cost_per_million_tokens": "$/M tokens", "speedup_vs_naive_dp": "x naive DP",
+    "kwh_per_million_tokens": "kWh/M tokens", "mean_gpu_power_w": "W/GPU (mean)",
     "micro_batch": "mb", "point_id": "point",
 }
 """Column headings shown on the page (the CSV files keep the contract's names)."""

@@ -176,14 +176,16 @@ def plot_lost_time(fractions: pd.DataFrame, ax: Axes | None = None, *,
 
 
 def plot_hardware(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
-    """Per cluster, side by side: tokens/s per GPU, and $ per million tokens (when priced); two
-    panels with their own axes, never one dual axis. Returns the throughput Axes."""
+    """Per cluster, side by side: tokens/s per GPU, $ per million tokens (when priced) and kWh per
+    million tokens (when the rows carry energy); panels with their own axes, never one dual axis.
+    Returns the throughput Axes."""
+    energy = "kwh_per_million_tokens" in table.columns and bool(table["kwh_per_million_tokens"].notna().any())
     if ax is None:
-        fig = Figure(figsize=(9.0, 3.8), dpi=110, layout="constrained")
+        fig = Figure(figsize=(13.0 if energy else 9.0, 3.8), dpi=110, layout="constrained")
         FigureCanvasAgg(fig)
-        ax, cost_ax = fig.subplots(1, 2)
+        ax, *others = fig.subplots(1, 3 if energy else 2)
     else:
-        cost_ax = None
+        others = []
     names = [f"{c}\n{int(n):,} GPUs" for c, n in zip(table["cluster"], table["num_gpus"])]
     positions = list(range(len(table)))
     ax.barh(positions, table["tokens_per_s_per_gpu"].astype(float), color="C0")
@@ -191,14 +193,24 @@ def plot_hardware(table: pd.DataFrame, ax: Axes | None = None) -> Axes:
     ax.invert_yaxis()
     ax.set_xlabel("tokens/s per GPU")
     ax.set_title("Throughput per GPU (best plan)")
-    cost = table["cost_per_million_tokens"].astype(float)
-    if cost_ax is not None:
-        if cost.notna().any():
-            cost_ax.barh(positions, cost.fillna(0.0), color="C1")
-            cost_ax.set_xlabel("$ per million tokens")
-        else:
-            cost_ax.text(0.5, 0.5, "no $/GPU-hour given", ha="center", va="center", transform=cost_ax.transAxes)
-        cost_ax.set_yticks(positions, names, fontsize=8)
-        cost_ax.invert_yaxis()
-        cost_ax.set_title("Cost per token (best plan)")
+    panels = [("cost_per_million_tokens", "$ per million tokens", "Cost per token (best plan)",
+               "no $/GPU-hour given", "C1"),
+              ("kwh_per_million_tokens", "kWh per million tokens (PUE 1)", "Energy per token (best plan)",
+               "no energy in the rows", "C2")]
+    for panel_ax, (column, xlabel, title, missing, color) in zip(others, panels):
+        _bar_panel(panel_ax, table, positions, names, column, xlabel, title, missing, color)
     return ax
+
+
+def _bar_panel(ax: Axes, table: pd.DataFrame, positions: list[int], names: list[str], column: str,
+               xlabel: str, title: str, missing: str, color: str) -> None:
+    """One horizontal bar per cluster of ``column``, or a note when the column is unknown."""
+    values = table[column].astype(float) if column in table.columns else pd.Series(float("nan"), index=table.index)
+    if values.notna().any():
+        ax.barh(positions, values.fillna(0.0), color=color)
+        ax.set_xlabel(xlabel)
+    else:
+        ax.text(0.5, 0.5, missing, ha="center", va="center", transform=ax.transAxes)
+    ax.set_yticks(positions, names, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_title(title)

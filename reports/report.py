@@ -104,7 +104,8 @@ def _figures(data: ReportData) -> list[PageFigure]:
                                                                subject="naive DP"))))
     if len(data.hardware) > 1:
         figures.append(PageFigure(key="hardware", caption="Best plan per cluster: tokens/s per "
-                                  "GPU and $ per million tokens",
+                                  "GPU, $ per million tokens at each cluster's own price and kWh "
+                                  "per million tokens on each cluster's own power model",
                                   png=png_bytes(plot_hardware(data.hardware))))
     for i, row in enumerate(_largest_best(data.results)):
         figures.append(PageFigure(key=f"waterfall_{i}", caption=f"Where peak compute goes for the best plan at "
@@ -174,7 +175,7 @@ def write_scaling_report(results: ResultsInput, out_dir: str | Path, *, title: s
 
 
 def report_command(results: str | Path, out_dir: str | Path, *, title: str | None = None,
-                   cost_per_gpu_hour: float | None = None) -> Path:
+                   cost_per_gpu_hour: float | Mapping[str, float] | None = None) -> Path:
     """Write the scaling report of ``results`` (file or sweep directory) into ``out_dir``."""
     return write_scaling_report(results, out_dir, title=title or default_title(load_results(results)),
                                 cost_per_gpu_hour=cost_per_gpu_hour)

@@ -80,7 +80,8 @@ def _series_curve(rows: pd.DataFrame, series: str) -> pd.DataFrame:
     """One series' rows with efficiency against its smallest GPU count on each cluster."""
     if rows.empty:
         return pd.DataFrame()
-    extra = [c for c in ("tflops_per_gpu", "step_time_s", "peak_memory_gib", "cost_per_million_tokens", *BAND_COLUMNS)
+    extra = [c for c in ("tflops_per_gpu", "step_time_s", "peak_memory_gib", "cost_per_million_tokens",
+                         "kwh_per_million_tokens", *BAND_COLUMNS)
              if c in rows.columns]
     out = rows[["cluster", "num_gpus", "tokens_per_s_per_gpu", "mfu", *extra]].copy()
     out.insert(1, "series", series)

@@ -116,13 +116,25 @@ def _naive_clause(curves: pd.DataFrame, num_gpus: int, best_tps: float, scaled: 
 
 
 def _hardware_sentence(table: pd.DataFrame) -> str:
-    """The cheapest cluster per million tokens, or the fastest per GPU when prices are unknown."""
+    """The cheapest cluster per million tokens, or the fastest per GPU when prices are unknown;
+    then the most frugal in energy per token where the rows carry it."""
     priced = table.dropna(subset=["cost_per_million_tokens"])
     if not priced.empty:
         row = _row_at(priced, priced["cost_per_million_tokens"].idxmin())
-        return (f"Cheapest per token: {row['cluster']} at ${row['cost_per_million_tokens']:.2f} "
-                f"per million tokens ({row['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
-                f"{int(row['num_gpus']):,} GPUs, ${row['cost_per_gpu_hour']:.2f}/GPU-hour).")
-    row = _row_at(table, table["tokens_per_s_per_gpu"].idxmax())
-    return (f"Fastest per GPU: {row['cluster']} with {row['tokens_per_s_per_gpu']:,.0f} "
-            f"tokens/s/GPU at {int(row['num_gpus']):,} GPUs (no $/GPU-hour given, so no cost).")
+        first = (f"Cheapest per token: {row['cluster']} at ${row['cost_per_million_tokens']:.2f} "
+                 f"per million tokens ({row['tokens_per_s_per_gpu']:,.0f} tokens/s/GPU at "
+                 f"{int(row['num_gpus']):,} GPUs, ${row['cost_per_gpu_hour']:.2f}/GPU-hour).")
+    else:
+        row = _row_at(table, table["tokens_per_s_per_gpu"].idxmax())
+        first = (f"Fastest per GPU: {row['cluster']} with {row['tokens_per_s_per_gpu']:,.0f} "
+                 f"tokens/s/GPU at {int(row['num_gpus']):,} GPUs (no $/GPU-hour given, so no cost).")
+    return f"{first} {_energy_sentence(table)}".strip()
+
+
+def _energy_sentence(table: pd.DataFrame) -> str:
+    """The cluster with the least kWh per million tokens ('' when the rows carry no energy)."""
+    if "kwh_per_million_tokens" not in table.columns or table["kwh_per_million_tokens"].isna().all():
+        return ""
+    row = _row_at(table, table["kwh_per_million_tokens"].astype(float).idxmin())
+    return (f"Least energy per token: {row['cluster']} at {row['kwh_per_million_tokens']:.3g} kWh "
+            f"per million tokens ({row['mean_gpu_power_w']:.0f} W per GPU on average, PUE 1).")

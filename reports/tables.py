@@ -65,6 +65,11 @@ SUM_TOLERANCE = 1e-3
 
 SECONDS_PER_HOUR = 3600.0
 
+ENERGY_COLUMNS: tuple[str, ...] = ("kwh_per_million_tokens", "mean_gpu_power_w")
+"""Energy per million trained tokens (facility kWh, PUE 1) and mean board power per GPU of a row's
+step, each on its own cluster's power model; shown where the rows carry them (sweeps since the
+energy model; older result files lack them)."""
+
 ResultsInput = pd.DataFrame | str | Path
 
 
@@ -273,7 +278,7 @@ def plan_table(frame: pd.DataFrame) -> pd.DataFrame:
     columns = ["cluster", "num_gpus", "series", "plan",
                *[c for c in PLAN_COLUMNS if c in rows.columns],
                *[c for c in ("step_time_s", "tokens_per_s_per_gpu", "mfu", "tflops_per_gpu", "hfu",
-                             *memory, "cost_per_million_tokens") if c in rows.columns],
+                             *memory, "cost_per_million_tokens", *ENERGY_COLUMNS) if c in rows.columns],
                "speedup_vs_naive_dp"]
     ordered = rows.sort_values(["cluster", "num_gpus", "tokens_per_s_per_gpu"],
                                ascending=[True, True, False], kind="stable")
@@ -281,7 +286,8 @@ def plan_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def hardware_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """The best plan of each cluster at the largest GPU count that every cluster ran.
+    """The best plan of each cluster at the largest GPU count that every cluster ran: throughput,
+    $ per million tokens at the cluster's own price, kWh per million tokens on its own power model.
 
     Clusters with no common scale are compared at their own largest scale (the table says which).
     """
@@ -297,7 +303,7 @@ def hardware_table(frame: pd.DataFrame) -> pd.DataFrame:
         picked = best.sort_values("num_gpus").drop_duplicates("cluster", keep="last")
     columns = ["cluster", *[c for c in ("accelerator",) if c in picked.columns], "num_gpus",
                "tokens_per_s_per_gpu", "mfu", "step_time_s", "cost_per_gpu_hour",
-               "cost_per_million_tokens"]
+               "cost_per_million_tokens", *[c for c in ENERGY_COLUMNS if c in picked.columns]]
     out = picked.assign(plan=[plan_label(r) for r in records(picked)])
     return out[[*columns, "plan"]].sort_values("cluster").reset_index(drop=True)
 
@@ -331,13 +337,14 @@ def compute_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def pareto_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per (cluster, GPU count): the ok plans no other beats on step time, peak memory (GiB) and
-    $ per million tokens at once, fastest first."""
+    """Per (cluster, GPU count): the ok plans no other beats on step time, peak memory (GiB),
+    $ per million tokens and kWh per million tokens at once (each where known), fastest first."""
     rows = ok_rows(frame).copy()
     mem = "peak_memory_gib" if "peak_memory_gib" in rows.columns else "peak_memory_gb"
     if rows.empty or mem not in rows.columns:
         return pd.DataFrame()
-    keys = ["step_time_s", mem] + (["cost_per_million_tokens"] if rows["cost_per_million_tokens"].notna().any() else [])
+    keys = ["step_time_s", mem] + [c for c in ("cost_per_million_tokens", "kwh_per_million_tokens")
+                                   if c in rows.columns and rows[c].notna().any()]
     rows["plan"] = [plan_label(r) for r in records(rows)]
     rows = rows.drop_duplicates(subset=["cluster", "num_gpus", "plan"])
     fronts = []
@@ -346,5 +353,6 @@ def pareto_table(frame: pd.DataFrame) -> pd.DataFrame:
         keep = [not any((o <= v).all() and (o < v).any() for o in values) for v in values]
         fronts.append(g[keep].sort_values("step_time_s", kind="stable"))
     columns = ["cluster", "num_gpus", "plan", "step_time_s", "tokens_per_s_per_gpu", mem,
-               *[c for c in ("memory_headroom_gib", "cost_per_million_tokens") if c in rows.columns]]
+               *[c for c in ("memory_headroom_gib", "cost_per_million_tokens", "kwh_per_million_tokens")
+                 if c in rows.columns]]
     return pd.concat(fronts)[columns].reset_index(drop=True)

@@ -2,8 +2,8 @@
 
 Owns ``evaluate_point``, the picklable function that local process pools and Dask workers run:
 it builds the scenario, simulates its plan (``plan_mode: fixed``) or searches for the best plan
-(``plan_mode: best``), and returns ``Result.to_row()`` plus ``status``/``error``/``series``/
-``plan_label``. A point that fails validation or does not fit is a row with status ``error``.
+(``plan_mode: best``), and returns ``Result.to_row()`` plus the energy columns
+(``ENERGY_COLUMNS``) and ``status``/``error``/``series``/``plan_label``. A point that fails validation or does not fit is a row with status ``error``.
 """
 
 from __future__ import annotations
@@ -14,7 +14,13 @@ from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.scenario import scenario_from_dict
 from clustersim.simulator.search.search import SearchReport, search
+from clustersim.simulator.step.energy import energy_row
 from clustersim.simulator.step.result import Result
+from clustersim.topologies import Cluster
+
+ENERGY_COLUMNS: tuple[str, ...] = ("energy_j_per_token", "kwh_per_million_tokens", "mean_gpu_power_w",
+                                   "gpu_hours_per_million_tokens")
+"""The energy columns of an ok row (``step.energy.energy_row``)."""
 
 
 def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
@@ -33,7 +39,7 @@ def evaluate_point(point: Mapping[str, Any]) -> dict[str, Any]:
         return {"status": "error", "error": str(exc).splitlines()[0], "series": series or mode,
                 "num_gpus": _gpus(point), "model": _name(point.get("model")), "cluster": _name(point.get("cluster")),
                 "plan_label": _plan_label(point.get("plan")) if mode != "best" else "searched: no plan fits"}
-    return result_row(result, series or mode)
+    return result_row(result, series or mode, sc.cluster)
 
 
 def best_result(sc: Any) -> Result:
@@ -49,9 +55,12 @@ def best_search(sc: Any, top: int = 1) -> SearchReport:
     return rep
 
 
-def result_row(result: Result, series: str) -> dict[str, Any]:
-    """The flat row of a simulated point."""
+def result_row(result: Result, series: str, cluster: Cluster) -> dict[str, Any]:
+    """The flat row of a simulated point, with its energy per token on ``cluster`` (``step.energy``:
+    the cluster's power preset, PUE 1)."""
     row = result.to_row()
+    energy = energy_row(result, cluster)
+    row.update({k: energy[k] for k in ENERGY_COLUMNS})
     row.update(status="ok", error="", series=series, plan_label=ParallelPlan(**result.plan).describe())
     return row
 

@@ -75,9 +75,11 @@ def _best_and_front(point: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The ``best`` row of a scale and one ``pareto`` row per other plan of its search's front."""
     data = {k: v for k, v in point.items() if k not in ("plan_mode", "series")}
     try:
-        rep = best_search(scenario_from_dict(data))
+        sc = scenario_from_dict(data)
+        rep = best_search(sc)
     except ValueError:
         return [evaluate_point(point)]  # the same error row as a sweep's
-    rows = [result_row(rep.ranked[0].result, "best")]  # type: ignore[arg-type]  # best_search engine-prices its top plan: result is set
-    rows += [result_row(r.result, "pareto") for r in rep.pareto if r.result is not None and r.plan != rep.ranked[0].plan]
+    rows = [result_row(rep.ranked[0].result, "best", sc.cluster)]  # type: ignore[arg-type]  # best_search engine-prices its top plan: result is set
+    rows += [result_row(r.result, "pareto", sc.cluster) for r in rep.pareto
+             if r.result is not None and r.plan != rep.ranked[0].plan]
     return rows

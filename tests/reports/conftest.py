@@ -17,6 +17,8 @@ import pytest
 TOKENS_PER_STEP = 1024 * 4096
 MODEL_FLOPS_PER_STEP = 6 * 7e9 * TOKENS_PER_STEP  # PaLM 6N per token, 7B dense, attention omitted
 PEAK_FLOPS = {"h100": 989e12, "a100": 312e12}  # dense BF16: NVIDIA H100 SXM / A100 datasheets
+TDP_W = {"h100": 700.0, "a100": 400.0}  # board power: NVIDIA H100 SXM / A100 SXM datasheets
+J_PER_KWH = 3.6e6
 
 
 def _row(*, cluster: str, n: int, series: str, dp_loss: float, bubble_loss: float,
@@ -31,11 +33,13 @@ def _row(*, cluster: str, n: int, series: str, dp_loss: float, bubble_loss: floa
         "t_optimizer": 0.01 * ideal, "t_other": 0.002 * ideal,
     }
     step = sum(parts.values())
+    gpu_w = 0.75 * TDP_W[cluster]  # mean board power over the step; energy per token follows from it
+    energy = {"mean_gpu_power_w": gpu_w, "kwh_per_million_tokens": gpu_w * n * step / TOKENS_PER_STEP * 1e6 / J_PER_KWH}
     compute = parts["t_compute"]  # split like Result.compute_breakdown: the parts sum to t_compute
     split = {"c_gemm_ideal": 0.55 * compute, "c_gemm_efficiency_loss": 0.25 * compute,
              "c_attention_kernel": 0.12 * compute, "c_elementwise": 0.05 * compute,
              "c_recompute": 0.0, "c_overhead": 0.03 * compute}
-    return {**split, "model_params": 7e9, "num_layers": 32, "hidden_size": 4096, "precision": "bf16",
+    return {**split, **energy, "model_params": 7e9, "num_layers": 32, "hidden_size": 4096, "precision": "bf16",
         "fabric": "fat_tree", "profile": f"{cluster}-test-profile", "profile_fit_date": "2026-11-30",
         "version": "0.1.0", "input_hash": f"hash-{cluster}-{series}-{n}", "peak_memory_gib": 55.9,
         "hbm_capacity_gib": 80.0, "memory_headroom_gib": 24.1, "tflops_per_gpu": MODEL_FLOPS_PER_STEP / step / n / 1e12,

@@ -63,7 +63,8 @@ def test_report_renders_in_chromium(tmp_path: Path,
                    "h100-test-profile (fit 2026-11-30)", "clustersim version", "input hash"):
         assert needle in dom, needle
     # units: memory in GiB (never GB) next to capacity, TFLOP/s next to MFU, $ per million tokens
-    for needle in ("peak mem (GiB)", "headroom (GiB)", "TFLOP/s/GPU", "MFU", "$/M tokens"):
+    for needle in ("peak mem (GiB)", "headroom (GiB)", "TFLOP/s/GPU", "MFU", "$/M tokens", "kWh/M tokens",
+                   "W/GPU (mean)", "Least energy per token"):
         assert needle in dom, needle
     assert "(GB)" not in dom
     # the compute breakdown, and the verdict before the figures

@@ -97,6 +97,27 @@ def test_cli_register_writes_report(tmp_path: Path,
     assert (pd.read_csv(tmp_path / "r" / "hardware.csv")["cost_per_gpu_hour"] == 2.0).all()
 
 
+def test_cli_prices_each_cluster_on_its_own(tmp_path: Path, results_factory: Callable[..., pd.DataFrame]) -> None:
+    """--cost-per-gpu-hour NAME=PRICE per cluster; a malformed price is one line naming the fix, exit 2."""
+    results_factory(clusters=("h100", "a100"), counts=(8, 64)).to_csv(tmp_path / "results.csv", index=False)
+    app = Typer()
+    register(app)
+
+    @app.command("noop")
+    def _noop() -> None:
+        """A second command so that typer keeps `report` as a named subcommand."""
+
+    outcome = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "r"),
+                                       "--cost-per-gpu-hour", "h100=2.5", "--cost-per-gpu-hour", "a100=1.2"])
+    assert outcome.exit_code == 0, outcome.output
+    hardware = pd.read_csv(tmp_path / "r" / "hardware.csv").set_index("cluster")
+    assert hardware["cost_per_gpu_hour"].to_dict() == {"a100": 1.2, "h100": 2.5}
+    assert (hardware["kwh_per_million_tokens"] > 0).all()
+    bad = CliRunner().invoke(app, ["report", str(tmp_path), "--out", str(tmp_path / "r2"), "--cost-per-gpu-hour", "h100=cheap"])
+    assert bad.exit_code != 0 and "NAME=PRICE" not in str(bad.exception) and "price must be a number" in str(bad.exception)
+    assert not (tmp_path / "r2").exists()
+
+
 def test_report_of_only_failures_still_renders(
         tmp_path: Path, results_factory: Callable[..., pd.DataFrame]) -> None:
     frame = results_factory(counts=(8, 64)).assign(status="error")

@@ -94,6 +94,20 @@ def test_hardware_table_compares_at_common_largest_scale(results_factory: Factor
     assert set(table["num_gpus"]) == {64}
 
 
+def test_hardware_table_shows_energy_and_cost_per_cluster_each_at_its_own_price(results_factory: Factory) -> None:
+    """kWh per million tokens = mean W/GPU x GPUs / (tokens/s) / 3.6e6 x 1e6 on each cluster's own
+    rows; $ per million tokens at each cluster's own price ($/GPU-h / 3600 / tokens/s/GPU x 1e6)."""
+    prices = {"h100": 2.5, "a100": 1.2}
+    table = hardware_table(with_costs(load_results(results_factory(clusters=("h100", "a100"))), prices))
+    for row in table.to_dict("records"):
+        tokens_per_s = row["tokens_per_s_per_gpu"] * row["num_gpus"]
+        assert row["kwh_per_million_tokens"] == pytest.approx(row["mean_gpu_power_w"] * row["num_gpus"] / tokens_per_s / 3.6)
+        assert row["cost_per_gpu_hour"] == prices[row["cluster"]]
+        assert row["cost_per_million_tokens"] == pytest.approx(prices[row["cluster"]] / 3600 / row["tokens_per_s_per_gpu"] * 1e6)
+    old = load_results(results_factory(clusters=("h100", "a100")).drop(columns=["kwh_per_million_tokens", "mean_gpu_power_w"]))
+    assert "kwh_per_million_tokens" not in hardware_table(old).columns  # rows from before the energy model
+
+
 def test_plan_label_names_degrees() -> None:
     row = {"tp": 8, "pp": 4, "dp": 32, "cp": 2, "ep": 1, "vpp": 1, "micro_batch": 2,
            "schedule": "interleaved", "recompute": "selective", "zero": 1, "fsdp": "none"}

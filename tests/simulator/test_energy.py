@@ -25,7 +25,9 @@ from clustersim.simulator.longrun.failures import FailureSpec
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.engine import Interval
 from clustersim.simulator.step.result import Result
+from clustersim.simulator.scenario import scenario_from_dict
 from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.sweep.points import evaluate_point
 from clustersim.topologies import Cluster, get_cluster
 from clustersim.topologies.power import FacilitySpec, PowerSpec, power_spec, with_power_limit
 from clustersim.units import GBIT
@@ -292,3 +294,23 @@ def test_memory_bound_kernels_draw_the_memory_level_in_closed_form() -> None:
     same = replace(POWER, levels={**POWER.levels, "memory": 1.0, "wait": 1.0})  # every kernel at the dense level
     assert step_energy(result, cluster, same).gpu_j == pytest.approx(step_energy(replace(result, stage_compute_breakdowns=()),
                                                                                  cluster, same).gpu_j, rel=1e-12)
+
+
+def test_sweep_rows_carry_each_clusters_energy_per_token() -> None:
+    """A sweep point's row has the energy columns of its own cluster's power model: the same figures
+    as step_energy on that cluster, mean board power between idle and TDP, B200 and H100 apart."""
+    rows = {}
+    for preset in ("dgx-h100", "dgx-b200"):
+        point = {"model": {"preset": "llama2-7b", "num_layers": 4}, "training": {"seq_len": 2048, "global_batch_size": 16},
+                 "cluster": {"preset": preset, "num_gpus": 8}, "plan": {"tp": 2, "dp": 4}}
+        row = evaluate_point(point)
+        assert row["status"] == "ok", row
+        cluster = get_cluster(preset, 8)
+        power = power_spec(cluster.accelerator)
+        assert power.idle_w <= row["mean_gpu_power_w"] <= power.max_w
+        sc = scenario_from_dict(point)
+        direct = step_energy(simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=sc.profile), sc.cluster)
+        assert row["energy_j_per_token"] == pytest.approx(direct.j_per_token, rel=1e-12)
+        assert row["kwh_per_million_tokens"] == pytest.approx(row["energy_j_per_token"] / 3.6, rel=1e-12)
+        rows[preset] = row
+    assert rows["dgx-b200"]["mean_gpu_power_w"] > rows["dgx-h100"]["mean_gpu_power_w"]  # 1,000 W vs 700 W parts
