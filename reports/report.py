@@ -136,10 +136,14 @@ def _tables(data: ReportData) -> list[PageTable]:
                   f"holds all {len(data.plans):,}."),
         PageTable(key="compute-table", caption="Where compute goes (best plan, critical stage)", frame=data.compute,
                   note="Seconds of the critical stage's compute per step by part; they sum to compute (s)."),
-        PageTable(key="pareto-table", caption="Pareto front: step time vs memory vs cost", frame=data.pareto,
-                  note="Per scale, the simulated plans no other beats on step time, peak memory and $ per million "
-                       "tokens at once (the searched front at each scale and the naive DP plan)."),
-        PageTable(key="hardware-table", caption="Hardware comparison", frame=data.hardware),
+        PageTable(key="pareto-table", caption="Pareto front: step time vs memory vs cost vs energy", frame=data.pareto,
+                  note="Per scale, the simulated plans no other beats on step time, peak memory, $ per million "
+                       "tokens and kWh per million tokens at once (each where the rows carry it; the searched "
+                       "front at each scale and the naive DP plan)."),
+        PageTable(key="hardware-table", caption="Hardware comparison", frame=data.hardware,
+                  note="Each cluster's best plan: $ per million tokens at the cluster's own $/GPU-hour, kWh per "
+                       "million tokens (facility energy at PUE 1: GPUs on the simulated timeline plus node "
+                       "overhead) on the cluster's own power model."),
         PageTable(key="errors-table", caption="Failed points: plan and reason", frame=data.errors),
     ]
     return tables

@@ -196,37 +196,60 @@ def goodput_command(
     calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration profile YAML (default: the scenario's or the accelerator's bundled profile).")] = None,
 ) -> None:
     """Goodput distribution, best checkpoint interval and lost hours over a long run."""
-    console = Console()
     try:
-        validate_options(LongRunOptions, dict(
-            days=days, mtbf_hours=mtbf_hours, mtbf_gpu_hours=mtbf_gpu_hours, mtbf_node_hours=mtbf_node_hours,
-            mtbf_link_hours=mtbf_link_hours, distribution=distribution, weibull_shape=weibull_shape,
-            storage_gbps=storage_gbps, node_write_gbps=node_write_gbps, detection_min=detection_min,
-            restart_min=restart_min, reschedule_min=reschedule_min, spare_nodes=spare_nodes,
-            repair_hours=repair_hours, repetitions=repetitions), "goodput")
+        failures = _failures_checked(locals())  # the command's options by name, before any other local
         output_file("--plot", plot)
         output_file("--json", json_out)
         interval = _parse_interval(checkpoint_interval)
-        scenario = load_scenario(scenario_file, set_ or [], force=force)
-        if calibration is not None:
-            scenario = replace(scenario, profile=load_profile(calibration))
+        scenario = _scenario(scenario_file, set_ or [], force, calibration)
         spec, step = _long_run(scenario, days, repetitions)
         facility = FacilitySpec(pue=pue, price_per_kwh=price_per_kwh, capex_per_gpu=capex_per_gpu,
                                 life_years=life_years, grid_kg_per_kwh=grid_g_per_kwh / 1e3)
         checkpoint = CheckpointSpec(write_bandwidth_per_node=node_write_gbps * GBIT,
                                     storage_bandwidth=storage_gbps * GBIT, asynchronous=asynchronous, sharded=sharded)
-        options = dict(distribution=distribution, weibull_shape=weibull_shape, detection_time=detection_min * 60,
-                       restart_time=restart_min * 60, reschedule_time=reschedule_min * 60,
-                       spare_nodes=spare_nodes, repair_time=repair_hours * HOUR)
-        failures = _failure_spec(mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours, options)
         chosen, sweep = run_goodput(spec, checkpoint, failures, scenario.seed if seed is None else seed, interval, force)
-        power = power_spec(scenario.cluster.accelerator)
-        run = run_energy(step_energy(step, scenario.cluster, power, facility), spec, chosen,
-                         chosen.tokens_mean if tokens is None else tokens, facility, power,
-                         spare_gpus=spare_nodes * spec.gpus_per_node, cluster_price=spec.cost_per_gpu_hour,
-                         limit_w=scenario.cluster.accelerator.power_limit_w)
+        run = _price_run(step, scenario, spec, chosen, facility, tokens, spare_nodes)
     except (ClusterSimError, ValueError) as exc:
         fail(exc)
+    _report(Console(), spec, chosen, sweep, run, facility, plot, json_out)
+
+
+_CHECKED = ("days", "mtbf_hours", "mtbf_gpu_hours", "mtbf_node_hours", "mtbf_link_hours", "distribution",
+            "weibull_shape", "storage_gbps", "node_write_gbps", "detection_min", "restart_min", "reschedule_min",
+            "spare_nodes", "repair_hours", "repetitions")
+"""The options ``LongRunOptions`` checks (each error names its option)."""
+
+
+def _failures_checked(options: dict[str, Any]) -> FailureSpec:
+    """Check the long-run options, then the failure model they describe (minutes and hours -> s)."""
+    validate_options(LongRunOptions, {k: options[k] for k in _CHECKED}, "goodput")
+    o = options
+    timing = dict(distribution=o["distribution"], weibull_shape=o["weibull_shape"],
+                  detection_time=o["detection_min"] * 60, restart_time=o["restart_min"] * 60,
+                  reschedule_time=o["reschedule_min"] * 60, spare_nodes=o["spare_nodes"],
+                  repair_time=o["repair_hours"] * HOUR)
+    return _failure_spec(o["mtbf_hours"], o["mtbf_gpu_hours"], o["mtbf_node_hours"], o["mtbf_link_hours"], timing)
+
+
+def _scenario(path: Path, overrides: list[str], force: bool, calibration: Path | None) -> Any:
+    """The scenario with its overrides, and the calibration profile when one is given."""
+    scenario = load_scenario(path, overrides, force=force)
+    return replace(scenario, profile=load_profile(calibration)) if calibration is not None else scenario
+
+
+def _price_run(step: Any, scenario: Any, spec: LongRunSpec, chosen: LongRunResult, facility: FacilitySpec,
+               tokens: float | None, spare_nodes: int) -> RunEnergy:
+    """Energy, GPU-hours, cost and emissions of the run (default: the tokens one simulated run trains)."""
+    power = power_spec(scenario.cluster.accelerator)
+    return run_energy(step_energy(step, scenario.cluster, power, facility), spec, chosen,
+                      chosen.tokens_mean if tokens is None else tokens, facility, power,
+                      spare_gpus=spare_nodes * spec.gpus_per_node, cluster_price=spec.cost_per_gpu_hour,
+                      limit_w=scenario.cluster.accelerator.power_limit_w)
+
+
+def _report(console: Console, spec: LongRunSpec, chosen: LongRunResult, sweep: IntervalSweep, run: RunEnergy,
+            facility: FacilitySpec, plot: Path | None, json_out: Path | None) -> None:
+    """Print the table (goodput, then the run's energy and cost with their 95% CI); write the files."""
     table = results_table(spec, chosen, sweep)
     for label, value in energy_rows(run, facility):
         table.add_row(label, value)
@@ -236,6 +259,6 @@ def goodput_command(
         console.print(f"wrote {plot}")
     if json_out is not None:
         _save_json({"step_time_s": spec.step_time, "state_bytes_per_device": spec.state_bytes_per_device,
-                    "days": days, "result": chosen.to_dict(), "sweep": sweep.to_dict(),
+                    "days": spec.days, "result": chosen.to_dict(), "sweep": sweep.to_dict(),
                     "energy": run.to_dict()}, json_out)
         console.print(f"wrote {json_out}")
