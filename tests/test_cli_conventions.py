@@ -63,10 +63,26 @@ def test_search_cost_needs_a_price_and_objectives_are_closed() -> None:
     p = cli("search", str(EXAMPLE), "--gpus", "8", *SMALL, "--objective", "cost")
     assert p.returncode == 2 and "cost_per_gpu_hour" in p.stderr and "Traceback" not in p.stderr
     p = cli("search", str(EXAMPLE), "--gpus", "8", *SMALL, "--objective", "speed")
-    assert p.returncode == 2 and "time, cost, memory" in p.stderr
+    assert p.returncode == 2 and "time, cost, memory, energy" in p.stderr
     p = cli("search", str(EXAMPLE), "--gpus", "8", *SMALL, "--objective", "cost", "--set", "cluster.cost_per_gpu_hour=2.5")
     assert p.returncode == 0, p.stderr
     assert "$/M tok" in p.stdout
+
+
+def test_search_energy_objective_ranks_by_energy_per_token() -> None:
+    """--objective energy: JSON rows ranked by J/token, kWh/M tokens = J/token / 3.6, the bound in
+    kWh/M tokens never above the plan's figure, and a front over time, memory and energy."""
+    p = cli("search", str(EXAMPLE), "--gpus", "8", *SMALL, "--objective", "energy", "--top", "3", "--json", "-")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    ranked, front = doc["ranked"], doc["pareto"]
+    assert doc["scenario"]["objective"] == "energy" and ranked and front
+    energies = [r["energy_j_per_token"] for r in ranked]
+    assert energies == sorted(energies)
+    for r in ranked:
+        assert r["kwh_per_million_tokens"] == pytest.approx(r["energy_j_per_token"] / 3.6)
+        assert r["bound_kwh_per_million_tokens"] <= r["kwh_per_million_tokens"]
+    assert min(r["energy_j_per_token"] for r in front) == pytest.approx(energies[0])
 
 
 def test_collective_csv_to_stdout_and_the_renamed_profile_flag() -> None:

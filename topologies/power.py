@@ -4,7 +4,8 @@ Owns ``PowerSpec`` (one accelerator: idle and maximum board power, the power of 
 its node's non-GPU power per GPU), ``FacilitySpec`` (PUE, fabric switch power per port, prices,
 grid intensity), the presets by accelerator name (``power_spec``), ``with_power_limit`` and
 ``clock_fraction`` (how far a power cap lowers the sustained clock). It does not integrate power
-over a timeline nor price a run (``clustersim.simulator.step.energy`` and ``longrun.energy`` do) and times nothing.
+over a timeline nor price a run (``clustersim.simulator.step.energy`` and ``longrun.energy`` do)
+and times nothing.
 
 Model (SI units: watts, joules). A device doing activity ``a`` draws
 ``P(a) = idle_w + level[a] * (max_w - idle_w)``, clipped at its power limit; ``level`` is 1 for
@@ -25,7 +26,7 @@ from clustersim.topologies.errors import TopologyError
 Activity = Literal["dense", "memory", "comm", "wait"]
 ACTIVITIES: tuple[str, ...] = ("dense", "memory", "comm", "wait")
 """What a device does at an instant of the step: tensor-core bound compute, HBM-bound kernels
-(the optimizer), moving bytes for a collective, waiting at full clocks (bubble, a peer, a sync)."""
+(the optimizer, element-wise kernels inside a pass), moving bytes for a collective, waiting at full clocks (bubble, a peer, a sync)."""
 
 DEFAULT_LEVELS: Mapping[str, float] = MappingProxyType({"dense": 1.0, "memory": 0.6, "comm": 0.45, "wait": 0.3})
 """Share of the dynamic range (max_w - idle_w) each activity draws. dense = 1: the published
@@ -155,7 +156,11 @@ class FacilitySpec:
     pue: float = 1.0
     """Power usage effectiveness: facility energy / IT energy (1.0 = IT energy only; set yours)."""
     switch_w_per_port: float = 0.0
-    """Scale-out switch power per port (W); assumption, 0 = not counted (no cited figure here)."""
+    """Scale-out switch power per port (W); 0 = not counted. No cited whole-switch figure backs a
+    default: the NVIDIA QM97xx (Quantum-2 NDR) user manual's stored text gives only the optics'
+    budget, "Class 8 (17W) OSFP112 transceivers" per OSFP cage of 2 ports (docs.nvidia.com,
+    QM97X0PUB, "Interfaces"), an upper bound for the transceivers alone (no ASIC, fans or PSU
+    losses); set yours from your switch's datasheet."""
     price_per_gpu_hour: float | None = None
     """Rental price of a GPU-hour (energy included); None = the cluster's ``cost_per_gpu_hour``."""
     price_per_kwh: float = 0.0
