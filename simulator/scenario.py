@@ -162,6 +162,8 @@ def _cluster_model() -> type[Spec]:
         fields[key], section[key] = (Optional[str], None), "a string"
     fields["dims"] = (Optional[Annotated[list[Annotated[int, Field(ge=1)]], Field(strict=False)]], None)
     section["dims"] = "a list of integers >= 1"
+    fields["power_limit_w"] = (Optional[Annotated[float, Field(gt=0, allow_inf_nan=False)]], None)
+    section["power_limit_w"] = "watts per accelerator, above its idle power and at most its TDP (topologies.power)"
     return create_model("cluster", __base__=Spec, **fields)
 
 

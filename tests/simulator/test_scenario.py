@@ -109,3 +109,18 @@ def test_replace_dir_swaps_whole_folders_and_leaves_nothing_on_failure(tmp_path:
     assert page == out / "report.html" and page.read_text() == "new"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["rep"] and [p.name for p in out.iterdir()] == ["report.html"]
     assert oct(page.stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_scenario_caps_board_power_and_names_a_bad_cap() -> None:
+    """cluster.power_limit_w reaches the accelerator (topologies.power): a compute-bound step slows
+    under it; below idle power or above TDP is one error naming the field and the range."""
+    base = {"model": {"preset": "llama2-7b", "num_layers": 2}, "training": {"seq_len": 2048, "global_batch_size": 8},
+            "cluster": {"preset": "dgx-h100", "num_gpus": 8}, "plan": {"tp": 1, "dp": 8, "zero": 1}}
+    free = scenario_from_dict(base)
+    capped = scenario_from_dict({**base, "cluster": {**base["cluster"], "power_limit_w": 350}})
+    assert free.cluster.accelerator.power_limit_w is None and capped.cluster.accelerator.power_limit_w == 350.0
+    t_free = simulate(free.model, free.training, free.cluster, free.plan).step_time
+    assert simulate(capped.model, capped.training, capped.cluster, capped.plan).step_time > t_free
+    for bad in (40, 900):
+        with pytest.raises(ValueError, match=r"power_limit_w = .* must be in \(70, 700\] W"):
+            scenario_from_dict({**base, "cluster": {**base["cluster"], "power_limit_w": bad}})
