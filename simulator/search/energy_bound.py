@@ -60,13 +60,24 @@ class EnergyBound:
         kw = op_kwargs(plan, self.training)
         key = (tuple(sorted(kw.items())), plan.expert_imbalance)
         if key not in self._kernels:
-            ops: list[Op] = [*embedding_ops(self.model, **kw), *head_ops(self.model, **kw)]
-            for i in range(self.model.num_layers):
-                ops += layer_ops(self.model, i, attention_kernel=self.training.attention_kernel, **kw)
-            device_j = sum(self._above_floor_j(ops, which, plan.expert_imbalance) for which in PASSES)
+            ends: list[Op] = [*embedding_ops(self.model, **kw), *head_ops(self.model, **kw)]
+            device_j = sum(self._above_floor_j(ends, which, plan.expert_imbalance) for which in PASSES)
+            for first, count in self._layer_kinds().values():  # layers alike in kind cost alike
+                ops = list(layer_ops(self.model, first, attention_kernel=self.training.attention_kernel, **kw))
+                device_j += count * sum(self._above_floor_j(ops, which, plan.expert_imbalance) for which in PASSES)
             copies = self.training.global_batch_size / plan.micro_batch * plan.tp * plan.cp
             self._kernels[key] = SAFETY * device_j * copies / self.training.tokens_per_step  # PUE 1, as the search prices
         return self._kernels[key]
+
+    def _layer_kinds(self) -> dict[tuple[object, ...], tuple[int, int]]:
+        """(first layer, count) per layer signature (kind, MoE or not, attention window)."""
+        out: dict[tuple[object, ...], tuple[int, int]] = {}
+        m = self.model
+        for i in range(m.num_layers):
+            sig = (m.layer_kind(i), m.is_moe_layer(i), m.attention_window(i))
+            first, count = out.get(sig, (i, 0))
+            out[sig] = (first, count + 1)
+        return out
 
     def _above_floor_j(self, ops: list[Op], which: Pass, imbalance: float) -> float:
         """One device, one micro-batch, one pass: joules its kernels draw above the least watts."""
