@@ -39,6 +39,8 @@ PRECISION_SPELLINGS: tuple[tuple[str, str, str], ...] = (
     (r"bf16|bfloat16", "bf16", "bf16, BF16, bfloat16, amp_bf16, bf16-mixed, 'fp16/bf16 mixed'"),
     (r"fp16|float16|\bhalf\b", "fp16", "fp16, float16, amp_fp16, 16-mixed, half"),
     (r"fp32|float32|tf32|\bfull\b", "fp32", "fp32, float32, tf32"),
+    (r"^16(-mixed|-true)?$", "fp16", "PyTorch Lightning / NeMo trainer.precision 16, 16-mixed, 16-true"),
+    (r"^32(-true)?$", "fp32", "PyTorch Lightning / NeMo trainer.precision 32, 32-true"),
 )
 """Precision labels: nvfp4 | mxfp8 | fp8 | bf16 | fp16 | fp32."""
 
