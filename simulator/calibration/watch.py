@@ -16,12 +16,24 @@ allow:
   fall on the marked or configured steps, else "GC / data loader / logging".
 - **tail**: p99/p50 of the recent half against the first half (spikes explained above excluded).
 
-The cause of a slowdown: a grown tail points at stragglers; otherwise the prediction's exposed
-communication share c says how much slower communication would have to be to explain a
-slowdown X: (1 + X/c) times; up to ``comm_plausible`` times is called a network bottleneck,
-beyond it compute (clocks, kernels, a slow node). All functions are pure: ``assess`` takes the
-records seen so far and returns every finding, so a follower calls it again as lines arrive.
-It does not parse logs nor simulate (``clustersim.simulator.cli.watch`` ties them).
+The cause of a slowdown, the first that applies:
+
+- **a slow rank or node**, when the log carries per-rank timings (``ranks.SlowRank``: Megatron's
+  all-ranks timers or its StragglerDetector lines): which one, by how much;
+- **stragglers**, when the tail grew with the slowdown;
+- **growth with scale**, when runs of the same job at other scales are given: each scale i has a
+  measured / predicted ratio r_i and a predicted exposed-communication share c_i; if compute runs
+  k times and exposed communication f times the prediction, r_i = (1 - c_i) k + c_i f =
+  k + c_i (f - k), a line in c_i, so a least-squares fit over the scales gives k (intercept) and
+  f (intercept + slope): a slowdown that grows with the communication share is the network's
+  (f well above k), one that does not is compute's (k);
+- otherwise one scale: the share c says how much slower communication would have to be to
+  explain a slowdown X: (1 + X/c) times; up to ``comm_plausible`` times is called a network
+  bottleneck, beyond it compute (clocks, kernels, a slow node).
+
+All functions are pure: ``assess`` takes the records seen so far and returns every finding, so a
+follower calls it again as lines arrive. It does not parse logs nor simulate
+(``clustersim.simulator.cli.watch`` ties them).
 """
 
 from __future__ import annotations
@@ -31,9 +43,10 @@ from typing import Literal, Sequence
 
 import numpy as np
 
+from clustersim.simulator.calibration.ranks import SlowRank
 from clustersim.simulator.calibration.runlogs import LogStep
 
-EventKind = Literal["slow", "fast", "recovered", "drift", "periodic", "spikes", "tail"]
+EventKind = Literal["slow", "fast", "recovered", "drift", "periodic", "spikes", "tail", "slow_rank"]
 MARKED = ("checkpoint", "eval", "restart", "nan", "skipped")
 
 
@@ -53,6 +66,8 @@ class Prediction:
     """Steps between checkpoints, from the job's configuration."""
     eval_interval: int | None = None
     """Steps between evaluations, from the job's configuration."""
+    num_gpus: int = 0
+    """GPUs of the job (0 when unknown): names this run among the scales of ``ScalePoint``."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -225,11 +240,78 @@ def tail_event(steady: Sequence[LogStep], rules: WatchRules, spikes: set[int]) -
                  message=f"the step-time tail grew: p99/p50 {t0:.2f} -> {t1:.2f}: stragglers (a slow rank sets each step)")
 
 
-def cause_of(slowdown: float, pred: Prediction, rules: WatchRules, tail: bool) -> str:
+@dataclass(frozen=True, kw_only=True)
+class ScalePoint:
+    """One scale of the job: its GPUs, measured / predicted and the predicted exposed-communication share."""
+
+    gpus: int
+    ratio: float
+    """Measured / predicted step time."""
+    comm_share: float
+    """Predicted exposed communication / predicted step time."""
+    name: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class ScaleFit:
+    """Compute and communication factors that explain the ratios at several scales."""
+
+    compute: float
+    """k: measured / predicted of the compute part."""
+    comm: float
+    """f: measured / predicted of the exposed communication."""
+    points: tuple[ScalePoint, ...]
+    residual: float
+    """Largest |r_i - (k + c_i (f - k))| over the points."""
+
+    def describe(self) -> str:
+        """The scales, the ratios and the two factors, in words."""
+        pts = sorted(self.points, key=lambda p: p.gpus)
+        seen = ", ".join(f"{p.gpus} GPUs {(p.ratio - 1) * 100:+.0f}% (comm {p.comm_share * 100:.0f}%)" for p in pts)
+        return (f"measured vs predicted by scale: {seen}; fitted compute {self.compute:.2f}x and exposed "
+                f"communication {self.comm:.2f}x the prediction (largest residual {self.residual * 100:.1f}%)")
+
+
+MIN_SHARE_SPREAD = 0.02
+"""Smallest spread of the communication share over the scales that separates k from f."""
+
+
+def scale_fit(points: Sequence[ScalePoint]) -> ScaleFit | None:
+    """Least squares of r_i = k + c_i (f - k) over the scales; None when the shares do not spread
+    by ``MIN_SHARE_SPREAD`` (then compute and communication cannot be told apart)."""
+    if len(points) < 2:
+        return None
+    c = np.array([p.comm_share for p in points])
+    r = np.array([p.ratio for p in points])
+    if float(c.max() - c.min()) < MIN_SHARE_SPREAD:
+        return None
+    slope, k = np.polyfit(c, r, 1)
+    resid = float(np.max(np.abs(r - (k + slope * c))))
+    return ScaleFit(compute=float(k), comm=float(k + slope), points=tuple(points), residual=resid)
+
+
+def _scale_cause(fit: ScaleFit) -> str:
+    """Network when communication's excess is over twice compute's and above 10%, else compute."""
+    k, f = fit.compute, fit.comm
+    if f - 1.0 > 2.0 * max(k - 1.0, 0.0) and f > 1.0 + 0.1:
+        return (f"network (growth with scale): the slowdown grows with the exposed-communication share; "
+                f"{fit.describe()}: check NCCL bus bandwidth at the larger scale (nccl-tests), congestion, the fabric")
+    return (f"compute (not growth with scale): the slowdown does not grow with the communication share; "
+            f"{fit.describe()}: check clocks, thermals, kernels or data loading")
+
+
+def cause_of(slowdown: float, pred: Prediction, rules: WatchRules, tail: bool,
+             slow: SlowRank | None = None, scale: ScaleFit | None = None) -> str:
     """The cause that fits a slowdown of ``slowdown`` (fraction) given the prediction."""
+    if slow is not None:
+        impact = f", about +{slow.slower * pred.compute_share * 100:.0f}% of the step" if pred.compute_share > 0 else ""
+        return (f"slow {'node' if slow.whole_node else 'rank'}: {slow.describe()}; every step waits for it"
+                f"{impact}: drain or replace it")
     if tail:
         return "stragglers: the tail grew with the slowdown; look for a slow rank or node (per-rank timers)"
     c = pred.exposed_comm_share
+    if scale is not None:
+        return _scale_cause(scale)
     if c <= 0:
         return (f"compute: the prediction exposes no communication, so the {slowdown * 100:.0f}% is compute-side "
                 "(GPU clocks, thermals, kernels, data loading)")
@@ -244,8 +326,10 @@ def cause_of(slowdown: float, pred: Prediction, rules: WatchRules, tail: bool) -
             f"slower to explain +{slowdown * 100:.0f}%{other}; check GPU clocks and thermals, a slow node, or the kernels")
 
 
-def assess(records: Sequence[LogStep], pred: Prediction, rules: WatchRules = WatchRules()) -> Assessment:
-    """Every finding over ``records`` (the log so far) and the status at its last record."""
+def assess(records: Sequence[LogStep], pred: Prediction, rules: WatchRules = WatchRules(),
+           slow: SlowRank | None = None, scale: Sequence[ScalePoint] = ()) -> Assessment:
+    """Every finding over ``records`` (the log so far) and the status at its last record; ``slow``:
+    the slow rank the log's per-rank timings name; ``scale``: the same job at other scales."""
     steady = steady_records(records, rules)
     if len(steady) < rules.window // 2 + 1:
         return Assessment(events=(), status="too early", ratio=float("nan"),
@@ -254,12 +338,20 @@ def assess(records: Sequence[LogStep], pred: Prediction, rules: WatchRules = Wat
     spikes = {r.step for r in spike_steps(records, rules)}
     drift, tail = drift_event(steady, pred, rules, spikes), tail_event(steady, rules, spikes)
     events = level + spike_events(records, pred, rules) + [e for e in (drift, tail) if e is not None]
+    if slow is not None:
+        events.append(Event(step=records[-1].step, kind="slow_rank", value=slow.slower, message=slow.describe()))
     events.sort(key=lambda e: (e.step, e.kind))
     ratio = float(roll[-1])
     hi, lo = rules.limit(pred), pred.interval[0]
     status = "slower" if ratio > hi else "faster" if ratio < lo else "on plan"
-    cause = cause_of(ratio - 1.0, pred, rules, tail is not None) if status == "slower" else ""
-    return Assessment(events=tuple(events), status=status, ratio=ratio, cause=cause, alert=status == "slower")
+    here = ScalePoint(gpus=pred.num_gpus, ratio=ratio, comm_share=pred.exposed_comm_share, name="this run")
+    fit = scale_fit([*scale, here]) if scale else None
+    notes = (fit.describe(),) if fit is not None else (
+        (f"the other scales' predicted communication shares spread by under {MIN_SHARE_SPREAD * 100:.0f} points: "
+         "compute and communication cannot be told apart by scale",) if scale else ())
+    cause = cause_of(ratio - 1.0, pred, rules, tail is not None, slow, fit) if status == "slower" else ""
+    return Assessment(events=tuple(events), status=status, ratio=ratio, cause=cause, alert=status == "slower",
+                      notes=notes)
 
 
 def detection_delay(rules: WatchRules) -> int:
