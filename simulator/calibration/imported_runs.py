@@ -23,11 +23,14 @@ from clustersim.files import write_atomic, write_json
 from clustersim.simulator.calibration.fit import fit_profiles
 from clustersim.simulator.calibration.jobargs import JobArgsError, JobConfig, read_job
 from clustersim.simulator.calibration.profile import save_profile
+from clustersim.simulator.calibration.ranks import slow_rank
 from clustersim.simulator.calibration.runlogs import RunLog, RunLogError, StepStats, interruptions, read_log, steady_state
 from clustersim.simulator.calibration.torch_backend.check import model_spec, parallel_plan, training_spec
 from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import StepRecord
 from clustersim.simulator.scenario import Scenario, apply_overrides, scenario_from_dict
+from clustersim.topologies.accelerators import normalise_gpu
+from clustersim.topologies.errors import TopologyError
 
 RUN_FORMAT = "clustersim-run/1"
 """``format`` of run.json."""
@@ -109,6 +112,28 @@ def check_peak(log: RunLog, sc: Scenario) -> None:
                            "this cluster's GPUs or at this precision; check --cluster and the job's precision settings")
 
 
+def _shard_within_node(data: dict[str, Any], sc: Scenario) -> dict[str, Any]:
+    """FSDP HYBRID_SHARD shards inside a node: dp_shard = GPUs per node / (tp x cp), as ``validate_rules``."""
+    shard = max(sc.cluster.gpus_per_node // (sc.plan.tp * sc.plan.cp), 1)
+    return {**data, "plan": {**data["plan"], "dp_shard": shard}}
+
+
+def check_device(log: RunLog, sc: Scenario) -> None:
+    """The GPU the log names (torchtitan's ``CUDA capacity:`` line) is the cluster's, both read by
+    ``topologies.accelerators.normalise_gpu`` (the spellings of the published rows)."""
+    if log.device_name is None:
+        return
+    try:
+        logged = normalise_gpu(log.device_name)
+    except TopologyError:
+        raise JobArgsError(f"{log.source}: the log's GPU {log.device_name!r} is not a known part; "
+                           "add its spelling to topologies.accelerators.GPU_SPELLINGS") from None
+    acc = sc.cluster.accelerator
+    if logged != normalise_gpu(acc.name):
+        raise JobArgsError(f"{log.source} ran on {log.device_name!r} ({logged}), but --cluster {sc.cluster.name} has "
+                           f"{acc.name}: pass the cluster preset of the GPUs the job ran on")
+
+
 def check_nan(log: RunLog, drop_nan: bool) -> None:
     """A log with NaN-loss steps is refused unless ``drop_nan`` (then they are left out, and recorded)."""
     bad = [s for s in log.steps if "nan" in s.marks]
@@ -132,13 +157,20 @@ def import_run(job_path: str | os.PathLike[str], log_path: str | os.PathLike[str
     n = resolve_gpus(job, log, gpus)
     data = apply_overrides(scenario_mapping(job, cluster, n, run_name), list(overrides))
     sc = scenario_from_dict(data, base_dir=Path(job_path).parent, name=run_name)
+    if job.shard_within_node and sc.plan.fsdp == "hybrid" and sc.plan.dp_shard is None:
+        data = _shard_within_node(data, sc)
+        sc = scenario_from_dict(data, base_dir=Path(job_path).parent, name=run_name)
+    check_device(log, sc)
     check_batch(job, log, data)
     check_peak(log, sc)
     check_nan(log, drop_nan)
     stats = steady_state(log, warmup)
+    slow = slow_rank(Path(log_path).read_text(errors="replace"), pp=sc.plan.pp, gpus_per_node=sc.cluster.gpus_per_node)
     prov = {"job": job.source, "log": log.source, "num_gpus": n, "checkpoint_interval": job.checkpoint_interval,
             "eval_interval": job.eval_interval, "checkpoint_seconds": list(log.checkpoint_seconds),
-            "ignored": list(job.ignored), "notes": list(job.notes + log.notes), "longrun": longrun_inputs(log)}
+            "ignored": list(job.ignored), "notes": list(job.notes + log.notes), "longrun": longrun_inputs(log),
+            "slow_rank": None if slow is None else {"rank": slow.rank, "node": slow.node, "slower": slow.slower,
+                                                     "node_ranks": list(slow.node_ranks), "text": slow.describe()}}
     run = ImportedRun(name=run_name, family=family or sc.model.name, scenario=data, framework=log.framework,
                       stats=stats, steps=tuple((s.step, s.time_s, s.span, s.marks) for s in log.steps), provenance=prov)
     return run, sc
@@ -152,6 +184,35 @@ def longrun_inputs(log: RunLog) -> dict[str, Any] | None:
     return {"interruptions": seen.count, "hours": seen.hours, "mtbf_hours": seen.mtbf_hours,
             "restart_min": None if seen.restart_s is None else seen.restart_s / 60.0, "lost_steps": seen.lost_steps,
             "checkpoint_write_s": sorted(log.checkpoint_seconds)[len(log.checkpoint_seconds) // 2] if log.checkpoint_seconds else None}
+
+
+@dataclass(frozen=True, kw_only=True)
+class MeasuredLongRun:
+    """What ``clustersim goodput --run`` takes from an imported run's run.json."""
+
+    source: str
+    """Path of the run.json."""
+    step_time_s: float
+    """The steady-state median step time the log measured."""
+    mtbf_hours: float | None
+    """Hours per interruption the log saw (None: no interruption in the log)."""
+    restart_min: float | None
+    """Minutes from the last record before a restart to the first after it (detection included)."""
+    hours: float | None
+    """Hours the log spans (None without timestamps)."""
+
+
+def measured_long_run(path: str | os.PathLike[str]) -> MeasuredLongRun:
+    """The measured step and interruptions of an imported run (its folder or its run.json)."""
+    p = Path(path)
+    folder = p if p.is_dir() else p.parent
+    if not (folder / "run.json").is_file():
+        raise RunLogError(f"--run {p}: no run.json there; pass a folder written by `clustersim import-run`")
+    doc, _ = load_run(folder)
+    seen = doc.get("longrun") or {}
+    return MeasuredLongRun(source=str(folder / "run.json"), step_time_s=float(doc["steady"]["median_s"]),
+                           mtbf_hours=seen.get("mtbf_hours"), restart_min=seen.get("restart_min"),
+                           hours=seen.get("hours"))
 
 
 def _log_framework(job: JobConfig) -> str | None:

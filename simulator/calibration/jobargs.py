@@ -11,9 +11,13 @@ scenario needs and the file does not give is an error naming the key (or ``--set
 The framework's own defaults are applied only where its code documents them, each recorded in
 ``notes``. It does not read logs (``runlogs``) nor build clusters (the scenario does).
 
-Model names go through ``workloads.presets.resolve_model_name``; ``TITAN_FLAVORS`` is this
-module's own small table of torchtitan (model, flavor) pairs until the shared normalisers of
-``workloads/presets.py`` cover them.
+Values are read with the same normalisers as the published runs (issue 12): precisions
+(Megatron ``--fp8-format``/``--fp8-recipe``, NeMo/Lightning ``trainer.precision``, Megatron-Bridge
+``mixed_precision`` recipe names, torchtitan ``mixed_precision_param`` and float8/MX
+``converters``, Composer ``precision``) by ``spellings.precision_label``, FSDP sharding strategies
+by ``spellings.sharding``, model names by ``workloads.presets.resolve_model_name``; a spelling no
+table knows is an error naming the key and the value. ``TITAN_FLAVORS`` is this module's own small
+table of torchtitan (model, flavor) pairs until the shared normalisers cover them.
 """
 
 from __future__ import annotations
@@ -27,7 +31,9 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
+from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
 from clustersim.simulator.errors import CalibrationError
+from clustersim.workloads.errors import WorkloadError
 from clustersim.workloads.presets import resolve_model_name
 
 TITAN_FLAVORS: dict[tuple[str, str], str | dict[str, Any]] = {
@@ -41,8 +47,6 @@ TITAN_FLAVORS: dict[tuple[str, str], str | dict[str, Any]] = {
 }
 """torchtitan (``[model] name``, ``flavor``) -> a preset name or ModelSpec fields."""
 
-TITAN_PRECISION = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
-COMPOSER_PRECISION = {"amp_bf16": "bf16", "amp_fp16": "fp16", "fp32": "fp32", "amp_fp8": "fp8", "bf16": "bf16"}
 
 
 class JobArgsError(CalibrationError):
@@ -67,6 +71,8 @@ class JobConfig:
     """ParallelPlan fields except ``dp`` (derived from the GPU count)."""
     num_gpus: int | None = None
     """GPUs the configuration names (nodes x GPUs per node), else None."""
+    shard_within_node: bool = False
+    """FSDP HYBRID_SHARD: the shard group is one node (``dp_shard`` is set once the cluster is known)."""
     checkpoint_interval: int | None = None
     """Steps between checkpoint saves, when configured."""
     eval_interval: int | None = None
@@ -122,6 +128,7 @@ MEGATRON_USED = {
     "num-virtual-stages-per-pipeline-rank", "recompute-granularity", "recompute-num-layers",
     "use-distributed-optimizer", "bf16", "fp16", "fp8-format", "save-interval", "eval-interval",
     "nnodes", "nproc_per_node", "nproc-per-node", "overlap-grad-reduce", "overlap-param-gather",
+    "fp8-recipe", "fp4-format", "mixed-precision", "lightning-precision", "use-torch-fsdp2", "use-megatron-fsdp",
 }
 
 
@@ -140,6 +147,33 @@ def _opt_int(args: Mapping[str, Any], key: str, where: str) -> int | None:
 def _flag(args: Mapping[str, Any], key: str) -> bool:
     v = args.get(key, False)
     return v is True or str(v).lower() in ("true", "1", "yes")
+
+
+def read_precision(value: Any, where: str, key: str, notes: list[str]) -> str:
+    """``TrainingSpec.precision`` of a precision spelling (``spellings.precision_label``), noted
+    where the label is not the precision itself (MXFP8 runs FP8 GEMMs, FP16 has the BF16 peak)."""
+    try:
+        label = precision_label(str(value))
+    except UnknownSpelling:
+        raise JobArgsError(f"{where}: {key} = {value!r} is not a known precision spelling "
+                           "(clustersim.simulator.calibration.spellings.PRECISION_SPELLINGS); pass --set training.precision=bf16|fp8|fp32") from None
+    if label == "nvfp4":  # validate prices NVFP4 with the FP4 peak of the published row's GPU; an import has no such row
+        raise JobArgsError(f"{where}: {key} = {value!r} is NVFP4 training, which import-run does not model; "
+                           "pass --set training.precision=fp8 to price it at the FP8 peak")
+    precision = TRAINING_PRECISION[label]
+    if label != precision:
+        notes.append(f"{key} = {value!r}: {label}, simulated as {precision} (spellings.TRAINING_PRECISION)")
+    return precision
+
+
+def read_sharding(value: Any, where: str, key: str) -> dict[str, Any]:
+    """ParallelPlan sharding fields of an FSDP/ZeRO spelling (``spellings.sharding``)."""
+    try:
+        sh = sharding(str(value))
+    except UnknownSpelling as exc:
+        raise JobArgsError(f"{where}: {key} = {value!r}: {str(exc).split(': ', 1)[-1]}; "
+                           "pass --set plan.fsdp=none|full|hybrid (or plan.zero=N)") from None
+    return {"fsdp": sh.fsdp, "zero": sh.zero, "shard_within_node": sh.shard_within_node}
 
 
 def megatron_model(a: Mapping[str, Any], where: str, notes: list[str]) -> dict[str, Any]:
@@ -189,6 +223,10 @@ def megatron_plan(a: Mapping[str, Any], where: str, layers: int) -> dict[str, An
         "zero": 1 if _flag(a, "use-distributed-optimizer") else 0,
         "overlap_grad_reduce": _flag(a, "overlap-grad-reduce"), "overlap_param_gather": _flag(a, "overlap-param-gather"),
     }
+    for flag, spelled in (("use-torch-fsdp2", "FSDP2 fully_shard"), ("use-megatron-fsdp", "Megatron-FSDP")):
+        if _flag(a, flag):  # arguments.py: FSDP2 / Megatron-FSDP instead of DDP + distributed optimizer
+            sh = read_sharding(spelled, where, f"--{flag}")
+            plan.update(fsdp=sh["fsdp"], zero=sh["zero"])
     gran = a.get("recompute-granularity")
     if gran in ("selective", "full"):
         plan["recompute"] = gran
@@ -197,9 +235,16 @@ def megatron_plan(a: Mapping[str, Any], where: str, layers: int) -> dict[str, An
     return plan
 
 
-def _megatron_precision(a: Mapping[str, Any], notes: list[str]) -> str:
-    if "fp8-format" in a:
-        return "fp8"
+def _megatron_precision(a: Mapping[str, Any], where: str, notes: list[str]) -> str:
+    if "fp4-format" in a:  # arguments.py --fp4-format e2m1 (NVFP4 recipes)
+        return read_precision(f"fp4 {a['fp4-format']}", where, "--fp4-format", notes)
+    if "fp8-format" in a:  # arguments.py --fp8-format e4m3|hybrid, --fp8-recipe delayed|tensorwise|mxfp8|blockwise
+        recipe = a.get("fp8-recipe", "delayed")
+        return read_precision(f"fp8 {a['fp8-format']} {recipe}", where, "--fp8-format/--fp8-recipe", notes)
+    if "mixed-precision" in a:  # Megatron-Bridge recipe names: bf16_mixed, bf16_with_fp8_delayed_scaling_mixed, ...
+        return read_precision(a["mixed-precision"], where, "mixed_precision", notes)
+    if "lightning-precision" in a:  # NeMo trainer.precision: bf16-mixed, 16-mixed, 32, ...
+        return read_precision(a["lightning-precision"], where, "trainer.precision", notes)
     if _flag(a, "bf16"):
         return "bf16"
     if _flag(a, "fp16"):
@@ -217,7 +262,7 @@ def read_megatron(args: Mapping[str, Any], where: str, framework: str = "megatro
     notes: list[str] = []
     model = megatron_model(args, where, notes)
     training = {"seq_len": _int(args, "seq-length", where), "global_batch_size": _int(args, "global-batch-size", where),
-                "precision": _megatron_precision(args, notes)}
+                "precision": _megatron_precision(args, where, notes)}
     nodes, per = _opt_int(args, "nnodes", where), _opt_int(args, "nproc_per_node", where) or _opt_int(args, "nproc-per-node", where)
     return JobConfig(framework=framework, source=where, model=model, training=training,
                      plan=megatron_plan(args, where, model["num_layers"]),
@@ -266,9 +311,11 @@ def read_nemo_yaml(data: Mapping[str, Any], where: str) -> JobConfig:
             args.update({"use-distributed-optimizer": True} if str(value).startswith("distributed") else {})
             continue
         name = NEMO_KEYS.get(key, key.replace("_", "-"))
-        if key == "precision":  # NeMo trainer.precision: bf16, bf16-mixed, 16, 16-mixed, 32
-            text = str(value)
-            args.update({"bf16": True} if text.startswith("bf16") else {"fp16": True} if text.startswith("16") else {})
+        if key == "precision":  # NeMo trainer.precision: bf16, bf16-mixed, 16, 16-mixed, 32 (spellings)
+            args["lightning-precision"] = str(value)
+            continue
+        if key == "mixed_precision" and isinstance(value, str):  # Megatron-Bridge recipe name
+            args["mixed-precision"] = value
             continue
         if key in ("bf16", "fp16"):
             args.update({key: True} if value is True else {})
@@ -306,7 +353,7 @@ TITAN_USED = {
     "parallelism.expert_parallel_degree", "parallelism.pipeline_parallel_schedule",
     "parallelism.enable_async_tensor_parallel", "activation_checkpoint.mode", "checkpoint.interval",
     "checkpoint.enable", "checkpoint.enable_checkpoint", "validation.enable", "validation.freq",
-    "metrics.log_freq",
+    "metrics.log_freq", "model.converters",
 }
 
 
@@ -323,7 +370,7 @@ def _titan_model(name: str, flavor: str, where: str) -> str | dict[str, Any]:
         return TITAN_FLAVORS[(name, flavor)]
     try:
         return resolve_model_name(f"{name}-{flavor}")
-    except ValueError:
+    except (ValueError, WorkloadError):
         raise JobArgsError(f"{where}: [model] name = {name!r}, flavor = {flavor!r} is not known; known: "
                            f"{sorted(f'{n}/{f}' for n, f in TITAN_FLAVORS)}; pass --set model=PRESET") from None
 
@@ -345,6 +392,20 @@ def _titan_plan(p: Mapping[str, Any], ac: str) -> dict[str, Any]:
     return plan
 
 
+def _titan_precision(data: Mapping[str, Any], where: str, notes: list[str]) -> str:
+    """``[model] converters`` (float8, mx: Float8/MX linears) over ``training.mixed_precision_param``."""
+    converters = data.get("model", {}).get("converters", [])
+    for conv in converters if isinstance(converters, list) else [converters]:
+        spelled = "mxfp8" if re.search(r"(^|\.)mx$", str(conv)) else str(conv)
+        if re.search(r"float8|mxfp8", spelled):
+            return read_precision(spelled, where, "model.converters", notes)
+        notes.append(f"model.converters {conv!r}: not a precision converter, not modelled")
+    training = data.get("training", {})
+    if "mixed_precision_param" not in training:
+        notes.append("precision bf16: torchtitan's default mixed_precision_param")
+    return read_precision(training.get("mixed_precision_param", "bfloat16"), where, "training.mixed_precision_param", notes)
+
+
 def read_torchtitan(data: Mapping[str, Any], where: str) -> JobConfig:
     """A torchtitan job TOML (``torchtitan/config/job_config.py`` sections)."""
     leaves = _leaves(data)
@@ -356,12 +417,7 @@ def read_torchtitan(data: Mapping[str, Any], where: str) -> JobConfig:
     if missing:
         raise JobArgsError(f"{where}: missing {', '.join(missing)}; the scenario needs the model, sequence length and batch")
     notes: list[str] = []
-    prec = TITAN_PRECISION.get(str(training.get("mixed_precision_param", "bfloat16")))
-    if prec is None:
-        raise JobArgsError(f"{where}: training.mixed_precision_param = {training['mixed_precision_param']!r}; "
-                           f"use one of {sorted(TITAN_PRECISION)}")
-    if "mixed_precision_param" not in training:
-        notes.append("precision bf16: torchtitan's default mixed_precision_param")
+    prec = _titan_precision(data, where, notes)
     ac = str(data.get("activation_checkpoint", {}).get("mode", "selective"))
     ckpt, val = data.get("checkpoint", {}), data.get("validation", {})
     train: dict[str, Any] = {"seq_len": int(training["seq_len"]), "precision": prec}
@@ -408,7 +464,7 @@ def _composer_model(m: Mapping[str, Any], where: str, seq: int) -> str | dict[st
     name = m.get("pretrained_model_name_or_path") or m.get("name")
     try:
         return resolve_model_name(str(name).split("/")[-1])
-    except ValueError:
+    except (ValueError, WorkloadError):
         raise JobArgsError(f"{where}: model {name!r} is not a preset nor mpt_causal_lm; pass --set model=PRESET") from None
 
 
@@ -420,22 +476,26 @@ def read_composer(data: Mapping[str, Any], where: str) -> JobConfig:
         missing.append("max_seq_len")
     if missing:
         raise JobArgsError(f"{where}: missing {', '.join(missing)}; the scenario needs the model, batch and sequence length")
-    prec = COMPOSER_PRECISION.get(str(data.get("precision", "amp_bf16")))
-    if prec is None:
-        raise JobArgsError(f"{where}: precision = {data['precision']!r}; use one of {sorted(COMPOSER_PRECISION)}")
+    notes: list[str] = []
+    if "precision" not in data:
+        notes.append("precision amp_bf16: Composer's default for llm-foundry runs on GPUs")
+    prec = read_precision(data.get("precision", "amp_bf16"), where, "precision", notes)
     fsdp = data.get("fsdp_config") or {}
-    strategy = str(fsdp.get("sharding_strategy", "NO_SHARD" if not fsdp else "FULL_SHARD"))
-    plan: dict[str, Any] = {"fsdp": {"FULL_SHARD": "full", "HYBRID_SHARD": "hybrid"}.get(strategy, "none"),
-                            "zero": {"SHARD_GRAD_OP": 2}.get(strategy, 0),
-                            "recompute": "full" if fsdp.get("activation_checkpointing") else "none"}
+    if fsdp and "sharding_strategy" not in fsdp:
+        notes.append("fsdp_config.sharding_strategy FULL_SHARD: Composer's default")
+    sh = read_sharding(fsdp.get("sharding_strategy", "FULL_SHARD" if fsdp else "NO_SHARD"), where,
+                       "fsdp_config.sharding_strategy")
+    within = sh.pop("shard_within_node")
+    plan: dict[str, Any] = {**sh, "recompute": "full" if fsdp.get("activation_checkpointing") else "none"}
     mb = data.get("device_train_microbatch_size")
     if isinstance(mb, int):
         plan["micro_batch"] = mb
-    notes = [] if isinstance(mb, int) else [f"device_train_microbatch_size = {mb!r}: micro_batch 1 assumed"]
+    else:
+        notes.append(f"device_train_microbatch_size = {mb!r}: micro_batch 1 assumed")
     leaves = _leaves(data)
     return JobConfig(framework="composer", source=where, model=_composer_model(data["model"], where, int(seq)),
                      training={"seq_len": int(seq), "global_batch_size": int(data["global_train_batch_size"]), "precision": prec},
-                     plan=plan, checkpoint_interval=_interval(data.get("save_interval")),
+                     plan=plan, shard_within_node=within, checkpoint_interval=_interval(data.get("save_interval")),
                      eval_interval=_interval(data.get("eval_interval")),
                      ignored=tuple(sorted(k for k in leaves if k not in COMPOSER_USED)), notes=tuple(notes))
 

@@ -103,7 +103,8 @@ class SlowRank:
 def parse_rank_times(text: str) -> list[RankTimes]:
     """Every ``times across ranks (ms):`` block of a Megatron log, with the iteration it follows."""
     out: list[RankTimes] = []
-    step, block, name = 0, None, None
+    step, name = 0, None
+    block: dict[str, dict[int, float]] | None = None
     for line in text.splitlines():
         if block is not None:
             if (m := RANK_TIME.match(line)) and name is not None:

@@ -23,7 +23,8 @@ p99). Each parser follows the framework's own logging code:
   steps since the previous line, so the step time is (tokens per device per step) / tps, which
   needs the job's batch (``tokens_per_gpu_step``). Validation: ``validate step: N``;
   checkpoints: ``Finished saving the checkpoint ... in S seconds`` (components/checkpoint.py),
-  counted in the interval of the next line.
+  counted in the interval of the next line. The GPU: ``CUDA capacity: NVIDIA H100 80GB HBM3 with
+  79.11GiB memory`` (``metrics.py::build_device_memory_monitor``, ``torch.cuda.get_device_name``).
 - Composer / llm-foundry: ``composer/loggers/console_logger.py::log_to_console`` (mosaicml/composer,
   commit 02c872e4) prints ``[batch=N/M]:`` then ``\\t Train <name>: <value>`` lines; the step time
   is ``time/secs_per_step`` (``callbacks/speed_monitor.py``, commit 003ec03f: the wall time of
@@ -72,6 +73,7 @@ EVAL_PATTERN = re.compile(r"validation loss at iteration\s+(\d+)")
 WORLD_PATTERN = re.compile(r"using world size:\s*(\d+)")
 LOADED_PATTERN = re.compile(r"successfully loaded checkpoint from .* at iteration\s+(\d+)")
 STAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
+TITAN_DEVICE = re.compile(r"(?:CUDA|GPU|ROCM) capacity:\s*(.+?)(?:\s+\(\d+\))?\s+with\s+[0-9.]+GiB memory")
 TITAN_CKPT = re.compile(r"Finished saving the checkpoint.*?in\s+([0-9.]+)\s+seconds")
 
 
@@ -115,6 +117,8 @@ class RunLog:
     """Durations of checkpoint saves the log reports."""
     notes: tuple[str, ...] = field(default_factory=tuple)
     """What the parser assumed, in words."""
+    device_name: str | None = None
+    """The GPU the log names (torchtitan's ``CUDA capacity:`` line), as the driver spells it."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -296,7 +300,10 @@ def parse_torchtitan(text: str, where: str = "<log>", *, tokens_per_gpu_step: fl
     seconds: list[float] = []
     pending_ckpt = False
     prev = 0
+    device: str | None = None
     for i, line in enumerate(lines, start=1):
+        if device is None and (m := TITAN_DEVICE.search(line)):
+            device = m.group(1).strip()
         if m := re.search(r"validate step:\s*(\d+)", line):
             evals.add(int(m.group(1)))
             continue
@@ -322,7 +329,7 @@ def parse_torchtitan(text: str, where: str = "<log>", *, tokens_per_gpu_step: fl
                              tflops_per_gpu=_number(m.group(4)) if m.group(4) != "nan" else None, marks=marks))
         pending_ckpt, prev = False, step
     return RunLog(framework="torchtitan", source=where, steps=tuple(_mark(steps, evals, "eval")),
-                  checkpoint_seconds=tuple(seconds),
+                  checkpoint_seconds=tuple(seconds), device_name=device,
                   notes=(f"step time = {tokens_per_gpu_step:g} tokens per GPU per step / tps (tps: mean over log_freq)",))
 
 

@@ -33,6 +33,7 @@ from clustersim.simulator.longrun.energy import RunEnergy, run_energy
 from clustersim.simulator.step.energy import step_energy
 from clustersim.simulator.longrun.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,
                                simulate_long_run, sweep_intervals)
+from clustersim.simulator.calibration.imported_runs import MeasuredLongRun, measured_long_run
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.scenario import load_scenario
 from clustersim.topologies.power import FacilitySpec, power_spec
@@ -162,7 +163,29 @@ def run_goodput(spec: LongRunSpec, checkpoint: CheckpointSpec, failures: Failure
                              np.random.default_rng(seed)), sweep
 
 
+def _measured(ctx: typer.Context, run: MeasuredLongRun, spec: LongRunSpec, mtbfs: list[float | None],
+              times: dict[str, float]) -> tuple[LongRunSpec, float | None, dict[str, float], list[str]]:
+    """An imported run's measured step time, and its log's interruption rate and restart time
+    where the options were left at their defaults (``--run``)."""
+    notes = [f"step time {run.step_time_s:.3f} s: measured steady median of {run.source} "
+             f"(simulated {spec.step_time:.3f} s)"]
+    spec = replace(spec, step_time=run.step_time_s, checkpoint_interval=run.step_time_s)
+    mtbf = mtbfs[0]
+    if all(h is None for h in mtbfs) and run.mtbf_hours is not None:
+        mtbf = run.mtbf_hours
+        notes.append(f"system MTBF {mtbf:.2f} h: the interruptions the log saw (one log: a small sample)")
+    elif run.mtbf_hours is None:
+        notes.append(f"the log saw no interruption in {run.hours or 0:.1f} h: the MTBF options (default the Llama 3 rate) apply")
+    # by name: typer vendors its own click, whose ParameterSource is not click's
+    defaults = all(getattr(ctx.get_parameter_source(k), "name", "") == "DEFAULT" for k in ("detection_min", "restart_min"))
+    if defaults and run.restart_min is not None:
+        times = {"detection_min": 0.0, "restart_min": run.restart_min}
+        notes.append(f"restart {run.restart_min:.1f} min (detection included): measured between the log's records")
+    return spec, mtbf, times, notes
+
+
 def goodput_command(
+    ctx: typer.Context,
     scenario_file: Annotated[Path, typer.Argument(help="Scenario YAML (model, training, cluster, plan).")],
     days: Annotated[float, typer.Option(help="Wall-clock days per simulated run.")] = 30.0,
     mtbf_hours: Annotated[float | None, typer.Option(help="Cluster-level MTBF (h) of job interruptions.")] = None,
@@ -194,6 +217,7 @@ def goodput_command(
     grid_g_per_kwh: Annotated[float, typer.Option(help="Grid intensity, g CO2eq per kWh.")] = 0.0,
     force: Annotated[bool, typer.Option("--force", help="Run even above the work limits (failure draws).")] = False,
     calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration profile YAML (default: the scenario's or the accelerator's bundled profile).")] = None,
+    run: Annotated[Path | None, typer.Option("--run", help="An import-run folder: its measured step time, and its log's MTBF and restart time unless given.")] = None,
 ) -> None:
     """Goodput distribution, best checkpoint interval and lost hours over a long run."""
     try:
@@ -203,6 +227,12 @@ def goodput_command(
         interval = _parse_interval(checkpoint_interval)
         scenario = _scenario(scenario_file, set_ or [], force, calibration)
         spec, step = _long_run(scenario, days, repetitions)
+        notes: list[str] = []
+        if run is not None:
+            times = {"detection_min": detection_min, "restart_min": restart_min}
+            spec, mtbf_hours, times, notes = _measured(ctx, measured_long_run(run), spec,
+                                                       [mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours], times)
+            detection_min, restart_min = times["detection_min"], times["restart_min"]
         facility = FacilitySpec(pue=pue, price_per_kwh=price_per_kwh, capex_per_gpu=capex_per_gpu,
                                 life_years=life_years, grid_kg_per_kwh=grid_g_per_kwh / 1e3)
         checkpoint = CheckpointSpec(write_bandwidth_per_node=node_write_gbps * GBIT,
@@ -254,6 +284,8 @@ def _report(console: Console, spec: LongRunSpec, chosen: LongRunResult, sweep: I
     for label, value in energy_rows(run, facility):
         table.add_row(label, value)
     console.print(table)
+    for note in notes:
+        console.print(f"note: {note}")
     if plot is not None:
         _save_plot(sweep, plot)
         console.print(f"wrote {plot}")

@@ -23,7 +23,7 @@ from clustersim.simulator.step.simulate import simulate
 console = Console(width=None if sys.stdout.isatty() else 140)
 
 
-def run_table(run: ImportedRun, sc: Scenario, predicted: float | None) -> Table:
+def run_table(run: ImportedRun, sc: Scenario, predicted: float | None, out: Path | None = None) -> Table:
     """The steady-state step, its marks and what the import ignored or assumed."""
     table = Table(title=f"{run.name}: {run.framework} on {run.provenance['num_gpus']}x {sc.cluster.accelerator.name} "
                         f"({sc.cluster.name}) - {sc.plan.describe()}")
@@ -44,8 +44,11 @@ def run_table(run: ImportedRun, sc: Scenario, predicted: float | None) -> Table:
     if seen and seen["interruptions"]:
         table.add_row("interruptions seen", f"{seen['interruptions']} in {seen['hours']:.1f} h, restart "
                       f"{seen['restart_min']:.1f} min (detection + relaunch + load), {seen['lost_steps']} steps redone")
-        table.add_row("for clustersim goodput", f"--mtbf-hours {seen['mtbf_hours']:.2f} --detection-min 0 "
-                      f"--restart-min {seen['restart_min']:.1f} (one log: a small sample of the failure rate)")
+        table.add_row("for clustersim goodput", f"--run {out or run.name}: the measured step, MTBF {seen['mtbf_hours']:.2f} h and "
+                      f"restart {seen['restart_min']:.1f} min (one log: a small sample of the failure rate)")
+    slow = run.provenance.get("slow_rank")
+    if slow:
+        table.add_row("slow rank (per-rank timings)", slow["text"])
     for note in run.provenance["notes"]:
         table.add_row("note", note)
     return table
@@ -86,5 +89,5 @@ def register(app: typer.Typer) -> None:
             except OutOfMemoryError as exc:
                 console.print(f"[yellow]note:[/yellow] no prediction, the simulator predicts out of memory: {str(exc).splitlines()[0]}")
         write_run(run, out)
-        console.print(run_table(run, sc, predicted))
+        console.print(run_table(run, sc, predicted, out))
         console.print(f"wrote {out / 'scenario.yaml'} and {out / 'run.json'}")
