@@ -4,7 +4,9 @@ Owns the command's options, the table it prints, the JSON it writes and the good
 interval plot. It simulates one step of the scenario with ``clustersim.simulator.step.simulate.simulate`` (step time,
 tokens per step, checkpoint bytes) and hands the rest to ``clustersim.simulator.longrun.goodput`` and the
 run's energy, GPU-hours, cost and emissions to ``clustersim.simulator.longrun.energy``; it computes
-nothing else itself. ``clustersim.simulator.cli.app`` calls ``register(app)``.
+nothing else itself. ``clustersim.simulator.cli.app`` calls ``register(app)``. With ``--run`` (an
+``import-run`` folder) the step time is the one the job's log measured, and the MTBF and restart
+time default to what its log saw (``imported_runs.measured_long_run``).
 
 Defaults that are assumptions, not facts: detection 2 min, restart 10 min, a 200 Gbit/s
 front-end link per node for checkpoint writes. Facts: the per-GPU interruption rate and the
@@ -217,7 +219,7 @@ def goodput_command(
     grid_g_per_kwh: Annotated[float, typer.Option(help="Grid intensity, g CO2eq per kWh.")] = 0.0,
     force: Annotated[bool, typer.Option("--force", help="Run even above the work limits (failure draws).")] = False,
     calibration: Annotated[Path | None, typer.Option("--calibration", help="Calibration profile YAML (default: the scenario's or the accelerator's bundled profile).")] = None,
-    run: Annotated[Path | None, typer.Option("--run", help="An import-run folder: its measured step time, and its log's MTBF and restart time unless given.")] = None,
+    run_dir: Annotated[Path | None, typer.Option("--run", help="An import-run folder: its measured step time, and its log's MTBF and restart time unless given.")] = None,
 ) -> None:
     """Goodput distribution, best checkpoint interval and lost hours over a long run."""
     try:
@@ -228,9 +230,9 @@ def goodput_command(
         scenario = _scenario(scenario_file, set_ or [], force, calibration)
         spec, step = _long_run(scenario, days, repetitions)
         notes: list[str] = []
-        if run is not None:
+        if run_dir is not None:
             times = {"detection_min": detection_min, "restart_min": restart_min}
-            spec, mtbf_hours, times, notes = _measured(ctx, measured_long_run(run), spec,
+            spec, mtbf_hours, times, notes = _measured(ctx, measured_long_run(run_dir), spec,
                                                        [mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours], times)
             detection_min, restart_min = times["detection_min"], times["restart_min"]
         facility = FacilitySpec(pue=pue, price_per_kwh=price_per_kwh, capex_per_gpu=capex_per_gpu,
