@@ -96,8 +96,8 @@ class SlowRank:
         """One line."""
         who = (f"node {self.node} (ranks {', '.join(map(str, self.node_ranks))})" if self.whole_node
                else f"rank {self.rank} (node {self.node})")
-        return (f"{who} is {self.slower * 100:.1f}% slower, so in {self.share * 100:.0f}% of "
-                f"{self.records} records ({self.source})" + "".join(f"; {n}" for n in self.notes))
+        return (f"{who} is {self.slower * 100:.1f}% slower (in {self.share * 100:.0f}% of {self.records} records; "
+                f"{self.source})" + "".join(f"; {n}" for n in self.notes))
 
 
 def parse_rank_times(text: str) -> list[RankTimes]:
