@@ -275,9 +275,10 @@ def parse_nemo(text: str, where: str = "<log>") -> RunLog:
         if not ms:
             continue
         step = int(float(ms.group(1)))
+        # a refresh still being written: the last chunk, unterminated, before tqdm's closing "]"
+        if i == len(chunks) and not text.endswith(("\n", "\r")) and not chunk.rstrip().endswith("]"):
+            raise _truncated(where, i, chunk)
         if not mt:
-            if i == len(chunks) and not text.endswith(("\n", "\r")):
-                raise _truncated(where, i, chunk)
             continue
         t = _time(where, i, step, mt.group(1), "train_step_timing in s")
         ml = NEMO_LOSS.search(chunk)
@@ -346,6 +347,8 @@ def parse_composer(text: str, where: str = "<log>") -> RunLog:
         elif (m := COMPOSER_FIELD.match(line)) and blocks:
             blocks[-1][2][m.group(1)] = m.group(2)
             blocks[-1] = (blocks[-1][0], i, blocks[-1][2])
+    if lines and not text.endswith("\n") and (COMPOSER_FIELD.match(lines[-1]) or COMPOSER_BATCH.match(lines[-1].strip())):
+        raise _truncated(where, len(lines), lines[-1])  # ConsoleLogger prints whole lines: the last one is cut
     steps: list[LogStep] = []
     rolling = False
     for n, (batch, i, values) in enumerate(blocks):

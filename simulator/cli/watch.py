@@ -111,8 +111,9 @@ def scale_points(root: Path, sc: Scenario, calibration: Path | None) -> list[Sca
 
 
 def _complete(text: str) -> str:
-    """The text up to its last newline (a line still being written waits)."""
-    return text[: text.rfind("\n") + 1]
+    """The text up to its last newline or carriage return (a line still being written waits;
+    NeMo's progress bar ends each refresh with a carriage return)."""
+    return text[: max(text.rfind("\n"), text.rfind("\r")) + 1]
 
 
 def _report(a: Assessment, seen: set[tuple[str, str]]) -> None:

@@ -102,3 +102,31 @@ def test_torchtitan_without_a_gpu_count_is_named(tmp_path: Path) -> None:
     p = cli("import-run", str(DATA / "torchtitan_llama3_8b.toml"), str(DATA / "torchtitan_llama3_8b.log"),
             "--cluster", "dgx-h100", "--out", str(tmp_path / "r"))
     assert p.returncode == 2 and "pass --gpus N" in p.stderr and not (tmp_path / "r").exists()
+
+
+def _cut_inside_last_record(text: str, needle: str) -> str:
+    """The log cut a few characters into the value after the last ``needle`` (no final newline)."""
+    at = text.rindex(needle) + len(needle) + 2
+    return text[:at]
+
+
+@pytest.mark.parametrize("job,log,extra,cut,nan", [
+    ("nemo_llama3_8b.yaml", "nemo_llama3_8b.log", [], "train_step_timing in s=", ("reduced_train_loss=9.206", "reduced_train_loss=nan")),
+    ("torchtitan_llama3_8b.toml", "torchtitan_llama3_8b.log", ["--gpus", "8"], "tflops: ", ("loss:  8.5638", "loss:     nan")),
+    ("composer_mpt_7b.yaml", "composer_mpt_7b.log", ["--gpus", "8", "--no-predict"], "Train time/secs_per_step: ",
+     ("Train loss/train/total: 9.3148", "Train loss/train/total: nan")),
+])
+def test_truncated_and_nan_logs_of_every_framework(tmp_path: Path, job: str, log: str, extra: list[str], cut: str,
+                                                   nan: tuple[str, str]) -> None:
+    """Each framework's log cut inside its last record, and with one NaN loss: exit 2, one line, nothing written."""
+    text = (DATA / log).read_text()
+    assert nan[0] in text
+    for name, body, needle in (("cut", _cut_inside_last_record(text, cut), "ends inside a record at line"),
+                               ("nan", text.replace(nan[0], nan[1], 1), "NaN loss or NaN iterations")):
+        path = tmp_path / f"{name}.log"
+        path.write_text(body)
+        out = tmp_path / name
+        p = cli("import-run", str(DATA / job), str(path), "--cluster", "dgx-h100", "--out", str(out), *extra)
+        assert p.returncode == 2, p.stdout + p.stderr
+        assert needle in p.stderr and "Traceback" not in p.stderr and len(p.stderr.strip().splitlines()) <= 3
+        assert not out.exists()
