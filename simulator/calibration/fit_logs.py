@@ -213,6 +213,17 @@ def read_interval(profile_path: str | os.PathLike[str]) -> tuple[float, float] |
     return float(lo), float(hi)
 
 
+def fitted_interval_text(profile_path: str | os.PathLike[str] | None, step_time_s: float) -> str | None:
+    """A prediction's interval from the fit report beside its profile (``calibrate fit --runs``), in
+    words; None when the profile has no report (the published-runs interval applies then)."""
+    found = read_interval(profile_path) if profile_path is not None else None
+    if found is None or profile_path is None:
+        return None
+    lo, hi = found
+    return (f"interval {step_time_s * lo:.3g}-{step_time_s * hi:.3g} s (measured = predicted x [{lo:.3f}, {hi:.3f}], "
+            f"held-out run families of {interval_path(profile_path)})")
+
+
 def within(h: HeldOut, interval: tuple[float, float]) -> bool:
     """Whether a run's measured time lies in predicted x [low, high]."""
     return interval[0] <= h.ratio <= interval[1]

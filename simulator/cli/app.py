@@ -147,9 +147,14 @@ def simulate_cmd(
     from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_of  # pandas: when used
 
     iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
+    from clustersim.simulator.calibration.fit_logs import fitted_interval_text  # a user's cluster: calibrate fit --runs
+
+    fitted = fitted_interval_text(calibration, result.step_time)
     if not to_stdout:
         console.print(result_table(result, title, energy))
-        if iv is not None:
+        if fitted is not None:
+            console.print(fitted)
+        elif iv is not None:
             console.print(f"80 % interval {iv.low_s:.3g}-{iv.high_s:.3g} s ({iv.regime}"
                           f"{', EXTRAPOLATED; nearest validated: ' + iv.nearest if iv.extrapolated else ''}; docs/VALIDATION.md)")
         if result.collectives:

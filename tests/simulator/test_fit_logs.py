@@ -94,3 +94,21 @@ def test_predict_is_cached_and_scaled(tmp_path: Path) -> None:
     cache: dict = {}
     slow = predict(run, 0.5, 1.0, cache)
     assert predict(run, 1.0, 1.0, cache) < slow and len(cache) == 2 and predict(run, 0.5, 1.0, cache) == slow
+
+
+def test_simulate_with_a_fitted_profile_prints_its_interval(tmp_path: Path) -> None:
+    """A profile written by ``calibrate fit --runs`` carries its held-out interval to ``simulate``."""
+    from clustersim.simulator.calibration.profile import save_profile
+    root = Path(__file__).resolve().parents[2]
+    scenario = root / "examples" / "llama3_70b_h100.yaml"
+    sc = scenario_from_dict(yaml.safe_load(scenario.read_text()))
+    prof = default_profile(sc.cluster.accelerator.name)
+    save_profile(prof, tmp_path / "P.yaml")
+    write_json(tmp_path / "P.fit.json", {"interval": [0.9, 1.25]})
+    t = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=prof).step_time
+    p = subprocess.run([sys.executable, "-m", "clustersim.simulator.cli", "simulate", str(scenario), "--calibration",
+                        str(tmp_path / "P.yaml")], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr
+    text = " ".join(p.stdout.split())
+    assert f"interval {0.9 * t:.3g}-{1.25 * t:.3g} s (measured = predicted x [0.900, 1.250]" in text
+    assert "80 % interval" not in text  # the published-runs interval gives way to the cluster's own
