@@ -245,10 +245,9 @@ def _megatron_precision(a: Mapping[str, Any], where: str, notes: list[str]) -> s
         return read_precision(a["mixed-precision"], where, "mixed_precision", notes)
     if "lightning-precision" in a:  # NeMo trainer.precision: bf16-mixed, 16-mixed, 32, ...
         return read_precision(a["lightning-precision"], where, "trainer.precision", notes)
-    if _flag(a, "bf16"):
-        return "bf16"
-    if _flag(a, "fp16"):
-        return "fp16"
+    for flag in ("bf16", "fp16"):  # fp16 is priced at the BF16 peak, as the published rows are
+        if _flag(a, flag):
+            return read_precision(flag, where, f"--{flag}", notes)
     notes.append("precision fp32: neither --bf16, --fp16 nor --fp8-format given (Megatron's default)")
     return "fp32"
 

@@ -173,3 +173,11 @@ def test_goodput_reads_the_imported_run(tmp_path: Path) -> None:
     assert g2.returncode == 0 and "detection included" not in g2.stdout and json.loads((tmp_path / "g2.json").read_text())["result"]["system_mtbf_s"] == pytest.approx(50 * 3600)
     bad = cli("goodput", str(scenario), "--run", str(tmp_path / "nothing"))
     assert bad.returncode == 2 and "no run.json there" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_fp16_reads_alike_in_every_reader(tmp_path: Path) -> None:
+    """Megatron --fp16 and NeMo 16-mixed both become the published rows' precision for FP16 (the BF16 peak), noted."""
+    p = tmp_path / "job.sh"
+    p.write_text(MEGATRON.replace("--bf16", "--fp16"))
+    job = read_job(p)
+    assert job.training["precision"] == "bf16" and any("fp16, simulated as bf16" in n for n in job.notes)
