@@ -21,8 +21,9 @@ same) and naming the slow rank from them:
 A rank is slow when its lead is above ``threshold`` in at least ``consistency`` of the records
 (the StragglerDetector: when it is the slowest in that many) and its median lead is too; a node
 when at least half of its ranks are slow (ranks per node from the cluster: torchrun numbers them
-node by node). It reads text only; it neither parses the step
-lines (``runlogs``) nor decides on the run (``watch``).
+node by node). It reads text only (torchrun's ``[rankN]:`` line prefixes
+removed by ``runlogs.one_rank``); it neither parses the step lines (``runlogs``) nor decides on
+the run (``watch``).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from dataclasses import dataclass, field
 from typing import Sequence
 
 import numpy as np
+
+from clustersim.simulator.calibration.runlogs import one_rank
 
 ALL_RANKS_HEAD = re.compile(r"times across ranks \(ms\):\s*$")
 TIMER_NAME = re.compile(r"^\s{1,3}(\S[^:]*):\s*$")
@@ -236,6 +239,7 @@ def slow_rank(text: str, *, pp: int = 1, gpus_per_node: int = 8, threshold: floa
               last: int | None = None) -> SlowRank | None:
     """The slow rank a log's per-rank reports name: the all-ranks timers first, else the straggler
     lines; ``last``: only the last so many reports (a watcher's recent window, no warm-up dropped)."""
+    text = one_rank(text)[0]  # torchrun's [rankN]: prefixes: the rank that prints the reports
     blocks, reports = parse_rank_times(text), parse_straggler_reports(text)
     warmup = 1 if last is None else 0
     if last is not None:

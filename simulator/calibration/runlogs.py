@@ -73,6 +73,7 @@ EVAL_PATTERN = re.compile(r"validation loss at iteration\s+(\d+)")
 WORLD_PATTERN = re.compile(r"using world size:\s*(\d+)")
 LOADED_PATTERN = re.compile(r"successfully loaded checkpoint from .* at iteration\s+(\d+)")
 STAMP = re.compile(r"(\d{4}-\d{2}-\d{2}[ T]\d{2}:\d{2}:\d{2})")
+RANK_PREFIX = re.compile(r"^\[([A-Za-z_]*)(\d+)\]:", re.M)
 TITAN_DEVICE = re.compile(r"(?:CUDA|GPU|ROCM) capacity:\s*(.+?)(?:\s+\(\d+\))?\s+with\s+[0-9.]+GiB memory")
 TITAN_CKPT = re.compile(r"Finished saving the checkpoint.*?in\s+([0-9.]+)\s+seconds")
 
@@ -399,9 +400,45 @@ def read_log(path: str | Path, *, framework: str | None = None, tokens_per_gpu_s
     return parse_log(text, str(p), framework=framework, tokens_per_gpu_step=tokens_per_gpu_step)
 
 
+def one_rank(text: str) -> tuple[str, str | None]:
+    """The log of one rank, without torchrun's line prefixes, and what was done, in words.
+
+    ``torchrun --role rank --tee 3`` (torchtitan's ``run_train.sh``; ``torch.distributed.elastic``'s
+    log line prefix ``[{role}{local_rank}]:``) prefixes every line; without ``--local-ranks-filter``
+    every rank's lines interleave, each with the same synchronous step. Kept: the lowest rank whose
+    lines hold step records (Megatron prints them on the last rank only), and unprefixed lines."""
+    found = RANK_PREFIX.findall(text)
+    if not found:
+        return text, None
+    lines = text.splitlines(keepends=True)
+    by_rank: dict[int, list[str]] = {}
+    for line in lines:
+        if m := RANK_PREFIX.match(line):
+            by_rank.setdefault(int(m.group(2)), []).append(line[m.end():])
+    ranks = sorted(by_rank)
+    keep = next((r for r in ranks if detect_framework("".join(by_rank[r])) is not None), ranks[0])
+    kept = []
+    for line in lines:
+        m = RANK_PREFIX.match(line)
+        if m is None:
+            kept.append(line)
+        elif int(m.group(2)) == keep:
+            kept.append(line[m.end():])
+    out = "".join(kept)
+    note = (f"lines of rank {keep} kept, torchrun's [rank]: prefixes removed"
+            + (f" (the log interleaves ranks {', '.join(map(str, ranks))})" if len(ranks) > 1 else ""))
+    return out, note
+
+
 def parse_log(text: str, where: str, *, framework: str | None = None,
               tokens_per_gpu_step: float | None = None) -> RunLog:
     """Parse log text; an empty result is an error naming the lines looked for."""
+    text, rank_note = one_rank(text)
+    log = _parse_one(text, where, framework=framework, tokens_per_gpu_step=tokens_per_gpu_step)
+    return replace(log, notes=log.notes + (rank_note,)) if rank_note else log
+
+
+def _parse_one(text: str, where: str, *, framework: str | None, tokens_per_gpu_step: float | None) -> RunLog:
     kind = framework or detect_framework(text)
     match kind:
         case "megatron":

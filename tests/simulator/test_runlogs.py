@@ -186,3 +186,20 @@ def test_restarts_give_goodput_inputs() -> None:
     assert seen.hours == pytest.approx((log.steps[-1].wall_s - log.steps[0].wall_s) / 3600)  # type: ignore[operator]
     assert seen.mtbf_hours == pytest.approx(seen.hours)
     assert steady_state(log).records == len(log.steps) - 1  # the restart record left out (no warm-up: every step 10 s)
+
+
+def test_torchrun_rank_prefixes_and_interleaved_ranks() -> None:
+    """``torchrun --role rank --tee 3`` prefixes every line with ``[rankN]:``; without
+    --local-ranks-filter the ranks' lines interleave. One rank's records are read, the rest named."""
+    text = (DATA / "torchtitan_llama3_8b.log").read_text()
+    one = parse_log(text, "t.log", tokens_per_gpu_step=8192.0)
+    lines = text.splitlines(keepends=True)
+    interleaved = "".join(f"[rank{r}]:{line}" for line in lines for r in (1, 0, 2))
+    log = parse_log(interleaved, "t.log", tokens_per_gpu_step=8192.0)
+    assert [s.step for s in log.steps] == [s.step for s in one.steps]
+    assert [s.time_s for s in log.steps] == pytest.approx([s.time_s for s in one.steps])
+    assert not any("restart" in s.marks for s in log.steps)
+    assert any("lines of rank 0 kept" in n and "ranks 0, 1, 2" in n for n in log.notes)
+    composer = (DATA / "composer_mpt_7b.log").read_text()
+    prefixed = parse_log("".join(f"[rank0]:{line}" for line in composer.splitlines(keepends=True)), "c.log")
+    assert [s.time_s for s in prefixed.steps] == [s.time_s for s in read_log(DATA / "composer_mpt_7b.log").steps]

@@ -233,3 +233,11 @@ def test_watch_cli_tells_growth_with_scale_from_compute(tmp_path: Path, k: float
     assert f"compute {k:.2f}x and exposed communication {f:.2f}x" in " ".join(p.stdout.split())
     none = cli("watch", str(scenario), str(tmp_path / "big.log"), "--scale-runs", str(tmp_path / "nothing"))
     assert none.returncode == 2 and "not a folder" in none.stderr and "Traceback" not in none.stderr
+
+
+def test_rank_prefixed_timers_are_read() -> None:
+    """Megatron prints the timers on the last rank: under torchrun --tee every line carries [rank15]:."""
+    text = megatron_with_timers(np.full(30, 1.0), np.random.default_rng(8), slow_from=2, slow={4: 1.2})
+    prefixed = "".join(f"[rank15]:{line}" for line in text.splitlines(keepends=True))
+    found = slow_rank(prefixed, gpus_per_node=8)
+    assert found is not None and (found.rank, found.node) == (4, 0)
