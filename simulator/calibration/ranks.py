@@ -28,6 +28,7 @@ the run (``watch``).
 
 from __future__ import annotations
 
+import math
 import re
 from collections import Counter
 from dataclasses import dataclass, field
@@ -44,6 +45,8 @@ ITERATION = re.compile(r"iteration\s+(\d+)\s*/\s*\d+\s*\|")
 STRAGGLER_FIELD = re.compile(r"(Mn|Mx)(\w+)/Rnk:\s*([0-9.]+)([A-Za-z%]*)/(\d+)")
 COMPUTE_TIMERS = ("forward-compute", "backward-compute")
 FALLBACK_TIMERS = ("forward-backward",)
+CONSISTENCY = 2 / 3
+"""Fraction of the reports in which a rank must be slow to be named."""
 REFERENCE_QUANTILE = 0.25
 """A rank's lead is over this quantile of its stage's ranks (see ``lead_of_ranks``)."""
 
@@ -180,7 +183,7 @@ def _node_ranks(slow: set[int], node: int, ranks: Sequence[int], gpus_per_node: 
 
 
 def slow_rank_from_timers(blocks: Sequence[RankTimes], *, pp: int = 1, gpus_per_node: int = 8, warmup: int = 1,
-                          threshold: float = 0.05, consistency: float = 2 / 3) -> SlowRank | None:
+                          threshold: float = 0.05, consistency: float = CONSISTENCY) -> SlowRank | None:
     """The slow rank of ``times across ranks`` blocks (the one with the largest median lead among
     those above ``threshold`` in at least ``consistency`` of the records), or None."""
     leads, names = [], ""
@@ -220,7 +223,7 @@ def _hardware_notes(reports: Sequence[StragglerReport], rank: int) -> tuple[str,
 
 
 def slow_rank_from_straggler(reports: Sequence[StragglerReport], *, gpus_per_node: int = 8, warmup: int = 1,
-                             threshold: float = 0.05, consistency: float = 2 / 3) -> SlowRank | None:
+                             threshold: float = 0.05, consistency: float = CONSISTENCY) -> SlowRank | None:
     """The slow rank of StragglerDetector lines, or None when no rank stands out."""
     use = list(reports[warmup:])
     if not use:
@@ -247,6 +250,11 @@ def slow_rank(text: str, *, pp: int = 1, gpus_per_node: int = 8, threshold: floa
     found = slow_rank_from_timers(blocks, pp=pp, gpus_per_node=gpus_per_node, threshold=threshold,
                                   warmup=warmup) if blocks else None
     return found or slow_rank_from_straggler(reports, gpus_per_node=gpus_per_node, threshold=threshold, warmup=warmup)
+
+
+def detection_reports(last: int, consistency: float = CONSISTENCY) -> int:
+    """Slow reports among the last ``last`` before a rank slow from then on is named."""
+    return math.ceil(consistency * last - 1e-9)
 
 
 def has_rank_times(text: str) -> bool:

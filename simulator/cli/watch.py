@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 
 from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile
-from clustersim.simulator.calibration.ranks import SlowRank, slow_rank
+from clustersim.simulator.calibration.ranks import SlowRank, detection_reports, has_rank_times, slow_rank
 from clustersim.simulator.calibration.runlogs import RunLogError, parse_log
 from clustersim.simulator.calibration.watch import (Assessment, Event, Prediction, ScalePoint, WatchRules, assess,
                                                     detection_delay)
@@ -168,7 +168,9 @@ def register(app: typer.Typer) -> None:
         console.print(f"predicted {pred.step_time_s * 1e3:.1f} ms/step, interval [{(pred.interval[0] - 1) * 100:+.1f}%, "
                       f"{(pred.interval[1] - 1) * 100:+.1f}%] ({origin}); alert above {(rules.limit(pred) - 1) * 100:+.1f}%; "
                       f"exposed communication {pred.exposed_comm_share * 100:.0f}% of the step; a sustained slowdown is "
-                      f"flagged after {detection_delay(rules)} slow records")
+                      f"flagged after {detection_delay(rules)} slow records" + (
+                          f"; a slow rank after {detection_reports(2 * window)} slow per-rank reports of the last {2 * window}"
+                          if has_rank_times(log.read_text(errors="replace")) else ""))
         seen: set[tuple[str, str]] = set()
         size, idle_since, a, last, slow = -1, time.monotonic(), None, None, None
         while True:

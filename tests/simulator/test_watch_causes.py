@@ -6,6 +6,7 @@ The logs are synthetic, drawn with a seeded numpy Generator, in those formats.""
 
 from __future__ import annotations
 
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,7 +17,7 @@ import yaml
 
 from clustersim.simulator.calibration.imported_runs import ImportedRun, write_run
 from clustersim.simulator.calibration.ranks import (
-    parse_rank_times, parse_straggler_reports, slow_rank, slow_rank_from_straggler, slow_rank_from_timers,
+    detection_reports, parse_rank_times, parse_straggler_reports, slow_rank, slow_rank_from_straggler, slow_rank_from_timers,
 )
 from clustersim.simulator.calibration.runlogs import StepStats
 from clustersim.simulator.calibration.watch import Prediction, ScalePoint, WatchRules, assess, cause_of, scale_fit
@@ -241,3 +242,14 @@ def test_rank_prefixed_timers_are_read() -> None:
     prefixed = "".join(f"[rank15]:{line}" for line in text.splitlines(keepends=True))
     found = slow_rank(prefixed, gpus_per_node=8)
     assert found is not None and (found.rank, found.node) == (4, 0)
+
+
+def test_a_slow_rank_is_named_within_the_stated_records() -> None:
+    """watch reads the last 2 x window reports (16): a rank slow from report N is named once more than
+    2/3 of them show it, by report N + 10 (11 of 16), and never before N."""
+    rng = np.random.default_rng(9)
+    start, n = 40, 70
+    text = megatron_with_timers(np.full(n, 1.0), rng, slow_from=start, slow={13: 1.15})
+    cuts = [m.start() for m in re.finditer(r"^ \[2025", text, flags=re.M)][1:] + [len(text)]
+    first = next(k + 1 for k, cut in enumerate(cuts) if slow_rank(text[:cut], gpus_per_node=8, last=16) is not None)
+    assert first == start + detection_reports(16) - 1 == start + 10
