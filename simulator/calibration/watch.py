@@ -290,10 +290,18 @@ def scale_fit(points: Sequence[ScalePoint]) -> ScaleFit | None:
     return ScaleFit(compute=float(k), comm=float(k + slope), points=tuple(points), residual=resid)
 
 
+SCALE_MARGIN = 0.10
+"""An excess (f - k for communication's growth with scale, k - 1 for compute) above this is a cause."""
+
+
 def _scale_cause(fit: ScaleFit) -> str:
-    """Network when communication's excess is over twice compute's and above 10%, else compute."""
-    k, f = fit.compute, fit.comm
-    if f - 1.0 > 2.0 * max(k - 1.0, 0.0) and f > 1.0 + 0.1:
+    """By the fitted slope f - k (the growth with scale) and the intercept k - 1 (compute's excess):
+    network when only the growth exceeds ``SCALE_MARGIN``, both when both do, else compute."""
+    growth, compute = fit.comm - fit.compute, fit.compute - 1.0
+    if growth > SCALE_MARGIN and compute > SCALE_MARGIN:
+        return (f"network and compute (growth with scale on top of a constant part): {fit.describe()}: "
+                "check NCCL bus bandwidth at the larger scale and the GPUs' clocks")
+    if growth > SCALE_MARGIN:
         return (f"network (growth with scale): the slowdown grows with the exposed-communication share; "
                 f"{fit.describe()}: check NCCL bus bandwidth at the larger scale (nccl-tests), congestion, the fabric")
     return (f"compute (not growth with scale): the slowdown does not grow with the communication share; "

@@ -157,6 +157,10 @@ def test_cause_growth_with_scale_vs_compute() -> None:
     assert net is not None and cause_of(0.28, pred, WatchRules(), False, scale=net).startswith("network (growth with scale)")
     cpu = scale_fit([ScalePoint(gpus=g, ratio=1.15, comm_share=c) for g, c in ((16, 0.15), (32, 0.21), (128, 0.46))])
     assert cpu is not None and cause_of(0.15, pred, WatchRules(), False, scale=cpu).startswith("compute (not growth")
+    both = scale_fit([ScalePoint(gpus=g, ratio=1.2 + c * (1.4 - 1.2), comm_share=c)
+                      for g, c in ((16, 0.15), (32, 0.21), (128, 0.46))])
+    assert both is not None and both.compute == pytest.approx(1.2) and both.comm == pytest.approx(1.4)
+    assert cause_of(0.22, pred, WatchRules(), False, scale=both).startswith("network and compute")
 
 
 def test_assess_puts_the_slow_rank_first() -> None:
