@@ -127,8 +127,10 @@ def _report(a: Assessment, seen: set[tuple[str, str]]) -> None:
 
 
 def action_line(a: Assessment, last: Event | None, pred: Prediction, slow: SlowRank | None = None) -> str:
-    """One line a scheduler can parse (key=value, no spaces in a value)."""
-    step = last.step if last else -1
+    """One line a scheduler can parse (key=value, no spaces in a value); ``step``: where the
+    slowdown was flagged (else the last finding)."""
+    flagged = next((e for e in reversed(a.events) if e.kind == "slow"), last)
+    step = flagged.step if flagged else -1
     cause = re.sub(r"[^a-z]+", "_", a.cause.split(":")[0].strip().lower()).strip("_") or "none"
     where = "" if slow is None else (f" rank={slow.rank} node={slow.node}" + (
         f" node_ranks={','.join(map(str, slow.node_ranks))}" if slow.whole_node else ""))

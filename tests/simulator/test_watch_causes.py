@@ -206,6 +206,7 @@ def test_watch_cli_names_the_slow_rank_in_the_action_line(tmp_path: Path) -> Non
     assert p.returncode == 3, p.stdout + p.stderr
     action = [ln for ln in p.stdout.splitlines() if ln.startswith("ACTION clustersim-watch")]
     assert action and "cause=slow_rank" in action[0] and "rank=13 node=1" in action[0]
+    assert 26 <= int(action[0].split("step=")[1].split()[0]) <= 26 + 4  # where the slowdown was flagged
     assert p.stdout.count("slow_rank") >= 1 and "rank 13 (node 1) is 2" in p.stdout
     rng = np.random.default_rng(5)
     (tmp_path / "clean.log").write_text(megatron_with_timers(t * (1 + 0.01 * rng.standard_normal(50)), rng))
