@@ -13,6 +13,7 @@ from typing import Optional
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from clustersim.simulator.calibration.imported_runs import ImportedRun, import_measured, import_run, write_run
@@ -50,7 +51,7 @@ def run_table(run: ImportedRun, sc: Scenario, predicted: float | None, out: Path
     if slow:
         table.add_row("slow rank (per-rank timings)", slow["text"])
     for note in run.provenance["notes"]:
-        table.add_row("note", note)
+        table.add_row("note", escape(note))  # notes quote log text such as torchrun's [rank0]: prefix
     return table
 
 
