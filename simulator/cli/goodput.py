@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Sequence
 
 import numpy as np
 import typer
@@ -235,6 +235,7 @@ def goodput_command(
             spec, mtbf_hours, times, notes = _measured(ctx, measured_long_run(run_dir), spec,
                                                        [mtbf_hours, mtbf_gpu_hours, mtbf_node_hours, mtbf_link_hours], times)
             detection_min, restart_min = times["detection_min"], times["restart_min"]
+            failures = _failures_checked(locals())  # again, with the log's MTBF and restart time
         facility = FacilitySpec(pue=pue, price_per_kwh=price_per_kwh, capex_per_gpu=capex_per_gpu,
                                 life_years=life_years, grid_kg_per_kwh=grid_g_per_kwh / 1e3)
         checkpoint = CheckpointSpec(write_bandwidth_per_node=node_write_gbps * GBIT,
@@ -243,7 +244,7 @@ def goodput_command(
         run = _price_run(step, scenario, spec, chosen, facility, tokens, spare_nodes)
     except (ClusterSimError, ValueError) as exc:
         fail(exc)
-    _report(Console(), spec, chosen, sweep, run, facility, plot, json_out)
+    _report(Console(), spec, chosen, sweep, run, facility, plot, json_out, notes)
 
 
 _CHECKED = ("days", "mtbf_hours", "mtbf_gpu_hours", "mtbf_node_hours", "mtbf_link_hours", "distribution",
@@ -280,7 +281,7 @@ def _price_run(step: Any, scenario: Any, spec: LongRunSpec, chosen: LongRunResul
 
 
 def _report(console: Console, spec: LongRunSpec, chosen: LongRunResult, sweep: IntervalSweep, run: RunEnergy,
-            facility: FacilitySpec, plot: Path | None, json_out: Path | None) -> None:
+            facility: FacilitySpec, plot: Path | None, json_out: Path | None, notes: Sequence[str] = ()) -> None:
     """Print the table (goodput, then the run's energy and cost with their 95% CI); write the files."""
     table = results_table(spec, chosen, sweep)
     for label, value in energy_rows(run, facility):
