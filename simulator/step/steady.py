@@ -199,7 +199,8 @@ def _streams(log: list[Interval]) -> dict[StreamKey, list[Interval]]:
 
 def _key(iv: Interval) -> tuple[str, str]:
     """Category and label with the micro-batch number dropped (``F12.1`` -> ``F.1``)."""
-    return iv.category, _PASS.sub(r"\1.\3", iv.label)
+    m = _PASS.match(iv.label)
+    return iv.category, f"{m[1]}.{m[3]}" if m else iv.label
 
 
 def _shape(items: list[Interval]) -> list[tuple[tuple[str, str], float, float]]:
