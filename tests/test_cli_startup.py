@@ -79,3 +79,12 @@ def test_a_lazy_command_runs_and_fails_like_an_eager_one() -> None:
     assert ok.exit_code == 0 and "1048576" in ok.output, ok.output
     bad = CliRunner().invoke(app, ["collective", "--gpus", "8", "--kind", "all_to_al"])
     assert bad.exit_code != 0
+
+
+def test_a_mistyped_lazy_command_is_suggested() -> None:
+    from typer.testing import CliRunner
+
+    from clustersim.simulator.cli.app import app
+
+    out = CliRunner().invoke(app, ["sweeep"])
+    assert out.exit_code != 0 and "Did you mean 'sweep'?" in out.output, out.output

@@ -10,6 +10,7 @@ ones the modules register. It does not define any command.
 
 from __future__ import annotations
 
+import difflib
 import importlib
 from typing import TYPE_CHECKING, Any, Mapping
 
@@ -70,6 +71,14 @@ class LazyGroup(typer.core.TyperGroup):
             return typer.core.TyperCommand(cmd_name, help=COMMANDS[cmd_name][1])
         self.commands[cmd_name] = load_command(cmd_name)
         return self.commands[cmd_name]
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> tuple[str | None, click.Command | None, list[str]]:
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and name not in self.list_commands(ctx):
+            close = difflib.get_close_matches(name, self.list_commands(ctx))  # as click does, over the lazy names too
+            if close:
+                ctx.fail(f"No such command {name!r}. Did you mean {', '.join(repr(c) for c in close)}?")
+        return super().resolve_command(ctx, args)
 
     def format_help(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         self._listing = True
