@@ -16,17 +16,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 import numpy.typing as npt
-import pandas as pd
 import yaml
 
 from clustersim.files import write_atomic
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.step.result import Result
 from clustersim.workloads import ModelSpec
+
+if TYPE_CHECKING:  # the tables are pandas frames; the lookup (``interval_for``) runs without pandas
+    import pandas as pd
 
 INTERVALS_PATH = Path(__file__).parent / "intervals.yaml"
 """The bundled interval table (``clustersim validate --cross-validate family --write-intervals``)."""
@@ -114,6 +116,8 @@ def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) ->
     uses the pooled set widened by ``WIDEN`` (the extrapolation rule). Columns: family, level,
     rows, covered, coverage, extrapolated_rows; plus one "all" line per level.
     """
+    import pandas as pd  # the fitting side only: ``simulate`` reads the stored table without pandas
+
     fr = with_regimes(frame)
     out = []
     for level in levels:

@@ -2,7 +2,8 @@
 
 Each subcommand reads YAML or preset names, prints a rich table and writes files atomically.
 Every user error (a ``ValueError`` from any package) becomes one red line and exit status 2.
-Subcommands owned by other modules are added by their ``register(app)`` functions.
+Subcommands owned by other modules are added by their ``register(app)`` functions when they run
+(``cli.lazy``: ``clustersim simulate`` and ``--help`` import none of them).
 """
 
 from __future__ import annotations
@@ -16,24 +17,14 @@ from typing import Any, Optional
 
 import typer
 from rich.console import Console
-from rich.progress import Progress
 from rich.table import Table
 
 from clustersim import files
 from clustersim.simulator import __version__
 from clustersim.simulator.cli import output
-from clustersim.simulator.cli import calibrate as calibrate_cli
-from clustersim.simulator.cli import collective as collective_cli
-from clustersim.simulator.cli import report as reports_cli
-from clustersim.simulator.cli import schema as schema_cli
+from clustersim.simulator.cli.lazy import LazyGroup
 from clustersim.simulator.cli.options import choice, gpu_counts, output_dir, output_file
-from clustersim.simulator.cli import goodput as goodput_cli
-from clustersim.simulator.cli import import_run as import_run_cli
-from clustersim.simulator.cli import search as search_cli
-from clustersim.simulator.cli import stragglers as straggler_cli
-from clustersim.simulator.cli import sweep as sweep_cli
-from clustersim.simulator.cli import validate as validate_cli
-from clustersim.simulator.cli import watch as watch_cli
+from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for, interval_of, model_kind
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.step.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
@@ -44,7 +35,7 @@ from clustersim.simulator.scenario import MAX_GPUS, ScenarioMode, apply_override
 from clustersim.topologies import ACCELERATORS, CLUSTER_PRESETS
 from clustersim.workloads import MODEL_PRESETS
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+app = typer.Typer(cls=LazyGroup, add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="clustersim: predict distributed training step time, MFU and memory.")
 
 
@@ -144,8 +135,6 @@ def simulate_cmd(
     energy = step_energy(result, sc.cluster)
     to_stdout = json_out is not None and str(json_out) == output.STDOUT
     say = err_console if to_stdout else console  # keep standard output pure JSON
-    from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_of  # pandas: when used
-
     iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
     from clustersim.simulator.calibration.fit_logs import fitted_interval_text  # a user's cluster: calibrate fit --runs
 
@@ -212,6 +201,7 @@ def scale_cmd(
 ) -> None:
     """Scaling-efficiency report (strong scaling: fixed global batch): the best plan at every scale vs naive DP replicas."""
     import pandas as pd  # heavy (pandas, matplotlib): imported when the command runs
+    from rich.progress import Progress
 
     from clustersim.reports.report import write_scaling_report
     from clustersim.simulator.sweep.scaling import scaling_rows
@@ -226,7 +216,6 @@ def scale_cmd(
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("simulating scales", total=None)
         rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
-    from clustersim.simulator.calibration.intervals import model_kind  # pandas: when used
     rows = [with_interval(row, model_kind(sc.model.layer_pattern, sc.model.is_moe)) for row in rows]
     title = (f"{sc.model.name} on {sc.cluster.accelerator.name} ({sc.cluster.name}), {min(counts):,}-{max(counts):,} GPUs: "
              f"strong scaling at global batch {sc.training.global_batch_size} x {sc.training.seq_len} tokens")
@@ -239,7 +228,6 @@ def scale_cmd(
 def with_interval(row: dict[str, Any], kind: str) -> dict[str, Any]:
     """A scaling row with the 80 % prediction interval of its throughput per GPU (the report's band),
     from the held-out residuals of its regime (``calibration.intervals``); rows without a step keep none."""
-    from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for  # pandas: when used
     step = row.get("step_time_s")
     if not INTERVALS_PATH.exists() or not isinstance(step, float) or not step > 0:
         return row
@@ -273,11 +261,6 @@ def presets_cmd() -> None:
         for name in sorted(names):
             table.add_row(name)
         console.print(table)
-
-
-for _module in (sweep_cli, search_cli, collective_cli, goodput_cli, straggler_cli, calibrate_cli, validate_cli, reports_cli,
-                schema_cli, import_run_cli, watch_cli):
-    _module.register(app)
 
 
 def main() -> None:

@@ -2,9 +2,9 @@
 
 Owns ``Fabric`` (capacities, latencies, per-GPU NIC chains, all-pairs hop counts between fabric
 switches, and the vectorised link loads of many flows at once: the traffic of every (source
-switch, destination switch) pair is pushed one hop per round along its equal-cost next hops; and
-``Fabric.all_to_all``, the loads of every rank of a group sending to every other, from sums per
-(group, domain) and per switch instead of n^2 flows), ``fabric_for`` (its memo per graph and
+switch, destination switch) pair is pushed one hop per round along its equal-cost next hops;
+``Fabric.all_to_all`` hands the all-to-all of whole groups to ``network.alltoall``, which works
+from sums per (group, domain) and per switch instead of n^2 flows), ``fabric_for`` (its memo per graph and
 profile) and ``fabric_of`` (per cluster: from the cluster's columns, ``topologies.graph.Wiring``,
 so preset clusters never build a networkx graph). It does not share bandwidth over time
 (``clustersim.simulator.network.flows``) nor know collectives (``clustersim.simulator.network.collectives``).
@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import numpy as np
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.network import alltoall
 from clustersim.topologies.graph import Wiring
 
 if TYPE_CHECKING:  # the graph is built only for the per-pair fallback router
@@ -49,6 +50,9 @@ _TINY: float = 1e-12
 """Loads below this are treated as zero when reading one route back."""
 DENSE_STATES: int = 1 << 21
 """Largest (switch, destination) state space merged by counting rather than sorting (floats: 16 MiB)."""
+DENSE_FILL: int = 64
+"""Counting is used when the pairs pushed fill at least 1/DENSE_FILL of that state space (a few
+pairs are cheaper to sort than an f x f count is to clear)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -191,9 +195,8 @@ class Fabric:
         return table
 
     def edge_name(self, e: int) -> str:
-        """``"u->v"`` name of directed edge ``e``."""
-        u, v = self.edges[e]
-        return f"{u}->{v}"
+        """``"u->v"`` name of directed edge ``e`` (without building the list of every edge's names)."""
+        return f"{self.nodes[int(self.src_of[e])]}->{self.nodes[int(self.dst_of[e])]}"
 
     def _fabric_dist(self) -> np.ndarray:
         """Hop distances between fabric switches (breadth-first from every switch at once, one
@@ -212,6 +215,11 @@ class Fabric:
             self._edge_mat[self._fe_src, self._fe_dst] = self._fe
             self._dist = self._bfs_all(len(ids))
         return self._dist
+
+    @property
+    def hops(self) -> np.ndarray:
+        """(f, f) hop counts between fabric switches (``fabric_index`` order; unreachable 10**6)."""
+        return self._fabric_dist()
 
     def _bfs_all(self, n: int) -> np.ndarray:
         """All-pairs hop counts over the fabric edges: row = source switch, column = target."""
@@ -250,13 +258,14 @@ class Fabric:
         return (np.concatenate([near, state[keep]]),
                 np.concatenate([self._edge_mat[u[near], b[near]], self._fe[idx[keep]]]))
 
-    def _propagate(self, u: np.ndarray, b: np.ndarray, mass: np.ndarray, loads: np.ndarray) -> np.ndarray:
+    def propagate(self, u: np.ndarray, b: np.ndarray, mass: np.ndarray, loads: np.ndarray) -> np.ndarray:
         """Push ``mass`` from fabric switch u[i] to b[i] (distinct pairs, all at once, one hop per
         round, merging equal (switch, destination) states); add edge loads; return each pair's
         expected path latency (ECMP-averaged). States are merged by counting into the f x f state
-        space when it is small (same order and sums as sorting them, without the sort)."""
+        space when it is small and the pairs fill enough of it (same order and sums as sorting them,
+        without the sort)."""
         f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
-        dense = f * f <= DENSE_STATES
+        dense = f * f <= DENSE_STATES and len(u) * DENSE_FILL >= f * f
         rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
         keys, m = u * f + b, mass
         while len(keys):
@@ -317,7 +326,7 @@ class Fabric:
         loads += np.bincount(self.local_down[d], weights=w, minlength=len(loads))
         lat[mask] = self.latency[self.local_up[s]] + self.latency[self.local_down[d]]
 
-    def _edge_table_loads(self, tab: _Egress, g: np.ndarray, w: np.ndarray, loads: np.ndarray) -> np.ndarray:
+    def chain_loads(self, tab: alltoall.ChainTable, g: np.ndarray, w: np.ndarray, loads: np.ndarray) -> np.ndarray:
         """Add the NIC-chain loads of GPUs ``g``; returns their expected chain latency."""
         e, f = tab.edges[g], tab.edge_frac[g]
         ok = e >= 0
@@ -329,7 +338,7 @@ class Fabric:
                       lat: np.ndarray, mask: np.ndarray) -> None:
         if len(s) == 0:
             return
-        lat_flow = self._edge_table_loads(self.egress, s, w, loads) + self._edge_table_loads(self.ingress, d, w, loads)
+        lat_flow = self.chain_loads(self.egress, s, w, loads) + self.chain_loads(self.ingress, d, w, loads)
         ks, kd = self.egress.switch.shape[1], self.ingress.switch.shape[1]
         a = np.repeat(self.egress.switch[s], kd, axis=1).ravel()
         b = np.tile(self.ingress.switch[d], (1, ks)).ravel()
@@ -342,139 +351,16 @@ class Fabric:
         self._fabric_dist()
         f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
         pairs, inv = np.unique(self.fabric_index[a] * f + self.fabric_index[b], return_inverse=True)
-        pair_lat = self._propagate(pairs // f, pairs % f, np.bincount(inv, weights=pw), loads)
+        pair_lat = self.propagate(pairs // f, pairs % f, np.bincount(inv, weights=pw), loads)
         lat_flow += np.bincount(flow_of, weights=pw / w[flow_of] * pair_lat[inv], minlength=len(s))
         lat[mask] = lat_flow
 
     def all_to_all(self, groups: np.ndarray, weight: float) -> tuple[np.ndarray, np.ndarray, float] | None:
         """Every group's all-to-all at once (each rank sends ``weight`` to every other rank of its
         group): link loads of all groups, those of the first group, and the longest path latency of
-        the first group's flows. Built from sums per (group, domain) and per switch, never per pair,
-        so a group of 16,384 ranks costs what a ring does. None when a cross-domain pair would need
-        the per-pair fallback router (GPUs wired straight to each other)."""
-        rep = self._dense_loads(groups[:1], weight, latency=True)
-        if rep is None:
-            return None
-        every = rep if len(groups) == 1 else self._dense_loads(groups, weight, latency=False)
-        if every is None:
-            return None
-        return every[0], rep[0], rep[1]
-
-    def _dense_loads(self, groups: np.ndarray, w: float, latency: bool) -> tuple[np.ndarray, float] | None:
-        """Loads of all-to-all in ``groups`` (and, with ``latency``, the longest flow latency)."""
-        g, n = groups.shape
-        flat = groups.ravel()
-        dom = np.where(self.local_switch[flat] >= 0, self.local_switch[flat], -1 - flat)  # no local switch: own domain
-        key = np.repeat(np.arange(g), n) * (len(self.nodes) + self.num_gpus + 1) + dom + self.num_gpus
-        order = np.argsort(key, kind="stable")
-        members, keys = flat[order], key[order]
-        _, start, size = np.unique(keys, return_index=True, return_counts=True)
-        per = np.repeat(size, size)  # size of each member's (group, domain) block
-        cross = n - per  # peers in other domains: routed over the fabric
-        fabric_gpus = members[cross > 0]
-        if len(fabric_gpus) and ((self.egress.switch[fabric_gpus, 0] < 0).any() or (self.ingress.switch[fabric_gpus, 0] < 0).any()):
-            return None
-        loads = np.zeros(self.num_edges)
-        local = self.local_switch[members] >= 0
-        loads += np.bincount(self.local_up[members[local]], weights=w * (per[local] - 1), minlength=len(loads))
-        loads += np.bincount(self.local_down[members[local]], weights=w * (per[local] - 1), minlength=len(loads))
-        routed = cross > 0
-        out_lat = np.zeros(len(members))
-        in_lat = np.zeros(len(members))
-        if routed.any():
-            out_lat[routed] = self._edge_table_loads(self.egress, members[routed], w * cross[routed], loads)
-            in_lat[routed] = self._edge_table_loads(self.ingress, members[routed], w * cross[routed], loads)
-        src, dst = self._block_pairs(members, start, size)
-        pair_lat = self._dense_fabric(groups, (src, dst), w, loads)
-        if not latency:
-            return loads, 0.0
-        local_pairs = (src != dst) & (self.local_switch[src] >= 0)
-        lat = float((self.latency[self.local_up[src[local_pairs]]] + self.latency[self.local_down[dst[local_pairs]]]).max(initial=0.0))
-        if routed.any():
-            lat = max(lat, self._cross_latency(members, keys, routed, out_lat, in_lat, pair_lat))
-        return loads, lat
-
-    @staticmethod
-    def _block_pairs(members: np.ndarray, start: np.ndarray, size: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Every ordered pair (self pairs included) inside each block of ``members``."""
-        per = np.repeat(size, size)
-        first = np.repeat(start, size)
-        src = np.repeat(members, per)
-        offs = np.arange(len(src)) - np.repeat(np.cumsum(per) - per, per)
-        return src, members[np.repeat(first, per) + offs]
-
-    def _switch_pairs(self, src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """For flows src[i] -> dst[i]: flat (exit switch * f + entry switch) index and fraction of
-        every (exit, entry) combination, fabric switch indices."""
-        f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
-        idx, frac = [], []
-        for i in range(self.egress.switch.shape[1]):
-            for j in range(self.ingress.switch.shape[1]):
-                a, b = self.egress.switch[src, i], self.ingress.switch[dst, j]
-                ok = (a >= 0) & (b >= 0)
-                idx.append(self.fabric_index[a[ok]] * f + self.fabric_index[b[ok]])
-                frac.append(self.egress.switch_frac[src[ok], i] * self.ingress.switch_frac[dst[ok], j])
-        return np.concatenate(idx), np.concatenate(frac)
-
-    def _switch_sums(self, tab: _Egress, groups: np.ndarray) -> np.ndarray:
-        """(groups, f): each group's total fraction through every fabric switch."""
-        f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
-        g, n = groups.shape
-        row = np.repeat(np.arange(g), n)
-        flat = groups.ravel()
-        out = np.zeros(g * f)
-        for i in range(tab.switch.shape[1]):
-            sw = tab.switch[flat, i]
-            ok = sw >= 0
-            out += np.bincount(row[ok] * f + self.fabric_index[sw[ok]], weights=tab.switch_frac[flat[ok], i], minlength=g * f)
-        return out.reshape(g, f)
-
-    def _dense_fabric(self, groups: np.ndarray, same: tuple[np.ndarray, np.ndarray], w: float,
-                      loads: np.ndarray) -> np.ndarray:
-        """Fabric loads of every cross-domain pair: w * (all pairs of each group - same-domain pairs),
-        summed per (exit switch, entry switch); returns the (f, f) matrix of pair latencies."""
-        self._fabric_dist()
-        f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
-        if f == 0:
-            return np.zeros((0, 0))
-        traffic = (self._switch_sums(self.egress, groups).T @ self._switch_sums(self.ingress, groups)).ravel()
-        idx, frac = self._switch_pairs(*same)
-        traffic = (traffic - np.bincount(idx, weights=frac, minlength=f * f)).reshape(f, f) * w
-        traffic[traffic < w * 1e-9] = 0.0  # same-domain pairs cancelled up to rounding
-        np.fill_diagonal(traffic, 0.0)  # exit = entry switch: straight down, no fabric edge
-        a, b = np.nonzero(traffic)
-        pair_lat = np.zeros((f, f))
-        if len(a):
-            pair_lat[a, b] = self._propagate(a, b, traffic[a, b], loads)
-        return pair_lat
-
-    def _cross_latency(self, members: np.ndarray, keys: np.ndarray, routed: np.ndarray, out_lat: np.ndarray,
-                       in_lat: np.ndarray, pair_lat: np.ndarray) -> float:
-        """Longest expected latency over cross-domain pairs of one group, by classes of GPUs with the
-        same exit (entry) switches, fractions and chain latency."""
-        gpus, keys, out_lat, in_lat = members[routed], keys[routed], out_lat[routed], in_lat[routed]
-        sides = []
-        for tab, chain in ((self.egress, out_lat), (self.ingress, in_lat)):
-            sig = np.column_stack([tab.switch[gpus], tab.switch_frac[gpus], chain])
-            classes, inv = np.unique(sig, axis=0, return_inverse=True)
-            inv = inv.ravel()
-            k = tab.switch.shape[1]
-            lo = np.full(len(classes), np.iinfo(np.int64).max)
-            hi = np.full(len(classes), np.iinfo(np.int64).min)
-            np.minimum.at(lo, inv, keys)
-            np.maximum.at(hi, inv, keys)
-            sw = classes[:, :k].astype(np.int64)
-            sides.append((np.where(sw >= 0, self.fabric_index[np.where(sw >= 0, sw, 0)], -1), classes[:, k:2 * k],
-                          classes[:, 2 * k], np.where(lo == hi, lo, -1)))
-        (sa, fa, la, ka), (sb, fb, lb, kb) = sides
-        mid = np.zeros((len(la), len(lb)))
-        for i in range(sa.shape[1]):
-            for j in range(sb.shape[1]):
-                ok = (sa[:, i, None] >= 0) & (sb[None, :, j] >= 0)
-                mid += np.where(ok, fa[:, i, None] * fb[None, :, j] * pair_lat[sa[:, i, None].clip(0), sb[None, :, j].clip(0)], 0.0)
-        total = la[:, None] + lb[None, :] + mid
-        only_same = (ka[:, None] >= 0) & (ka[:, None] == kb[None, :])  # both classes inside one domain
-        return float(np.where(only_same, -np.inf, total).max(initial=0.0))
+        the first group's flows (``clustersim.simulator.network.alltoall``: sums per (group, domain)
+        and per switch, never per pair). None when a pair would need the per-pair fallback router."""
+        return alltoall.all_to_all(self, groups, weight)
 
     def _fallback_route(self, s: int, d: int) -> tuple[np.ndarray, np.ndarray]:
         """Per-hop ECMP over the whole graph between GPUs ``s`` and ``d`` (small graphs only)."""

@@ -165,6 +165,24 @@ def destination(action: Action, stage: int, pp: int, vpp: int, schedule: str = "
     return (stage, "fwd") if downward else ((stage - 1) % pp, "bwd")
 
 
+PERIODIC_PEAK: frozenset[str] = frozenset({"1f1b", "zb-h1", "interleaved"})
+"""Schedules whose in-flight activations repeat after the warm-up: their F and B sequences do
+not depend on m (only their length), and each (F, B) pair of the steady part moves the live set
+by one virtual micro-batch, so it repeats every pp * vpp pairs (same chunks, micro-batches + pp)."""
+
+
+def stage_in_flight_peak(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
+                         chunk_weight: Sequence[float] | None = None) -> float:
+    """``in_flight_peak(stage_program(schedule, stage, pp, m, vpp), chunk_weight)``, at a cost
+    independent of m: for ``PERIODIC_PEAK`` schedules the program of m' = m - k pp micro-batches
+    (m' in 4 pp + 2 .. 5 pp + 1: the warm-up, at most (pp - 1) * 2 + (vpp - 1) pp virtual
+    micro-batches, then at least two full periods) reaches the same peak, and is what is walked."""
+    least = 4 * pp + 2
+    if schedule in PERIODIC_PEAK and m > least:
+        m -= (m - least) // pp * pp
+    return in_flight_peak(stage_program(schedule, stage, pp, m, vpp), chunk_weight)
+
+
 def in_flight_peak(program: list[Action], chunk_weight: Sequence[float] | None = None) -> float:
     """Most activations held at once: F of chunk v adds ``chunk_weight[v]`` (1 by default), B frees it."""
     live = peak = 0.0

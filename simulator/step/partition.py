@@ -17,7 +17,7 @@ from clustersim.units import GIB
 from clustersim.simulator.step.compute import is_routed_expert
 from clustersim.simulator.errors import OutOfMemoryError
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
-from clustersim.simulator.plan.schedules import chunks_per_stage, in_flight_peak, model_chunk, num_model_chunks, stage_program
+from clustersim.simulator.plan.schedules import chunks_per_stage, model_chunk, num_model_chunks, stage_in_flight_peak
 from clustersim.topologies import Cluster
 from clustersim.workloads import (
     ModelSpec,
@@ -153,7 +153,7 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
 
 def _peak_activations(plan: ParallelPlan, m: int, stage: int, chunk_bytes: list[float]) -> float:
     """Largest sum of activations held at once under the schedule (F holds, B frees)."""
-    return in_flight_peak(stage_program(plan.schedule, stage, plan.pp, m, plan.vpp), chunk_bytes)
+    return stage_in_flight_peak(plan.schedule, stage, plan.pp, m, plan.vpp, chunk_bytes)
 
 
 def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layers: range) -> float:

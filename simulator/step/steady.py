@@ -22,6 +22,7 @@ knows no schedule: the period is found from the intervals alone.
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Callable
@@ -81,7 +82,14 @@ def extrapolate(simulate: Simulate, m: int, unit: int, base: int) -> tuple[list[
             runs[k] = simulate(k)
         return runs[k]
 
-    for cycle, scale in ATTEMPTS:
+    attempts = list(ATTEMPTS)
+    tried = 0
+    while tried < len(attempts):
+        if tried == 1 and base in runs:  # the cheapest attempt failed: next, the periods its first run shows
+            seen = [(k // unit, 1) for k in _detected_cycles(runs[base][0], unit, TOLERANCE * runs[base][1])]
+            attempts[1:1] = [a for a in seen if a not in attempts]
+        cycle, scale = attempts[tried]
+        tried += 1
         c, first = cycle * unit, scale * base
         m1 = first + (m - first) % c
         counts = (m1, m1 + c, m1 + 2 * c)
@@ -94,6 +102,31 @@ def extrapolate(simulate: Simulate, m: int, unit: int, base: int) -> tuple[list[
     return None
 
 
+def _detected_cycles(log: list[Interval], unit: int, tol: float) -> list[int]:
+    """Periods in micro-batches (multiples of ``unit``) of one run: per stream, the shortest shift
+    under which the middle half of its intervals repeats (pass kind, gap and duration; values
+    compared on a grid of 10 ``tol``: a hint, confirmed by ``_try``), as the micro-batch advance of
+    its passes over that shift; their least common multiple, if longer than every ``ATTEMPTS`` cycle."""
+    advances = set()
+    for items in _streams(log).values():
+        toks = [(k, round(g / (10 * tol)), round(d / (10 * tol))) for k, g, d in _shape(items)]
+        lo, hi = len(toks) // 4, 3 * len(toks) // 4
+        shift = next((q for q in range(1, (hi - lo) // 2 + 1) if toks[lo:hi - q] == toks[lo + q:hi]), None)
+        if shift is not None:
+            advances.add(_advance(items, lo, shift))
+    cycle = math.lcm(unit, *(a for a in advances if a > 0))
+    return [cycle] if cycle > unit else []
+
+
+def _advance(items: list[Interval], lo: int, shift: int) -> int:
+    """Micro-batches a stream's passes move over ``shift`` intervals from ``lo`` (0: no pass there)."""
+    for i in range(lo, min(lo + shift, len(items) - shift)):
+        x, y = _PASS.match(items[i].label), _PASS.match(items[i + shift].label)
+        if x is not None and y is not None and x[1] == y[1] and x[3] == y[3]:
+            return int(y[2]) - int(x[2])
+    return 0
+
+
 def _try(simulate: Simulate, m: int, m1: int, c: int) -> tuple[list[Interval], float] | None:
     (log_a, step_a), (log_b, step_b), (log_c, step_c) = (simulate(k) for k in (m1, m1 + c, m1 + 2 * c))
     tol = TOLERANCE * step_c
@@ -104,8 +137,9 @@ def _try(simulate: Simulate, m: int, m1: int, c: int) -> tuple[list[Interval], f
         return None
     plans: list[_Alignment] = []
     for key, a in runs[0].items():
-        plan = _align(a, runs[1][key], tol)
-        if plan is None or not _matches(_expand(plan, 2, compress=False), runs[2][key], tol):
+        plan = next((p for p in (_align(a, runs[1][key], tol, longest) for longest in (False, True))
+                     if p is not None and _matches(_expand(p, 2, compress=False), runs[2][key], tol)), None)
+        if plan is None:
             return None
         plans.append(plan)
     n, period = (m - m1) // c, step_b - step_a
@@ -165,7 +199,8 @@ def _streams(log: list[Interval]) -> dict[StreamKey, list[Interval]]:
 
 def _key(iv: Interval) -> tuple[str, str]:
     """Category and label with the micro-batch number dropped (``F12.1`` -> ``F.1``)."""
-    return iv.category, _PASS.sub(r"\1.\3", iv.label)
+    m = _PASS.match(iv.label)
+    return iv.category, f"{m[1]}.{m[3]}" if m else iv.label
 
 
 def _shape(items: list[Interval]) -> list[tuple[tuple[str, str], float, float]]:
@@ -177,9 +212,10 @@ def _shape(items: list[Interval]) -> list[tuple[tuple[str, str], float, float]]:
     return out
 
 
-def _align(a: list[Interval], b: list[Interval], tol: float) -> _Alignment | None:
+def _align(a: list[Interval], b: list[Interval], tol: float, longest: bool = False) -> _Alignment | None:
     """B as A with periodic blocks inserted and some gaps or durations grown, matched greedily
-    from the front; None if it is not."""
+    from the front, each block as short as fits (or, with ``longest``, as long: a period of many
+    intervals whose stretches also repeat on their own); None if it is not."""
     sa, sb = _shape(a), _shape(b)
 
     def same(x: tuple[tuple[str, str], float, float], y: tuple[tuple[str, str], float, float]) -> bool:
@@ -204,7 +240,8 @@ def _align(a: list[Interval], b: list[Interval], tol: float) -> _Alignment | Non
             growth.append((0.0, 0.0))
             i, j = i + 1, j + 1
             continue
-        length = next((k for k in range(1, extra + 1) if fits(i, j, k)), None)
+        lengths = range(extra, 0, -1) if longest else range(1, extra + 1)
+        length = next((k for k in lengths if fits(i, j, k)), None)
         if length is not None:
             inserts.append(_Insert(i, j, length))
             j, extra = j + length, extra - length

@@ -9,6 +9,8 @@ time and the bottleneck is not the first stage.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -113,3 +115,24 @@ def test_compressed_middle_keeps_the_overlap_of_streams(schedule: str, monkeypat
         assert got.keys() == want.keys()
         for cat, secs in want.items():
             assert got[cat] == pytest.approx(secs, rel=0.0, abs=1e-9 * full.step_time), (unit, cat)
+
+
+def test_a_period_of_many_micro_batches_is_found(monkeypatch: pytest.MonkeyPatch) -> None:
+    # llama3-405b on 128 H100 (tp8 pp16 dp1, 2,048 micro-batches): one exposed p2p wait is hidden
+    # every 14 micro-batches, so no cycle of ``steady.ATTEMPTS`` repeats; the period is read off the
+    # first short run (``_detected_cycles``) and the extrapolated step still equals the full run.
+    from clustersim.simulator.scenario import load_scenario
+    from clustersim.simulator.step import simulate as simulate_module
+    from clustersim.simulator.step import steady
+
+    sets = ["model=llama3-405b", "cluster.num_gpus=128", "training.seq_len=8192", "training.global_batch_size=2048",
+            "plan.tp=8", "plan.pp=16", "plan.dp=1", "plan.recompute=full"]
+    sc = load_scenario("examples/llama3_70b_h100.yaml", sets)
+    seen: list[EngineInput] = []
+    monkeypatch.setattr(simulate_module, "run", lambda inp: seen.append(inp) or run(inp))
+    simulate_module.simulate(sc.model, sc.training, sc.cluster, sc.plan)
+    (inp,) = seen
+    base_log, base_step = run(replace(inp, microbatches=64), extrapolate=False)
+    assert steady._detected_cycles(base_log, 1, steady.TOLERANCE * base_step) == [14]
+    n_fast, n_full = _compare(inp)
+    assert n_fast < n_full / 4
