@@ -13,7 +13,6 @@ It does not parse logs nor simulate anything but the runs' own scenarios.
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 
 from clustersim.files import write_json
 from clustersim.simulator.calibration.fit_runs import scaled
+from clustersim.simulator.calibration.fitted_interval import fitted_interval_text, interval_path, read_interval
 from clustersim.simulator.calibration.imported_runs import load_run, run_folders
 from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
 from clustersim.simulator.errors import CalibrationError
@@ -181,12 +181,6 @@ def evaluations(runs: Sequence[Run], hold_out: str | None) -> int:
     return (len(families) + 1) * (len(COMPUTE_GRID) + len(LINK_GRID))
 
 
-def interval_path(profile_path: str | os.PathLike[str]) -> Path:
-    """The fit report beside a profile: ``P.yaml`` -> ``P.fit.json``."""
-    p = Path(profile_path)
-    return p.with_name(p.stem + ".fit.json")
-
-
 def fit_report(fit: LogsFit) -> dict[str, Any]:
     """The JSON written beside the profile (``watch`` reads its interval)."""
     def rows(hs: Sequence[HeldOut]) -> list[dict[str, Any]]:
@@ -202,26 +196,6 @@ def fit_report(fit: LogsFit) -> dict[str, Any]:
 def write_report(fit: LogsFit, profile_path: str | os.PathLike[str]) -> Path:
     """Write the fit report beside the profile."""
     return write_json(interval_path(profile_path), fit_report(fit))
-
-
-def read_interval(profile_path: str | os.PathLike[str]) -> tuple[float, float] | None:
-    """The interval of the fit report beside a profile, or None when there is none."""
-    p = interval_path(profile_path)
-    if not p.is_file():
-        return None
-    lo, hi = json.loads(p.read_text())["interval"]
-    return float(lo), float(hi)
-
-
-def fitted_interval_text(profile_path: str | os.PathLike[str] | None, step_time_s: float) -> str | None:
-    """A prediction's interval from the fit report beside its profile (``calibrate fit --runs``), in
-    words; None when the profile has no report (the published-runs interval applies then)."""
-    found = read_interval(profile_path) if profile_path is not None else None
-    if found is None or profile_path is None:
-        return None
-    lo, hi = found
-    return (f"interval {step_time_s * lo:.3g}-{step_time_s * hi:.3g} s (measured = predicted x [{lo:.3f}, {hi:.3f}], "
-            f"held-out run families of {interval_path(profile_path)})")
 
 
 def within(h: HeldOut, interval: tuple[float, float]) -> bool:

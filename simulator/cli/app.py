@@ -136,9 +136,10 @@ def simulate_cmd(
     to_stdout = json_out is not None and str(json_out) == output.STDOUT
     say = err_console if to_stdout else console  # keep standard output pure JSON
     iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
-    from clustersim.simulator.calibration.fit_logs import fitted_interval_text  # a user's cluster: calibrate fit --runs
+    from clustersim.simulator.calibration.fitted_interval import fitted_interval_json, fitted_interval_text
 
-    fitted = fitted_interval_text(calibration, result.step_time)
+    fitted = fitted_interval_text(calibration, result.step_time)  # a user's cluster: calibrate fit --runs
+    fitted_json = fitted_interval_json(calibration, result.step_time)
     if not to_stdout:
         console.print(result_table(result, title, energy))
         if fitted is not None:
@@ -152,7 +153,8 @@ def simulate_cmd(
             console.print(placement_table(sc))
     if json_out:
         output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict(),
-                                         **({"interval": dataclasses.asdict(iv)} if iv else {})}), json_out, say)
+                                         **({"interval": dataclasses.asdict(iv)} if iv else {}),
+                                         **({"fitted_interval": fitted_json} if fitted_json else {})}), json_out, say)
     if plot:
         from clustersim.reports.waterfall import write_waterfall  # matplotlib: only when plotting
 
@@ -216,7 +218,10 @@ def scale_cmd(
     with Progress(console=console, transient=True) as bar:
         task = bar.add_task("simulating scales", total=None)
         rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
-    rows = [with_interval(row, model_kind(sc.model.layer_pattern, sc.model.is_moe)) for row in rows]
+    from clustersim.simulator.calibration.fitted_interval import read_interval
+
+    fitted = read_interval(calibration) if calibration else None  # a user's cluster: calibrate fit --runs
+    rows = [with_interval(row, model_kind(sc.model.layer_pattern, sc.model.is_moe), fitted) for row in rows]
     title = (f"{sc.model.name} on {sc.cluster.accelerator.name} ({sc.cluster.name}), {min(counts):,}-{max(counts):,} GPUs: "
              f"strong scaling at global batch {sc.training.global_batch_size} x {sc.training.seq_len} tokens")
     page = files.replace_dir(out, lambda folder: write_scaling_report(  # the old report goes only as a whole
@@ -225,11 +230,19 @@ def scale_cmd(
     console.print(f"wrote {page} and its figures and tables in {out}")
 
 
-def with_interval(row: dict[str, Any], kind: str) -> dict[str, Any]:
+def with_interval(row: dict[str, Any], kind: str, fitted: tuple[float, float] | None = None) -> dict[str, Any]:
     """A scaling row with the 80 % prediction interval of its throughput per GPU (the report's band),
-    from the held-out residuals of its regime (``calibration.intervals``); rows without a step keep none."""
+    from the held-out residuals of its regime (``calibration.intervals``), or, for a profile fitted on
+    a user's runs, the held-out interval of that fit (``fitted``: measured = predicted x [low, high]);
+    rows without a step keep none."""
     step = row.get("step_time_s")
-    if not INTERVALS_PATH.exists() or not isinstance(step, float) or not step > 0:
+    if not isinstance(step, float) or not step > 0:
+        return row
+    if fitted is not None:
+        per_gpu = float(row["tokens_per_s_per_gpu"])
+        return {**row, "tokens_per_s_per_gpu_low": per_gpu / fitted[1], "tokens_per_s_per_gpu_high": per_gpu / fitted[0],
+                "interval_extrapolated": False}
+    if not INTERVALS_PATH.exists():
         return row
     iv = interval_for(step, kind, str(row.get("accelerator", "")), int(row["num_gpus"]))
     per_gpu = float(row["tokens_per_s_per_gpu"])

@@ -13,9 +13,10 @@ import yaml
 
 from clustersim.files import write_json
 from clustersim.simulator.calibration.fit_logs import (
-    COMPUTE_GRID, QUANTILE_RUNS, fit_on_runs, interval_of, load_runs, predict, read_interval,
+    COMPUTE_GRID, QUANTILE_RUNS, fit_on_runs, interval_of, load_runs, predict,
 )
 from clustersim.simulator.calibration.fit_runs import scaled
+from clustersim.simulator.calibration.fitted_interval import read_interval
 from clustersim.simulator.calibration.imported_runs import RUN_FORMAT
 from clustersim.simulator.calibration.profile import default_profile
 from clustersim.simulator.errors import CalibrationError
@@ -112,3 +113,9 @@ def test_simulate_with_a_fitted_profile_prints_its_interval(tmp_path: Path) -> N
     text = " ".join(p.stdout.split())
     assert f"interval {0.9 * t:.3g}-{1.25 * t:.3g} s (measured = predicted x [0.900, 1.250]" in text
     assert "80 % interval" not in text  # the published-runs interval gives way to the cluster's own
+    q = subprocess.run([sys.executable, "-m", "clustersim.simulator.cli", "simulate", str(scenario), "--calibration",
+                        str(tmp_path / "P.yaml"), "--json", "-"], capture_output=True, text=True, timeout=600)
+    assert q.returncode == 0, q.stderr
+    fitted = json.loads(q.stdout)["fitted_interval"]
+    assert (fitted["low_s"], fitted["high_s"]) == pytest.approx((0.9 * t, 1.25 * t))
+    assert fitted["source"] == str(tmp_path / "P.fit.json")
