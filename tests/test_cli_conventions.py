@@ -69,6 +69,21 @@ def test_search_cost_needs_a_price_and_objectives_are_closed() -> None:
     assert "$/M tok" in p.stdout
 
 
+def test_search_cost_at_an_owners_prices() -> None:
+    """--objective cost with --price-per-kwh/--capex-per-gpu ranks by the owner's $/token (energy and
+    amortised capital), the bound in $/M tokens never above the plan's; a bad price names its option."""
+    owner = ["--price-per-kwh", "0.5", "--capex-per-gpu", "25000", "--pue", "1.3"]
+    p = cli("search", str(EXAMPLE), "--gpus", "8", *SMALL, "--objective", "cost", *owner, "--top", "3", "--json", "-")
+    assert p.returncode == 0, p.stderr
+    doc = json.loads(p.stdout)
+    assert doc["scenario"]["price_basis"] == "owner" and doc["scenario"]["pue"] == 1.3
+    costs = [r["cost_per_million_tokens"] for r in doc["ranked"]]
+    assert costs == sorted(costs) and all(r["bound_cost_per_million_tokens"] <= r["cost_per_million_tokens"] * (1 + 1e-12)
+                                          for r in doc["ranked"])
+    p = cli("search", str(EXAMPLE), "--gpus", "8", *SMALL, "--objective", "cost", "--price-per-kwh", "0.5", "--pue", "0.5")
+    assert p.returncode == 2 and "--pue = 0.5" in p.stderr and "Traceback" not in p.stderr
+
+
 def test_search_energy_objective_ranks_by_energy_per_token() -> None:
     """--objective energy: JSON rows ranked by J/token, kWh/M tokens = J/token / 3.6, the bound in
     kWh/M tokens never above the plan's figure, and a front over time, memory and energy."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -15,8 +16,9 @@ from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.calibration.profile import default_profile, load_profile
 from clustersim.simulator.cli import output
 from clustersim.simulator.scenario import load_scenario
-from clustersim.simulator.search.search import OBJECTIVES, Ranked, SearchReport, price_per_token, search
+from clustersim.simulator.search.search import OBJECTIVES, Ranked, SearchReport, TokenPrice, price_per_token, search
 from clustersim.simulator.step.energy import J_PER_KWH
+from clustersim.topologies.power import FacilitySpec
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 err_console = Console(stderr=True)
@@ -28,17 +30,21 @@ def losses(breakdown: dict[str, float], step: float, n: int = 3) -> str:
     return " ".join(f"{k.replace('exposed_', '')} {v / step * 100:.0f}%" for v, k in parts)
 
 
-def _bound(r: Ranked, per_token: float | None, objective: str) -> dict[str, float]:
-    """The plan's bound in the objective's unit: GiB (memory), kWh per M tokens (energy), else seconds."""
+def _bound(r: Ranked, price: TokenPrice | None, objective: str) -> dict[str, float]:
+    """The plan's bound in the objective's unit: GiB (memory), kWh per M tokens (energy), $ per M
+    tokens and, for a rental price, seconds (cost), else seconds."""
     match objective:
         case "memory":
             return {"bound_gib": r.bound / 2**30}
         case "energy":
             return {"bound_kwh_per_million_tokens": r.bound / J_PER_KWH * 1e6}
-    return {"bound_s": r.bound / (per_token or 1.0)}
+        case "cost" if price is not None:
+            seconds = {"bound_s": r.bound / price.per_second} if price.per_joule == 0 else {}
+            return {**seconds, "bound_cost_per_million_tokens": r.bound * 1e6}
+    return {"bound_s": r.bound}
 
 
-def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None, objective: str = "time") -> list[dict[str, Any]]:
+def ranked_rows(plans: tuple[Ranked, ...], price: TokenPrice | None, objective: str = "time") -> list[dict[str, Any]]:
     """One flat row per engine-priced plan: time, $/M tokens, kWh/M tokens, MFU, TFLOP/s/GPU, GiB,
     bound, tiers. The bound is in the objective's unit: seconds (time, cost), GiB (memory) or kWh
     per million tokens (energy)."""
@@ -47,8 +53,8 @@ def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None, objective: s
         res = r.result
         if res is None:
             continue
-        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, **_bound(r, per_token, objective),
-                     "cost_per_million_tokens": res.step_time * per_token * 1e6 if per_token else None,
+        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, **_bound(r, price, objective),
+                     "cost_per_million_tokens": price.of(res.step_time, r.energy) * 1e6 if price else None,
                      "energy_j_per_token": r.energy,
                      "kwh_per_million_tokens": r.energy / J_PER_KWH * 1e6 if r.energy is not None else None,
                      "tokens_per_s_per_gpu": res.tokens_per_s_per_gpu, "mfu": res.mfu, "tflops_per_gpu": res.tflops_per_gpu,
@@ -59,19 +65,20 @@ def ranked_rows(plans: tuple[Ranked, ...], per_token: float | None, objective: s
     return rows
 
 
-def report_table(rep: SearchReport, title: str, per_token: float | None = None, caption: str = "") -> Table:
+def report_table(rep: SearchReport, title: str, price: TokenPrice | None = None, caption: str = "") -> Table:
     """The ranked plans: step time, $/M tokens, kWh/M tokens, MFU, TFLOP/s/GPU, memory, the bound and both tiers."""
     table = Table(title=title, caption=caption)
     bound_col, bound_key, bound_fmt = {"memory": ("bound GiB", "bound_gib", ".1f"),
-                                       "energy": ("bound kWh/M", "bound_kwh_per_million_tokens", ".3f")}.get(
+                                       "energy": ("bound kWh/M", "bound_kwh_per_million_tokens", ".3f"),
+                                       "cost": ("bound $/M", "bound_cost_per_million_tokens", ".3f")}.get(
                                            rep.objective, ("bound s", "bound_s", ".3f"))
-    cols = ["#", "plan", "step s", *(["$/M tok"] if per_token else []), "kWh/M tok", "MFU", "TFLOP/s/GPU", "GiB / cap",
+    cols = ["#", "plan", "step s", *(["$/M tok"] if price else []), "kWh/M tok", "MFU", "TFLOP/s/GPU", "GiB / cap",
             bound_col, "analytic", "losses"]
     for col in cols:
         table.add_column(col, justify="left" if col in ("plan", "losses") else "right")
-    for row in ranked_rows(rep.ranked, per_token, rep.objective):
+    for row in ranked_rows(rep.ranked, price, rep.objective):
         cells = [str(row["rank"]), row["plan"], f"{row['step_time_s']:.3f}"]
-        cells += [f"{row['cost_per_million_tokens']:.3f}"] if per_token else []
+        cells += [f"{row['cost_per_million_tokens']:.3f}"] if price else []
         cells += [f"{row['kwh_per_million_tokens']:.3f}" if row["kwh_per_million_tokens"] is not None else "-",
                   f"{row['mfu'] * 100:.1f}%", f"{row['tflops_per_gpu']:.0f}",
                   f"{row['peak_memory_gib']:.1f} / {row['hbm_capacity_gib']:.0f}", f"{row[bound_key]:{bound_fmt}}",
@@ -92,6 +99,17 @@ def search_header(sc: Any, rep: SearchReport, profile_name: str, profile_date: s
             "memory_rejected": rep.memory_rejected, "pruned_by_bound": rep.pruned}
 
 
+def owner_facility(pue: float, price_per_kwh: float, capex_per_gpu: float, life_years: float) -> FacilitySpec:
+    """The owner's prices as a facility (they replace any GPU-hour price), each bad value one error
+    naming its option."""
+    for option, value, ok in (("--pue", pue, pue >= 1.0), ("--price-per-kwh", price_per_kwh, price_per_kwh >= 0),
+                              ("--capex-per-gpu", capex_per_gpu, capex_per_gpu >= 0), ("--life-years", life_years, life_years > 0)):
+        if not (ok and math.isfinite(value)):
+            raise ValueError(f"{option} = {value}: use a finite number ({'>= 1' if option == '--pue' else '> 0' if option == '--life-years' else '>= 0'})")
+    return FacilitySpec(pue=pue, price_per_kwh=price_per_kwh, capex_per_gpu=capex_per_gpu, life_years=life_years,
+                        price_per_gpu_hour=0.0)  # the owner's prices, given explicitly, win over a GPU-hour price
+
+
 def register(app: typer.Typer) -> None:
     """Add ``search`` to ``app``."""
 
@@ -100,7 +118,11 @@ def register(app: typer.Typer) -> None:
         scenario: Path = typer.Argument(..., help="Scenario YAML; its plan is ignored."),
         gpus: Optional[int] = typer.Option(None, "--gpus", help="GPU count (default: the scenario's).", min=1, max=GPU_LIMIT),
         top: int = typer.Option(5, "--top", help="How many plans to print.", min=1, max=1000),
-        objective: str = typer.Option("time", "--objective", help="time, cost ($/token; needs cluster.cost_per_gpu_hour), memory or energy (facility J/token)."),
+        objective: str = typer.Option("time", "--objective", help="time, cost ($/token: cluster.cost_per_gpu_hour, or --price-per-kwh and --capex-per-gpu), memory or energy (facility J/token)."),
+        pue: float = typer.Option(1.0, "--pue", help="Facility PUE for the owner's energy price (cost)."),
+        price_per_kwh: float = typer.Option(0.0, "--price-per-kwh", help="Electricity price per kWh (owner pricing, cost)."),
+        capex_per_gpu: float = typer.Option(0.0, "--capex-per-gpu", help="Capital cost per GPU, amortised (owner pricing, cost)."),
+        life_years: float = typer.Option(4.0, "--life-years", help="Years over which capex is amortised."),
         set_: list[str] = typer.Option([], "--set", help="Override a scenario field."),
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the ranked plans, Pareto front and scenario as JSON ('-': standard output)."),
@@ -112,15 +134,20 @@ def register(app: typer.Typer) -> None:
         goal = next(o for o in OBJECTIVES if o == objective)
         sc = load_scenario(scenario, [*set_, *([f"cluster.num_gpus={gpus}"] if gpus is not None else [])])
         profile = load_profile(calibration) if calibration else sc.profile
-        per_token = price_per_token(sc.cluster, sc.training) if objective == "cost" else None
+        owner = price_per_kwh > 0 or capex_per_gpu > 0
+        facility = owner_facility(pue, price_per_kwh, capex_per_gpu, life_years) if owner else None
+        price = price_per_token(sc.cluster, sc.training, facility) if objective == "cost" or owner else None
         quiet = output.STDOUT in (str(json_out), str(csv_out))
         say = err_console if quiet else console
         with Progress(console=err_console, transient=True) as bar:
             task = bar.add_task("bounding plans", total=None)
             rep = search(sc.model, sc.training, sc.cluster, top=top, objective=goal, profile=profile,
-                         progress=lambda n: bar.update(task, completed=n))
+                         progress=lambda n: bar.update(task, completed=n), facility=facility)
         prof = profile or default_profile(sc.cluster.accelerator.name)
-        header = search_header(sc, rep, prof.name, prof.fit_date)
+        header = {**search_header(sc, rep, prof.name, prof.fit_date),
+                  **({"price_basis": price.basis} if price else {}),
+                  **({"pue": pue, "price_per_kwh": price_per_kwh, "capex_per_gpu": capex_per_gpu, "life_years": life_years}
+                     if owner else {})}
         title = (f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}), objective {objective}: "
                  f"{rep.valid:,} valid plans bounded, {rep.engine_calls} priced by the engine, {rep.pruned:,} pruned by the bound")
         caption = (f"#1 is the engine's best over all {rep.valid:,} valid plans (no unpriced plan's bound beats it); "
@@ -128,19 +155,19 @@ def register(app: typer.Typer) -> None:
                    f"(fit {prof.fit_date or 'not recorded'}); plans checked at {rep.valid / max(rep.analytic_seconds, 1e-9):,.0f} plans/s, "
                    f"bound {rep.bound_seconds:.1f} s, engine {rep.engine_seconds:.1f} s")
         if not quiet:
-            console.print(report_table(rep, title, per_token, caption))
+            console.print(report_table(rep, title, price, caption))
             console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0,
                                                     objective=rep.objective),
                                        "Pareto front of the priced plans: step time vs peak memory vs energy per token "
-                                       "($/token at a GPU-hour price follows step time on one cluster)",
-                                       per_token))
+                                       "(also the front with $/token: a price is a non-negative sum of time and energy)",
+                                       price))
         if not rep.ranked:
             raise ValueError("no plan fits in memory; try more GPUs, a smaller global batch or a bigger accelerator")
         if json_out:
-            doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, per_token, objective),
-                   "pareto": ranked_rows(rep.pareto, per_token, objective)}
+            doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, price, objective),
+                   "pareto": ranked_rows(rep.pareto, price, objective)}
             output.emit_json(output.stamped(doc), json_out, say)
         if csv_out:
             import pandas as pd  # heavy: imported when a table is written
 
-            output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, per_token, objective)), csv_out, say, output.stamped(header))
+            output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, price, objective)), csv_out, say, output.stamped(header))

@@ -26,9 +26,10 @@ from clustersim.simulator.search.energy_bound import EnergyBound
 from clustersim.simulator.search.estimate import Estimate, Estimator
 from clustersim.simulator.step.partition import partition_memory
 from clustersim.simulator.plan.plan import Fsdp, ParallelPlan, Recompute, Schedule
-from clustersim.simulator.step.energy import energy_per_token
+from clustersim.simulator.step.energy import J_PER_KWH, energy_per_token
 from clustersim.simulator.step.result import Result
 from clustersim.topologies import Cluster
+from clustersim.topologies.power import FacilitySpec
 from clustersim.workloads import ModelSpec, TrainingSpec
 
 Objective = Literal["time", "cost", "memory", "energy"]
@@ -149,20 +150,48 @@ def plan_is_valid(model: ModelSpec, training: TrainingSpec, cluster: Cluster, pl
     return True
 
 
-def price_per_token(cluster: Cluster, training: TrainingSpec) -> float:
+@dataclass(frozen=True)
+class TokenPrice:
+    """$ per trained token as a function of a plan's step time and energy: ``per_second`` x step time
+    + ``per_joule`` x facility joules per token (PUE 1). Renting (a GPU-hour price) makes it a
+    function of time alone; owning (electricity per kWh and capital amortised over a life) adds the
+    energy term, so a slower plan that draws less power can cost less."""
+
+    per_second: float
     """$ per token per second of step time: GPUs x $/GPU-hour / 3600 / tokens per step."""
-    if not cluster.cost_per_gpu_hour > 0:
-        raise ValueError(f"--objective cost ranks by $/token and needs a price: cluster.cost_per_gpu_hour is "
-                         f"{cluster.cost_per_gpu_hour} for {cluster.name}; set it, e.g. --set cluster.cost_per_gpu_hour=2.5")
-    return cluster.num_gpus * cluster.cost_per_gpu_hour / 3600.0 / training.tokens_per_step
+    per_joule: float = 0.0
+    """$ per joule (PUE 1): price per kWh x PUE / 3.6e6."""
+    basis: str = "rental"
+    """``rental`` ($/GPU-hour, energy included) or ``owner`` (kWh + amortised capital)."""
+
+    def of(self, step_time: float, joules_per_token: float | None) -> float:
+        """$ per token of a step of ``step_time`` seconds drawing ``joules_per_token``."""
+        return step_time * self.per_second + (joules_per_token or 0.0) * self.per_joule
 
 
-def _score(objective: Objective, r: Ranked, per_token: float) -> tuple[float, float]:
+def price_per_token(cluster: Cluster, training: TrainingSpec, facility: FacilitySpec | None = None) -> TokenPrice:
+    """The $/token price of a plan on ``cluster``: the facility's or cluster's GPU-hour price when one
+    is set (rental), else the facility's electricity and amortised capital (owner), as
+    ``step.energy.money`` prices a step."""
+    facility = facility or FacilitySpec()
+    gpu_s = cluster.num_gpus / 3600.0 / training.tokens_per_step  # GPU-hours per token per second of step
+    rental = facility.price_per_gpu_hour if facility.price_per_gpu_hour is not None else cluster.cost_per_gpu_hour
+    if rental > 0:
+        return TokenPrice(per_second=gpu_s * rental)
+    if facility.price_per_kwh > 0 or facility.capex_per_gpu > 0:
+        return TokenPrice(per_second=gpu_s * facility.capex_per_gpu_hour,
+                          per_joule=facility.price_per_kwh * facility.pue / J_PER_KWH, basis="owner")
+    raise ValueError(f"--objective cost ranks by $/token and needs a price: cluster.cost_per_gpu_hour is "
+                     f"{cluster.cost_per_gpu_hour} for {cluster.name}; set it, e.g. --set cluster.cost_per_gpu_hour=2.5, "
+                     f"or price ownership with --price-per-kwh and --capex-per-gpu")
+
+
+def _score(objective: Objective, r: Ranked, price: TokenPrice) -> tuple[float, float]:
     """What ``objective`` minimises, then the step time: (seconds | $ per token | bytes | J per token, seconds)."""
     assert r.result is not None
     match objective:
         case "cost":
-            return r.result.step_time * per_token, r.result.step_time
+            return price.of(r.result.step_time, r.energy), r.result.step_time
         case "memory":
             return r.result.peak_memory, r.result.step_time
         case "energy":
@@ -181,6 +210,7 @@ def search(
     profile: CalibrationProfile | None = None,
     shortlist: int | None = None,
     progress: Callable[[int], None] | None = None,
+    facility: FacilitySpec | None = None,
 ) -> SearchReport:
     """The engine's best plan under ``objective``, proven by branch and bound.
 
@@ -190,10 +220,11 @@ def search(
     ``shortlist``, the analytical tier's ``shortlist`` fastest plans are priced first. The first
     ranked plan is the engine's best over the whole space; the rest are the best of those the
     engine priced, each with the analytical tier's estimate beside it. ``cost`` ranks by $/token
-    (needs ``cluster.cost_per_gpu_hour``); ``energy`` by facility joules per token (PUE 1), bounded
-    by ``search.energy_bound.EnergyBound``.
+    (``price_per_token``: a GPU-hour price, or ``facility``'s kWh price and capital; its bound is
+    the step-time bound's GPU-seconds plus ``EnergyBound``'s joules at those prices); ``energy`` by
+    facility joules per token (PUE 1), bounded by ``search.energy_bound.EnergyBound``.
     """
-    per_token = price_per_token(cluster, training) if objective == "cost" else 1.0
+    price = price_per_token(cluster, training, facility) if objective == "cost" else TokenPrice(per_second=1.0)
     prof = profile or default_profile(cluster.accelerator.name)
     t0 = time.perf_counter()
     plans, candidates = _valid_plans(model, training, cluster, progress)
@@ -202,10 +233,9 @@ def search(
     t1 = time.perf_counter()
     sb = StepBound(model, training, cluster, prof)
     eb = EnergyBound(model, training, cluster, prof)
-    bounds = {p: (sb.static_memory(p) if objective == "memory" else eb.per_token(p, sb.step_time(p))
-                  if objective == "energy" else sb.step_time(p) * per_token) for p in plans}
+    bounds = {p: _bound(objective, p, sb, eb, price) for p in plans}
     t2 = time.perf_counter()
-    bb = _BranchAndBound(model, training, cluster, prof, objective, per_token, est, bounds, sb)
+    bb = _BranchAndBound(model, training, cluster, prof, objective, price, est, bounds, sb)
     for plan in seeds:
         bb.price(plan)
     bb.run(sorted(plans, key=lambda p: (bounds[p], p.describe())))
@@ -214,8 +244,22 @@ def search(
         ranked=tuple(ranked[:top]), candidates=candidates, valid=len(plans), fitting=bb.fitting,
         analytic_seconds=t1 - t0, objective=objective, bound_seconds=t2 - t1,
         engine_calls=bb.engine_calls, memory_rejected=bb.memory_rejected, engine_seconds=bb.seconds,
-        pruned=len(plans) - len(bb.priced), pareto=pareto_front(ranked, per_token),
+        pruned=len(plans) - len(bb.priced), pareto=pareto_front(ranked),
     )
+
+
+def _bound(objective: Objective, plan: ParallelPlan, sb: StepBound, eb: EnergyBound, price: TokenPrice) -> float:
+    """The plan's optimistic score: static bytes (memory), J/token (energy), $/token (cost: both
+    terms of the price at their bounds, each a lower bound), else seconds."""
+    match objective:
+        case "memory":
+            return sb.static_memory(plan)
+        case "energy":
+            return eb.per_token(plan, sb.step_time(plan))
+        case "cost":
+            t = sb.step_time(plan)
+            return price.of(t, eb.per_token(plan, t) if price.per_joule > 0 else None)
+    return sb.step_time(plan)
 
 
 def _analytic_best(est: Estimator, plans: list[ParallelPlan], n: int) -> list[ParallelPlan]:
@@ -245,7 +289,7 @@ class _BranchAndBound:
     cluster: Cluster
     profile: CalibrationProfile
     objective: Objective
-    per_token: float
+    token_price: TokenPrice
     estimator: Estimator
     bounds: dict[ParallelPlan, float]
     step_bound: StepBound
@@ -279,7 +323,7 @@ class _BranchAndBound:
         if r.result is None and self.objective != "memory":
             return
         self.engine_calls += self.objective != "memory"
-        score = r.memory if self.objective == "memory" else _score(self.objective, r, self.per_token)[0]
+        score = r.memory if self.objective == "memory" else _score(self.objective, r, self.token_price)[0]
         self.best = min(self.best, score)
 
     def run(self, ordered: list[ParallelPlan]) -> None:
@@ -297,13 +341,15 @@ class _BranchAndBound:
 
     def ranked(self) -> list[Ranked]:
         done = [r for r in self.priced.values() if r.result is not None]
-        done.sort(key=lambda r: (*_score(self.objective, r, self.per_token), r.plan.describe()))
+        done.sort(key=lambda r: (*_score(self.objective, r, self.token_price), r.plan.describe()))
         return done
 
 
-def pareto_front(ranked: list[Ranked], per_token: float = 1.0) -> tuple[Ranked, ...]:
+def pareto_front(ranked: list[Ranked]) -> tuple[Ranked, ...]:
     """The engine-priced plans no other priced plan beats on step time, peak memory and energy
-    per token at once (on one cluster $/token at a GPU-hour price follows step time), fastest first."""
+    per token at once, fastest first. It is also the front with $/token as a fourth axis: every
+    price (``TokenPrice``) is a non-negative sum of time and energy, so a plan beaten on both is
+    beaten on cost too."""
     done = sorted(((r, _objectives(r)) for r in ranked if r.result is not None), key=lambda pair: pair[1])
     front: list[tuple[Ranked, tuple[float, float, float]]] = []
     for r, v in done:  # ties (plans alike on all three) keep the first in rank order

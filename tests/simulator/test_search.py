@@ -17,11 +17,12 @@ from clustersim.simulator.calibration.profile import default_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.energy_bound import EnergyBound
-from clustersim.simulator.search.search import candidate_plans, plan_is_valid, search
-from clustersim.simulator.step.energy import energy_per_token
+from clustersim.simulator.search.search import candidate_plans, plan_is_valid, price_per_token, search
+from clustersim.simulator.step.energy import energy_per_token, step_energy, token_costs
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.sweep.points import evaluate_point
 from clustersim.topologies import get_cluster
+from clustersim.topologies.power import FacilitySpec
 from clustersim.workloads import TrainingSpec, get_model
 
 MODEL = dataclasses.replace(get_model("llama2-7b"), num_layers=4)
@@ -125,3 +126,33 @@ def test_plan_best_point_is_the_engine_best(space: dict) -> None:
 def test_cost_objective_without_a_price_is_refused() -> None:
     with pytest.raises(ValueError, match="cost_per_gpu_hour"):
         search(MODEL, TRAINING, get_cluster("dgx-h100", 8), objective="cost")
+
+
+OWNER = FacilitySpec(pue=1.3, price_per_kwh=0.5, capex_per_gpu=25_000.0, life_years=4.0, price_per_gpu_hour=0.0)
+"""An owner's prices (issue 20 item 3): electricity per kWh at a PUE and capital amortised over a life."""
+
+
+def test_owner_price_is_the_money_of_a_step_per_token() -> None:
+    """``TokenPrice`` (what the search ranks) prices a step as ``step.energy.token_costs`` does:
+    facility kWh x $/kWh + GPU-hours x capital per GPU-hour, per token."""
+    cluster = get_cluster("dgx-h100", 8)
+    r = simulate(MODEL, TRAINING, cluster, next(p for p in candidate_plans(MODEL, TRAINING, cluster)
+                                                if plan_is_valid(MODEL, TRAINING, cluster, p) and p.tp == 8))
+    price = price_per_token(cluster, TRAINING, OWNER)
+    costs = token_costs(step_energy(r, cluster, facility=OWNER), OWNER)
+    assert price.basis == "owner" and price.per_joule > 0 and price.per_second > 0
+    assert math.isclose(price.of(r.step_time, energy_per_token(r, cluster)), costs.per_token("money"), rel_tol=1e-9)
+
+
+def test_owner_cost_objective_returns_the_least_cost_per_token(space: dict) -> None:
+    """Branch and bound on the owner's $/token (time and energy both priced): the bound never
+    exceeds any plan's cost, and the search returns the exhaustive minimum while pruning."""
+    price = price_per_token(space["cluster"], TRAINING, OWNER)
+    eb = EnergyBound(MODEL, TRAINING, space["cluster"], default_profile(space["cluster"].accelerator.name))
+    cost = {plan: price.of(step, space["energy"][plan]) for plan, step, *_ in space["rows"]}
+    for plan, _, _, bound, _ in space["rows"]:
+        assert price.of(bound, eb.per_token(plan, bound)) <= cost[plan] * (1 + 1e-12), plan.describe()
+    rep = search(MODEL, TRAINING, space["cluster"], top=3, objective="cost", facility=OWNER)
+    assert rep.best is not None and rep.best.result is not None
+    assert math.isclose(price.of(rep.best.result.step_time, rep.best.energy), min(cost.values()), rel_tol=1e-12)
+    assert rep.engine_calls < len(space["rows"])
