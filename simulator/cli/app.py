@@ -23,13 +23,14 @@ from clustersim import files
 from clustersim.simulator import __version__
 from clustersim.simulator.cli import output
 from clustersim.simulator.cli.lazy import LazyGroup
-from clustersim.simulator.cli.options import choice, gpu_counts, output_dir, output_file
+from clustersim.simulator.cli.options import choice, fabric_load_option, gpu_counts, output_dir, output_file
 from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for, interval_of, model_kind
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.step.energy import StepEnergy, step_energy
 from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.step.result import CATEGORIES, Result
+from clustersim.simulator.step.streams import FabricSharing
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.scenario import MAX_GPUS, ScenarioMode, apply_overrides, load_scenario, read_yaml
 from clustersim.topologies import ACCELERATORS, CLUSTER_PRESETS
@@ -121,16 +122,29 @@ def simulate_cmd(
     show_placement: bool = typer.Option(False, "--placement", help="Print the rank -> device mapping."),
     plot: Optional[Path] = typer.Option(None, "--plot", help="Write the compute-loss waterfall as PNG."),
     force: bool = typer.Option(False, "--force", help="Run even above the work limits (GPUs, engine events)."),
+    sharing: Optional[str] = typer.Option(None, "--fabric-sharing", help="static (default: priced times) or flows "
+                                          "(pipeline sends, DP buckets and gathers share the links over time)."),
+    background: list[str] = typer.Option([], "--background", help="Other tenants' load, CLASS=FRACTION of "
+                                         "capacity, e.g. nic=0.3 (needs --fabric-sharing flows)."),
+    degraded: list[str] = typer.Option([], "--degraded", help="A slow link, 'U->V'=FRACTION of capacity left, "
+                                       "e.g. gpu0->nic0=0.25 (needs --fabric-sharing flows)."),
+    fabric_report: bool = typer.Option(False, "--fabric-report", help="Print the hottest links and the time each "
+                                       "traffic class lost to sharing (needs --fabric-sharing flows)."),
 ) -> None:
     """Simulate one training step of a scenario."""
     modes: tuple[ScenarioMode, ...] = ("symmetric", "full")
     chosen = choice("--mode", mode, modes) if mode is not None else None
+    sharings: tuple[FabricSharing, ...] = ("static", "flows")
+    shared = choice("--fabric-sharing", sharing, sharings) if sharing is not None else "static"
+    load = fabric_load_option(background, degraded)
+    if (load is not None or fabric_report) and shared != "flows":
+        output.fail(ValueError("--background, --degraded and --fabric-report need --fabric-sharing flows"))
     for option, path in (("--json", json_out), ("--trace", trace), ("--plot", plot)):
         output_file(option, path)
     sc = load_scenario(scenario, set_, force=force)
     profile = load_profile(calibration) if calibration else sc.profile
     result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
-                      mode=chosen or sc.mode, seed=sc.seed)
+                      mode=chosen or sc.mode, seed=sc.seed, fabric_sharing=shared, fabric_load=load)
     title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
     energy = step_energy(result, sc.cluster)
     to_stdout = json_out is not None and str(json_out) == output.STDOUT
@@ -151,6 +165,8 @@ def simulate_cmd(
             console.print(collectives_table(result))
         if show_placement:
             console.print(placement_table(sc))
+        if fabric_report:
+            console.print(fabric_table(result))
     if json_out:
         output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict(),
                                          **({"interval": dataclasses.asdict(iv)} if iv else {}),
@@ -165,6 +181,18 @@ def simulate_cmd(
 
         write_trace(result, trace)
         output.said(trace, say, "open in https://ui.perfetto.dev")
+
+
+def fabric_table(result: Result) -> Table:
+    """The hottest links of the streams' traffic and what each traffic class lost to sharing."""
+    lost = result.fabric.get("lost_to_sharing_s", {})
+    table = Table(title="fabric: hottest links (pipeline sends, DP buckets, gathers); lost to sharing "
+                        + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in lost.items()))
+    for col in ("link", "GB per step", "time-averaged util"):
+        table.add_column(col, justify="left" if col == "link" else "right")
+    for row in result.fabric.get("hottest_links", []):
+        table.add_row(str(row["link"]), f"{row['bytes'] / 1e9:.2f}", f"{row['utilisation'] * 100:.1f}%")
+    return table
 
 
 def collectives_table(result: Result) -> Table:

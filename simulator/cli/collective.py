@@ -20,7 +20,7 @@ from clustersim.files import write_atomic
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.cli import output
 from clustersim.simulator.calibration.profile import default_profile, load_profile
-from clustersim.simulator.network.collectives import CollectiveCost, CollectiveError, price_collective
+from clustersim.simulator.network.collectives import CollectiveCost, CollectiveError, collective_kind, price_collective
 from clustersim.topologies.presets import get_cluster
 
 if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
@@ -103,7 +103,7 @@ def collective(
         prof = load_profile(calibration) if calibration else default_profile(clus.accelerator.name)
         groups = make_groups(clus.num_gpus, clus.gpus_per_node, group_size, axis)
         size_list = parse_sizes(sizes)
-        costs = [price_collective(kind, s, groups, clus, prof, algorithm) for s in size_list]
+        costs = [price_collective(collective_kind(kind), s, groups, clus, prof, algorithm) for s in size_list]
     except ValueError as exc:
         output.fail(exc)
     title = (f"{kind} on {cluster} x{gpus} ({clus.accelerator.name}, {clus.fabric}): {len(groups)} group(s) of "

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from clustersim.simulator.errors import ScenarioError
+from clustersim.simulator.network.sharing import FabricLoad
 
 C = TypeVar("C", bound=str)
 
@@ -33,6 +34,28 @@ def choice(option: str, value: str, choices: Sequence[C]) -> C:
         if value == known:
             return known
     raise OptionError(f"{option} {value!r} is not a choice; use one of {', '.join(choices)}")
+
+
+def fabric_load_option(background: Sequence[str], degraded: Sequence[str]) -> FabricLoad | None:
+    """``--background CLASS=FRACTION`` and ``--degraded U->V=FRACTION`` as a ``FabricLoad`` (None
+    when neither is given); the classes and links are checked against the fabric when it is built."""
+    if not background and not degraded:
+        return None
+    return FabricLoad(background=_pairs("--background", background, "nic=0.3"),
+                      degraded=_pairs("--degraded", degraded, "gpu0->nic0=0.25"))
+
+
+def _pairs(option: str, items: Sequence[str], example: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        try:
+            out[name] = float(value)
+        except ValueError:
+            sep = ""
+        if not sep or not name:
+            raise OptionError(f"{option} {item!r}: write NAME=FRACTION, e.g. {example}")
+    return out
 
 
 def int_range(option: str, value: int, low: int, high: int) -> int:

@@ -29,13 +29,17 @@ bandwidth B and per-step latency a (Thakur, Rabenseifner & Gropp 2005, IJHPCA 19
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Literal, Mapping, get_args
 
 import numpy as np
 
 from clustersim.simulator.network.routing import Fabric
 
-ALGORITHMS: Mapping[str, tuple[str, ...]] = {
+CollectiveKind = Literal["all_reduce", "reduce_scatter", "all_gather", "all_to_all", "broadcast", "send_recv"]
+"""The collective kinds (nccl-tests names); ``send_recv`` is one point-to-point transfer."""
+Algorithm = Literal["ring", "tree", "halving_doubling", "hierarchical", "in_switch", "pairwise", "direct"]
+"""The algorithms a collective can be priced with."""
+ALGORITHMS: Mapping[CollectiveKind, tuple[Algorithm, ...]] = {
     "all_reduce": ("ring", "tree", "halving_doubling", "hierarchical", "in_switch"),
     "reduce_scatter": ("ring", "halving_doubling", "in_switch"),
     "all_gather": ("ring", "halving_doubling", "in_switch"),
@@ -44,10 +48,10 @@ ALGORITHMS: Mapping[str, tuple[str, ...]] = {
     "send_recv": ("direct",),
 }
 """Algorithms each collective kind implements (the ``algorithm=`` values)."""
-SELECTABLE: frozenset[str] = frozenset({"ring", "tree", "hierarchical", "in_switch", "pairwise", "direct"})
+SELECTABLE: frozenset[Algorithm] = frozenset({"ring", "tree", "hierarchical", "in_switch", "pairwise", "direct"})
 """Algorithms the selector weighs (NCCL's: ring, tree, NVLS/CollNet, NVLS-tree); recursive
 halving-doubling (MPI's choice, not NCCL's) runs only when asked for by ``algorithm=``."""
-KINDS: frozenset[str] = frozenset(ALGORITHMS)
+KINDS: frozenset[CollectiveKind] = frozenset(get_args(CollectiveKind))
 """Collective kinds ``price_collective`` accepts."""
 _EMPTY_I = np.zeros(0, dtype=np.int64)
 _EMPTY_F = np.zeros(0)
@@ -131,11 +135,11 @@ def _reducing_switch(groups: np.ndarray, fabric: Fabric) -> bool:
     return bool(fabric.reduces[sw].all())
 
 
-def applicable(kind: str, groups: np.ndarray, fabric: Fabric) -> tuple[str, ...]:
+def applicable(kind: CollectiveKind, groups: np.ndarray, fabric: Fabric) -> tuple[Algorithm, ...]:
     """Algorithms of ``kind`` that can run on ``groups`` on this fabric."""
     n = groups.shape[1]
     _, k, m = node_layout(groups, fabric)
-    ok = []
+    ok: list[Algorithm] = []
     for a in ALGORITHMS[kind]:
         if a == "halving_doubling" and n & (n - 1):
             continue
@@ -149,7 +153,7 @@ def applicable(kind: str, groups: np.ndarray, fabric: Fabric) -> tuple[str, ...]
     return tuple(ok)
 
 
-def _ring(kind: str, sg: np.ndarray, k: int, m: int) -> list[Step]:
+def _ring(kind: CollectiveKind, sg: np.ndarray, k: int, m: int) -> list[Step]:
     g, n = sg.shape
     if k >= 2 and m >= 2:
         blocks = sg.reshape(g, k, m)
@@ -182,7 +186,7 @@ def _tree(sg: np.ndarray) -> list[Step]:
     return [_flows(src, dst, 0.5, hops=2 * depth, sent_per_rank=2 * (n - 1) / n)]
 
 
-def _halving_doubling(kind: str, sg: np.ndarray) -> list[Step]:
+def _halving_doubling(kind: CollectiveKind, sg: np.ndarray) -> list[Step]:
     n = sg.shape[1]
     pos = np.arange(n)
     repeat = 2 if kind == "all_reduce" else 1
@@ -208,7 +212,7 @@ def _hierarchical(sg: np.ndarray, k: int, m: int) -> list[Step]:
     return [_flows(src, dst, w, latency_phases=phases, sent_per_rank=w_intra + w_inter)]
 
 
-def _in_switch(kind: str, sg: np.ndarray, k: int, m: int, eff: float) -> list[Step]:
+def _in_switch(kind: CollectiveKind, sg: np.ndarray, k: int, m: int, eff: float) -> list[Step]:
     g, n = sg.shape
     if k == 1:
         up, down = {"all_reduce": (1.0, 1.0), "reduce_scatter": (1.0, 1.0 / n), "all_gather": (1.0 / n, 1.0)}[kind]
@@ -243,7 +247,7 @@ def _pairwise(sg: np.ndarray) -> list[Step]:
                  sent_per_rank=(n - 1) / n, dense=sg, dense_weight=1.0 / n)]
 
 
-def build_steps(kind: str, algorithm: str, groups: np.ndarray, fabric: Fabric, eff_switch: float) -> list[Step]:
+def build_steps(kind: CollectiveKind, algorithm: str, groups: np.ndarray, fabric: Fabric, eff_switch: float) -> list[Step]:
     """The steps of ``algorithm`` running ``kind`` on every group at once."""
     sg, k, m = node_layout(groups, fabric)
     match algorithm:

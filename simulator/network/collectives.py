@@ -27,7 +27,7 @@ from typing import Iterator, Mapping, Sequence
 import numpy as np
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABLE, Step, applicable, build_steps
+from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABLE, CollectiveKind, Step, applicable, build_steps
 from clustersim.simulator.network.algorithms import pairwise_flows
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.network.routing import Fabric, fabric_of
@@ -74,6 +74,20 @@ class _Pattern:
     """Mean bytes sent per rank per byte of size."""
     loads: np.ndarray
     """Bytes per link per byte of size, summed over steps and repeats (all groups)."""
+    steps: tuple[StepLoad, ...] = ()
+    """Per step: the links its representative flows cross and their loads (for flows over time)."""
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class StepLoad:
+    """One step of an algorithm as the flow-over-time model sees it: one aggregate flow."""
+
+    edges: np.ndarray
+    """Directed links the representative group's flows cross."""
+    load: np.ndarray
+    """Bytes on each of ``edges`` per byte of collective size, every concurrent group counted."""
+    repeat: int
+    """Back-to-back runs of the step."""
 
 
 class LinkUtilisation(Mapping[str, float]):
@@ -104,7 +118,15 @@ class LinkUtilisation(Mapping[str, float]):
         return self._fabric.edge_name(e), float(self._util[e])
 
 
-def bus_factor(kind: str, n: int) -> float:
+def collective_kind(name: str) -> CollectiveKind:
+    """``name`` as a collective kind; a ``CollectiveError`` listing the kinds when it is not one."""
+    for kind in KINDS:
+        if kind == name:
+            return kind
+    raise CollectiveError(f"kind = '{name}' is unknown; use one of {sorted(KINDS)}")
+
+
+def bus_factor(kind: CollectiveKind, n: int) -> float:
     """busbw / algbw for ``kind`` on ``n`` ranks (nccl-tests doc/PERFORMANCE.md)."""
     if kind == "all_reduce":
         return 2 * (n - 1) / n
@@ -113,7 +135,7 @@ def bus_factor(kind: str, n: int) -> float:
     return 1.0
 
 
-def _check(kind: str, size: float, groups: Sequence[Sequence[int]], num_gpus: int) -> np.ndarray:
+def _check(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]], num_gpus: int) -> np.ndarray:
     if kind not in KINDS:
         raise CollectiveError(f"kind = '{kind}' is unknown; use one of {sorted(KINDS)}")
     if not size >= 0:
@@ -130,14 +152,15 @@ def _check(kind: str, size: float, groups: Sequence[Sequence[int]], num_gpus: in
     return arr
 
 
-def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndarray]:
-    """(alpha, beta_rep, beta_full, loads) of one run of ``step``."""
+def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndarray, np.ndarray]:
+    """(alpha, beta_rep, beta_full, loads, links of the representative group) of one run of ``step``."""
     if step.dense is not None:
         dense = fabric.all_to_all(step.dense, step.dense_weight)
         if dense is not None:
             all_loads, rep_used, longest = dense
             util = all_loads / fabric.capacity
-            return longest, float(util[rep_used > 0].max(initial=0.0)), float(util.max(initial=0.0)), all_loads
+            return (longest, float(util[rep_used > 0].max(initial=0.0)), float(util.max(initial=0.0)), all_loads,
+                    np.flatnonzero(rep_used > 0))
         step = pairwise_flows(step.dense)
     loads, lat = fabric.loads(step.src, step.dst, step.weight)
     rep_loads, _ = fabric.loads(step.src[step.rep], step.dst[step.rep], step.weight[step.rep])
@@ -155,10 +178,10 @@ def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndar
     if step.switch_hops:
         g = step.up_gpu[step.switch_rep]
         alpha += step.switch_hops * float((fabric.latency[fabric.local_up[g]] + fabric.latency[fabric.local_down[g]]).max(initial=0.0))
-    return alpha, beta_rep, float(ratio.max(initial=0.0)), loads
+    return alpha, beta_rep, float(ratio.max(initial=0.0)), loads, np.flatnonzero(rep_loads > 0)
 
 
-def _pattern(fabric: Fabric, kind: str, algorithm: str, groups: np.ndarray, eff_switch: float) -> _Pattern:
+def _pattern(fabric: Fabric, kind: CollectiveKind, algorithm: str, groups: np.ndarray, eff_switch: float) -> _Pattern:
     key = ("collective", kind, algorithm, groups.shape, groups.tobytes(), eff_switch)
     memo = fabric.memo
     if len(memo) > MEMO_LIMIT:
@@ -166,18 +189,20 @@ def _pattern(fabric: Fabric, kind: str, algorithm: str, groups: np.ndarray, eff_
     if key not in memo:
         alpha = beta = beta_full = sent = 0.0
         total = np.zeros(fabric.num_edges)
+        steps = []
         for step in build_steps(kind, algorithm, groups, fabric, eff_switch):
-            a, b, bf, loads = _step_cost(fabric, step)
+            a, b, bf, loads, rep = _step_cost(fabric, step)
             alpha, beta, beta_full = alpha + step.repeat * a, beta + step.repeat * b, beta_full + step.repeat * bf
             total += step.repeat * loads
             sent += step.repeat * step.sent_per_rank
-        memo[key] = _Pattern(alpha=alpha, beta=beta, beta_full=beta_full, sent=sent, loads=total)
+            steps.append(StepLoad(edges=rep, load=loads[rep], repeat=step.repeat))
+        memo[key] = _Pattern(alpha=alpha, beta=beta, beta_full=beta_full, sent=sent, loads=total, steps=tuple(steps))
     pattern = memo[key]
     assert isinstance(pattern, _Pattern)
     return pattern
 
 
-def _cost(pattern: _Pattern, kind: str, algorithm: str, size: float, n: int, overhead: float,
+def _cost(pattern: _Pattern, kind: CollectiveKind, algorithm: str, size: float, n: int, overhead: float,
           fabric: Fabric, fill: float) -> CollectiveCost:
     time = overhead + pattern.alpha + (size + min(size, fill)) * pattern.beta
     alg_bw = size / time if time > 0 else float("inf")
@@ -189,7 +214,7 @@ def _cost(pattern: _Pattern, kind: str, algorithm: str, size: float, n: int, ove
 
 
 def price_collective(
-    kind: str,
+    kind: CollectiveKind,
     size: float,
     groups: Sequence[Sequence[int]],
     cluster: object,
@@ -224,7 +249,7 @@ def price_collective(
     return min(costs, key=lambda c: c.time)
 
 
-def full_mode_time(kind: str, size: float, groups: Sequence[Sequence[int]], cluster: object,
+def full_mode_time(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]], cluster: object,
                    profile: CalibrationProfile, algorithm: str) -> float:
     """Time of the slowest group (global makespan over every link) with ``algorithm``: what a
     full simulation of every group gets; equals ``price_collective`` for translate groups."""
@@ -234,3 +259,20 @@ def full_mode_time(kind: str, size: float, groups: Sequence[Sequence[int]], clus
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
     fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
     return overhead + p.alpha + (size + min(size, fill)) * p.beta_full
+
+
+def collective_steps(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]], cluster: object,
+                     profile: CalibrationProfile) -> tuple[CollectiveCost, float, float, tuple[StepLoad, ...]]:
+    """The collective ``price_collective`` selects, as the flow-over-time model runs it: (its cost,
+    the latency paid before the bytes move (overhead + alpha), the bytes that move per step run
+    (size plus the pipeline fill), its steps). Alone on the fabric, latency + sum over steps of
+    repeat * bytes * max(load / capacity) is ``cost.time`` exactly."""
+    cost = price_collective(kind, size, groups, cluster, profile)
+    fabric = fabric_of(cluster, profile)
+    arr = _check(kind, size, groups, fabric.num_gpus)
+    if cost.algorithm == "none":
+        return cost, 0.0, 0.0, ()
+    p = _pattern(fabric, kind, cost.algorithm, arr, profile.link_eff("in_network_reduction"))
+    overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
+    fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
+    return cost, overhead + p.alpha, size + min(size, fill), p.steps

@@ -3,7 +3,10 @@
 Owns the bridge between the plan's axes and the fabric model: for an axis (tp, cp+dp, ep, ...)
 it takes every group of that axis from the placement (all of them run the collective at the same
 time under a uniform plan) and asks the flow-level model (``clustersim.simulator.network.collectives``) or the closed
-forms (``clustersim.simulator.network.analytic``) for the time, caching by (kind, size, axis). It owns no algorithm.
+forms (``clustersim.simulator.network.analytic``) for the time, caching by (kind, size, axis); the
+table of what it priced (``table``) is the value lowering hands on to the Result. For the flows
+over time (``clustersim.simulator.network.sharing``) it also builds each engine-stream call as a
+``Transfer`` over the groups of one pipeline stage (``transfer``, ``p2p_transfer``). It owns no algorithm.
 """
 
 from __future__ import annotations
@@ -15,11 +18,18 @@ import numpy as np
 
 from clustersim.simulator.network import analytic
 from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.network.collectives import CollectiveCost, price_collective
-from clustersim.simulator.plan.placement import Placement
+from clustersim.simulator.network.algorithms import CollectiveKind
+from clustersim.simulator.network.collectives import CollectiveCost, collective_steps, price_collective
+from clustersim.simulator.network.sharing import Phase, TrafficClass, Transfer
+from clustersim.simulator.plan.placement import Axis, Placement
 from clustersim.topologies import Cluster
 
 Fidelity = Literal["flow", "analytic"]
+Direction = Literal["fwd", "bwd"]
+"""A pipeline link's direction: ``fwd`` carries stage s -> s+1, ``bwd`` s+1 -> s."""
+CollectiveRow = dict[str, object]
+"""One row of the collectives table: kind, axis, size_bytes, time_s, algorithm, bus_bandwidth_gbs,
+busiest_link, busiest_link_utilisation."""
 
 
 @dataclass
@@ -32,8 +42,9 @@ class CommPricer:
     fidelity: Fidelity = "flow"
     _cache: dict[tuple[str, float, str], float] = field(default_factory=dict)
     _details: dict[tuple[str, float, str], CollectiveCost] = field(default_factory=dict)
+    _transfers: dict[tuple[str, float, str, int], Transfer] = field(default_factory=dict)
 
-    def time(self, kind: str, size: float, axis: str) -> float:
+    def time(self, kind: CollectiveKind, size: float, axis: Axis) -> float:
         """Seconds for ``kind`` of ``size`` bytes on every group of ``axis`` at once."""
         if size <= 0:
             return 0.0
@@ -42,7 +53,7 @@ class CommPricer:
             self._cache[key] = self._price(kind, size, axis)
         return self._cache[key]
 
-    def _price(self, kind: str, size: float, axis: str) -> float:
+    def _price(self, kind: CollectiveKind, size: float, axis: Axis) -> float:
         groups = self.placement.groups(axis)
         if groups.shape[1] <= 1:
             return 0.0
@@ -73,16 +84,56 @@ class CommPricer:
         self._details[("send_recv", float(size), f"pp{stage}")] = cost
         return float(cost.time)
 
-    def summary(self) -> list[dict[str, object]]:
+    def transfer(self, kind: CollectiveKind, size: float, axis: Axis, stage: int, traffic: TrafficClass) -> Transfer | None:
+        """``kind`` of ``size`` bytes on the groups of ``axis`` inside pipeline stage ``stage`` (they
+        run it at once), as a ``Transfer``; None when nothing moves (a group of one, size 0)."""
+        key = (kind, float(size), axis, stage)
+        if key not in self._transfers:
+            groups = self.placement.groups(axis)
+            if size <= 0 or groups.shape[1] <= 1:
+                return None
+            first_stage = self._stage_of()[groups[:, 0]]
+            self._transfers[key] = self._build(kind, size, groups[first_stage == stage], traffic)
+        return self._transfers[key]
+
+    def p2p_transfer(self, size: float, stage: int, direction: Direction) -> Transfer | None:
+        """The activation (``fwd``: stage -> stage+1) or gradient (``bwd``: stage+1 -> stage) send of
+        every pipeline at once, as a ``Transfer``; None without pipeline parallelism."""
+        if size <= 0 or self.placement.plan.pp <= 1:
+            return None
+        key = ("send_recv", float(size), f"pp-{direction}", stage)
+        if key not in self._transfers:
+            pp = self.placement.groups("pp")
+            a, b = pp[:, stage], pp[:, (stage + 1) % pp.shape[1]]
+            pairs = np.stack([a, b] if direction == "fwd" else [b, a], axis=1)
+            self._transfers[key] = self._build("send_recv", size, pairs, "pp")
+        return self._transfers[key]
+
+    def _build(self, kind: CollectiveKind, size: float, groups: np.ndarray, traffic: TrafficClass) -> Transfer:
+        cost, delay, work, steps = collective_steps(kind, size, groups.tolist(), self.cluster, self.profile)
+        phases = [Phase(delay=delay if i == 0 else 0.0, edges=st.edges, load=st.load, work=st.repeat * work)
+                  for i, st in enumerate(steps)]
+        return Transfer(traffic=traffic, phases=tuple(phases) or (Phase(delay=delay, edges=np.zeros(0, dtype=np.int64),
+                                                                       load=np.zeros(0), work=0.0),),
+                        static_time=float(cost.time))
+
+    def _stage_of(self) -> np.ndarray:
+        """Pipeline stage of every rank."""
+        pp = self.placement.groups("pp")
+        out = np.empty(pp.size, dtype=np.int64)
+        out[pp] = np.arange(pp.shape[1])[None, :]
+        return out
+
+    def summary(self) -> tuple[CollectiveRow, ...]:
         """Every distinct collective priced by the flow model: time, algorithm, bus bandwidth and
         its busiest link with that link's utilisation (all concurrent groups counted)."""
-        rows = []
+        rows: list[CollectiveRow] = []
         for (kind, size, axis), cost in sorted(self._details.items()):
             link, util = cost.link_utilisation.peak() if cost.link_utilisation is not None else ("", 0.0)
             rows.append({"kind": kind, "axis": axis, "size_bytes": size, "time_s": cost.time,
                          "algorithm": cost.algorithm, "bus_bandwidth_gbs": cost.bus_bandwidth / 1e9,
                          "busiest_link": link, "busiest_link_utilisation": util})
-        return rows
+        return tuple(rows)
 
     def _shape(self, group: np.ndarray) -> analytic.GroupShape:
         domains = group // self.cluster.nvlink_domain_size

@@ -11,12 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Literal
 
 import numpy as np
 
 from clustersim.simulator.errors import PlanError
 from clustersim.simulator.plan.plan import ParallelPlan
 
+Axis = Literal["tp", "cp", "dp", "pp", "ep", "etp", "edp", "dp+cp", "tp+cp", "dp_shard", "dp_rep"]
+"""The process-group axes collectives run on: a mesh axis, a joint axis (``dp+cp``: the DP
+reduction with context parallelism; ``tp+cp``: one engine unit), or the FSDP split of dp(*cp)
+into shard groups (``dp_shard``) and replica groups (``dp_rep``, HSDP)."""
 DENSE_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")
 EXPERT_AXES: tuple[str, ...] = ("etp", "ep", "edp", "pp")
 
@@ -50,7 +55,7 @@ class Placement:
         shape = tuple(sizes[a] for a in reversed(order))
         return np.arange(self.plan.world_size).reshape(shape)
 
-    def groups(self, axis: str) -> np.ndarray:
+    def groups(self, axis: Axis) -> np.ndarray:
         """All groups of ``axis`` (or a joint axis like ``"cp+dp"``): shape (num_groups, size).
 
         ``dp_shard`` and ``dp_rep`` split dp*cp for ZeRO-3/FSDP: consecutive ranks form a shard group
@@ -86,7 +91,7 @@ class Placement:
         """Every rank of pipeline stage ``stage``."""
         return self.groups("pp")[:, stage]
 
-    def nodes_spanned(self, axis: str) -> int:
+    def nodes_spanned(self, axis: Axis) -> int:
         """Servers touched by one group of ``axis`` (1 = stays on NVLink)."""
         g = self.groups(axis)[0]
         return len(np.unique(g // self.gpus_per_node))

@@ -1,13 +1,30 @@
 """The lowered costs: what the engine schedules, as plain frozen data.
 
 Owns ``Bucket``, ``ChunkCost`` and ``StageCost`` (one model chunk / one stage, one micro-batch,
-one device: seconds by pass and by cause). Produced by ``clustersim.simulator.step.lower``, consumed by
-``clustersim.simulator.step.engine``; it computes nothing.
+one device: seconds by pass and by cause), ``Call`` (what a stream's communication moves, for
+the flows over time) and ``Lowered`` (the stages with the collectives table pricing produced).
+Produced by ``clustersim.simulator.step.lower``, consumed by ``clustersim.simulator.step.engine``;
+it computes nothing.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from clustersim.simulator.network.algorithms import CollectiveKind
+from clustersim.simulator.network.pricing import CollectiveRow
+from clustersim.simulator.plan.placement import Axis
+
+
+@dataclass(frozen=True)
+class Call:
+    """One collective call a communication stream makes (``count`` of them back to back)."""
+
+    kind: CollectiveKind
+    size: float
+    """Bytes (nccl-tests convention)."""
+    axis: Axis
+    count: int = 1
 
 
 @dataclass(frozen=True)
@@ -18,6 +35,8 @@ class Bucket:
     """Fraction of the chunk's backward elapsed when the bucket is ready (0..1)."""
     time: float
     """Seconds of its reduction on the DP communication stream."""
+    call: Call | None = None
+    """The reduction it runs (None: no fabric traffic)."""
 
 
 @dataclass(frozen=True)
@@ -47,6 +66,8 @@ class ChunkCost:
     param_gather_lead: float = -1.0
     """Seconds the chunk's first forward waits when its gathers start with it and run layer by
     layer ahead of it (Megatron-Core ``--overlap-param-gather``); -1: the whole ``param_gather``."""
+    param_gather_call: Call | None = None
+    """The all-gathers behind ``param_gather`` (None: none)."""
 
     def duration(self, kind: str, split_w: bool) -> float:
         """Seconds of pass ``kind`` (F, B or W); without ``split_w`` B includes W."""
@@ -79,3 +100,14 @@ class StageCost:
     """Seconds to send one micro-batch's activations to the next stage."""
     optimizer: float
     """Seconds of the optimizer step on this device."""
+    p2p_size: float = 0.0
+    """Bytes of one micro-batch's activations (or their gradients) sent to the next stage."""
+
+
+@dataclass(frozen=True)
+class Lowered:
+    """What lowering hands on: the per-stage costs and the table of the collectives it priced."""
+
+    stages: tuple[StageCost, ...]
+    collectives: tuple[CollectiveRow, ...]
+    """One row per distinct collective (``CommPricer.summary``): what the Result reports."""

@@ -7,6 +7,9 @@ prefetched before the first forward, the cross-stage sync before the optimizer, 
 Symmetric mode runs one replica (one representative pipeline); full mode runs every DP replica with
 per-rank compute scales (stragglers), each unit gated by the slowest rank of its TP/CP group.
 It records immutable intervals while running; the ``Result`` is summarised from them at the end.
+With ``EngineInput.flows`` the p2p, DP and gather streams' calls share the fabric's links over time
+(``clustersim.simulator.step.fluid``): a call slowed by sharing logs its time alone under its own
+category and the rest as ``p2p_shared`` / ``dp_shared``.
 A long steady state is simulated for a few periods only and extrapolated exactly
 (``clustersim.simulator.step.steady``), so the cost does not grow with the micro-batches.
 """
@@ -22,8 +25,11 @@ import simpy
 
 from clustersim.simulator.plan.schedules import Action, dependency, destination, lanes
 from clustersim.simulator.step import steady
+from clustersim.simulator.network.sharing import Transfer
 from clustersim.simulator.step.costs import ChunkCost, StageCost
+from clustersim.simulator.step.fluid import FabricStreams
 from clustersim.simulator.step.interval import Interval
+from clustersim.simulator.step.streams import StreamTransfers
 
 __all__ = ["EngineInput", "Interval", "run"]
 
@@ -44,6 +50,8 @@ class EngineInput:
     scale: np.ndarray
     """Compute multiplier per (replica, stage); shape (replicas, pp); ones when symmetric."""
     step_overhead: float = 0.0
+    flows: StreamTransfers | None = None
+    """The streams' calls as transfers sharing the fabric (symmetric mode); None: priced times."""
 
 
 @dataclass
@@ -58,6 +66,9 @@ class _Run:
     link_free: dict[tuple[int, int, str], float] = field(default_factory=dict)
     barriers: dict[tuple[int, int], list[simpy.Event]] = field(default_factory=dict)
     gathered: dict[tuple[int, int, int], simpy.Event] = field(default_factory=dict)
+    fabric: FabricStreams | None = None
+    link_done: dict[tuple[int, int, str], simpy.Event] = field(default_factory=dict)
+    """Flows: the event at which each p2p link's last queued message has gone."""
 
     @property
     def pp(self) -> int:
@@ -104,6 +115,8 @@ def _period_unit(inp: EngineInput) -> tuple[int, int]:
 def _simulate(inp: EngineInput) -> tuple[list[Interval], float]:
     """Simulate every pass of every micro-batch."""
     st = _Run(inp=inp)
+    if inp.flows is not None:
+        st.fabric = FabricStreams(st.env, inp.flows.capacity)
     ends: dict[tuple[int, int], float] = {}
     ready = [[st.env.event() for _ in range(st.pp)] for _ in range(st.replicas)]
     for r in range(st.replicas):
@@ -235,6 +248,10 @@ def _send(st: _Run, r: int, s: int, action: Action) -> None:
     key = (r, action, s)
     now = st.env.now
     st.produced[key] = now
+    transfer = st.inp.flows.p2p.get((link_stage, direction)) if st.inp.flows is not None else None
+    if transfer is not None:
+        st.env.process(_send_flow(st, (r, link_stage, direction), transfer, st.event(key), f"{kind}{mb}.{v}"))
+        return
     # the link carries one message at a time (FIFO): start when both the data and the link are free
     link = (r, link_stage, direction)
     start = max(now, st.link_free.get(link, 0.0))
@@ -248,6 +265,33 @@ def _send(st: _Run, r: int, s: int, action: Action) -> None:
         st.arrive[key] = arrival
     else:
         arrival.callbacks.append(lambda _e: _succeed(waiting))
+
+
+def _send_flow(st: _Run, link: tuple[int, int, str], transfer: Transfer, arrival: simpy.Event, label: str) -> Process:
+    """A p2p message as flows: after the link's previous message (FIFO), then ``arrival`` fires."""
+    before = st.link_done.get(link)
+    done = st.link_done[link] = st.env.event()
+    if before is not None and not before.processed:
+        yield before
+    yield from _transfer(st, link[0], link[1], f"p2p-{link[2]}", "p2p", transfer, label)
+    done.succeed()
+    if not arrival.triggered:
+        arrival.succeed()
+
+
+def _transfer(st: _Run, r: int, s: int, stream: str, category: str, transfer: Transfer, label: str) -> Process:
+    """Run ``transfer`` on the shared fabric; log its time alone, and what sharing added after it."""
+    assert st.fabric is not None, "transfers run only with flows"
+    t0 = st.env.now
+    yield from st.fabric.run(transfer)
+    alone = min(t0 + transfer.static_time, st.env.now)
+    if st.env.now - alone <= 1e-9 * transfer.static_time:  # not slowed (up to float rounding)
+        alone = st.env.now
+    if alone > t0:
+        st.log.append(Interval(r, s, stream, category, t0, alone, label))
+    if st.env.now > alone:
+        shared = "p2p_shared" if category == "p2p" else "dp_shared"
+        st.log.append(Interval(r, s, stream, shared, alone, st.env.now, label))
 
 
 def _succeed(event: simpy.Event) -> None:
@@ -269,6 +313,10 @@ def _dp_stream(st: _Run, r: int, s: int, queue: simpy.Store, count: int) -> Proc
     for n in range(count):
         chunk, i, secs = yield queue.get()
         yield _barrier(st, s, n)
+        transfer = st.inp.flows.buckets.get((s, chunk, i)) if st.inp.flows is not None else None
+        if transfer is not None:
+            yield from _transfer(st, r, s, "dp", "dp_comm", transfer, f"bucket {chunk}.{i}")
+            continue
         t0 = st.env.now
         yield st.env.timeout(secs)
         st.log.append(Interval(r, s, "dp", "dp_comm", t0, st.env.now, f"bucket {chunk}.{i}"))
@@ -296,8 +344,12 @@ def _prefetch(st: _Run, r: int, s: int) -> Process:
         t0 = st.env.now
         if chunk.param_gather_lead >= 0:
             ev.succeed(t0)
-        yield st.env.timeout(chunk.param_gather)
-        st.log.append(Interval(r, s, "dp", "dp_comm", t0, st.env.now, f"param gather {chunk.chunk}"))
+        transfer = st.inp.flows.gathers.get((s, chunk.chunk)) if st.inp.flows is not None else None
+        if transfer is not None:
+            yield from _transfer(st, r, s, "dp", "dp_comm", transfer, f"param gather {chunk.chunk}")
+        else:
+            yield st.env.timeout(chunk.param_gather)
+            st.log.append(Interval(r, s, "dp", "dp_comm", t0, st.env.now, f"param gather {chunk.chunk}"))
         if not ev.triggered:
             ev.succeed(st.env.now)
 

@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_expert, ops_time, ops_time_parts, optimizer_time
-from clustersim.simulator.step.costs import Bucket, ChunkCost, StageCost
+from clustersim.simulator.network.algorithms import CollectiveKind
+from clustersim.simulator.plan.placement import Axis
+from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.topologies import AcceleratorSpec
@@ -41,8 +43,9 @@ class Costing:
                         self.plan.expert_imbalance)
 
 
-def lower(c: Costing, part: Partition | None = None) -> tuple[StageCost, ...]:
-    """Per-stage costs of the whole plan, from phase 1's ``Partition`` (split here when not given)."""
+def lower(c: Costing, part: Partition | None = None) -> Lowered:
+    """Per-stage costs of the whole plan, from phase 1's ``Partition`` (split here when not given),
+    with the table of the collectives priced for them."""
     plan, training, model = c.plan, c.training, c.model
     part = part or partition_plan(model, training, plan)
     act = plan.micro_batch * training.seq_len / plan.cp * model.hidden_size * training.activation_bytes
@@ -51,8 +54,8 @@ def lower(c: Costing, part: Partition | None = None) -> tuple[StageCost, ...]:
     for stage in part.stages:
         costs = tuple(_chunk_cost(c, ch.chunk, ch.layers, list(ch.ops)) for ch in stage.chunks)
         out.append(StageCost(stage=stage.stage, chunks=costs, p2p=c.pricer.p2p_time(p2p_size, stage.stage),
-                             optimizer=_optimizer(c, stage.chunks)))
-    return tuple(out)
+                             optimizer=_optimizer(c, stage.chunks), p2p_size=p2p_size))
+    return Lowered(stages=tuple(out), collectives=c.pricer.summary())
 
 
 def _optimizer(c: Costing, chunks: tuple[ChunkPart, ...]) -> float:
@@ -128,12 +131,12 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     recompute = sum(c.time(ops, "fwd") for ops in recomputed)
     rec_flops = sum(o.flops for ops in recomputed for o in ops)
     dp_fwd, dp_bwd = _fsdp_exposed(c, per_layer)
-    gather, lead = _param_gathers(c, ops_all, per_layer)
+    gather, lead, gather_call = _param_gathers(c, ops_all, per_layer)
     return ChunkCost(
         chunk=chunk, fwd=c.time(ops_all, "fwd"), bwd_input=c.time(ops_all, "bwd_input"),
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
-        buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, **acc,
+        buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_call=gather_call, **acc,
     )
 
 
@@ -211,9 +214,9 @@ def _fsdp_exposed(c: Costing, per_layer: list[tuple[list[Op], bool]]) -> tuple[f
     return flow_shop(fwd, gathers), flow_shop(bwd[::-1], comm_b) + scatters[-1]
 
 
-def _grad_axis(plan: ParallelPlan) -> tuple[str, str]:
+def _grad_axis(plan: ParallelPlan) -> tuple[CollectiveKind, Axis]:
     """(DP reduction kind, dense axis): all-reduce without ZeRO, reduce-scatter with ZeRO-1/2."""
-    kind = "reduce_scatter" if plan.zero in (1, 2) else "all_reduce"
+    kind: CollectiveKind = "reduce_scatter" if plan.zero in (1, 2) else "all_reduce"
     return kind, ("dp+cp" if plan.cp > 1 else "dp")
 
 
@@ -233,17 +236,19 @@ def _buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
     expert = sum(o.params for o in ops if is_routed_expert(o))
     dense = sum(o.params for o in ops) - expert
     out: list[Bucket] = []
-    for nbytes, ax in ((dense * plan.grad_dtype_bytes, axis), (expert * plan.grad_dtype_bytes, "edp")):
+    parts: tuple[tuple[float, Axis], ...] = ((dense * plan.grad_dtype_bytes, axis), (expert * plan.grad_dtype_bytes, "edp"))
+    for nbytes, ax in parts:
         out += _split(c, kind, nbytes, ax)
     return tuple(sorted(out, key=lambda b: b.at))
 
 
-def _split(c: Costing, kind: str, nbytes: float, axis: str) -> list[Bucket]:
+def _split(c: Costing, kind: CollectiveKind, nbytes: float, axis: Axis) -> list[Bucket]:
     """``nbytes`` of gradients in buckets of at most ``plan.bucket_size``, ready evenly through backward."""
     if nbytes <= 0:
         return []
     n = max(1, math.ceil(nbytes / c.plan.bucket_size))
-    return [Bucket(at=(i + 1) / n, time=c.pricer.time(kind, nbytes / n, axis)) for i in range(n)]
+    call = Call(kind, nbytes / n, axis)
+    return [Bucket(at=(i + 1) / n, time=c.pricer.time(kind, nbytes / n, axis), call=call) for i in range(n)]
 
 
 def _hsdp_buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
@@ -254,7 +259,7 @@ def _hsdp_buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
     return tuple(_split(c, "all_reduce", nbytes, "dp_rep"))
 
 
-def _param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
+def _param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float, Call | None]:
     """ZeRO-1/2: (seconds to all-gather the chunk's updated bf16 weights after the sharded optimizer
     step, in buckets; how long the chunk's first forward waits for them when overlapped).
 
@@ -265,17 +270,18 @@ def _param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bo
     """
     plan = c.plan
     if plan.zero not in (1, 2) or plan.fsdp != "none":
-        return 0.0, -1.0
+        return 0.0, -1.0, None
     _, axis = _grad_axis(plan)
     wbytes = c.training.param_bytes
     nbytes = sum(o.params for o in ops) * wbytes
     n = max(1, math.ceil(nbytes / plan.bucket_size))
     total = n * c.pricer.time("all_gather", nbytes / n, axis)
+    call = Call("all_gather", nbytes / n, axis, n)
     if not per_layer:
-        return total, -1.0
+        return total, -1.0, call
     layers = [sum(o.params for o in layer) for layer, _ in per_layer]
     rest = nbytes / wbytes - sum(layers)
     items = ([rest] if rest > 0 else []) + layers
     gathers = [c.pricer.time("all_gather", p * wbytes, axis) for p in items]
     fwd = ([0.0] if rest > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
-    return total, flow_shop(fwd, gathers)
+    return total, flow_shop(fwd, gathers), call

@@ -93,6 +93,9 @@ class Result:
     stage_compute_breakdowns: tuple[Mapping[str, float], ...] = field(default=(), compare=False)
     """Each stage's compute seconds of one device by ``COMPUTE_PARTS`` (unscaled by stragglers):
     the kernel mix the energy model (``step.energy``) reads; empty when not known."""
+    fabric: Mapping[str, Any] = field(default_factory=dict)
+    """With ``fabric_sharing="flows"``: seconds each traffic class lost to sharing and the hottest
+    links with their time-averaged utilisation (``step.streams.fabric_report``); empty otherwise."""
     intervals: tuple[Interval, ...] = field(default=(), repr=False, compare=False)
 
     @property
@@ -158,6 +161,7 @@ class Result:
             "provenance": dict(self.provenance),
             "rank_wait_time_s": list(self.rank_wait_time) if self.rank_wait_time is not None else None,
             "collectives": [dict(c) for c in self.collectives],
+            **({"fabric": dict(self.fabric)} if self.fabric else {}),
         }
 
     def scenario(self) -> dict[str, Any]:

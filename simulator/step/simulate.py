@@ -19,6 +19,7 @@ from clustersim.simulator import __version__
 from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
 from clustersim.simulator.plan.checks import check_plan
 from clustersim.simulator.network.pricing import CommPricer, Fidelity
+from clustersim.simulator.network.sharing import FabricLoad
 from clustersim.simulator.step.compute import peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.costs import StageCost
@@ -27,6 +28,7 @@ from clustersim.simulator.step.partition import StageMemory, partition
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.step.result import Result, breakdowns, critical_unit
+from clustersim.simulator.step.streams import FabricSharing, fabric_report, send_counts, stream_transfers
 from clustersim.simulator.plan.schedules import chunks_per_stage
 from clustersim.simulator.errors import PlanError
 from clustersim.topologies import Cluster, ensure_valid
@@ -46,12 +48,17 @@ def simulate(
     seed: int = 0,
     compute_scale: Sequence[float] | np.ndarray | None = None,
     fidelity: Fidelity = "flow",
+    fabric_sharing: FabricSharing = "static",
+    fabric_load: FabricLoad | None = None,
 ) -> Result:
     """Predict one training step of ``model`` on ``cluster`` under ``plan``.
 
     ``compute_scale`` (full mode only) multiplies each rank's compute time (stragglers).
+    ``fabric_sharing="flows"`` lets the pipeline sends, DP buckets and ZeRO gathers that overlap in
+    time share the fabric's links (``fabric_load``: other tenants' load and degraded links).
     """
     _check_inputs(model, training, cluster, plan, mode)
+    _check_sharing(fabric_sharing, fabric_load, mode, fidelity)
     check_plan(model, training, cluster, plan)
     part = partition(model, training, plan, cluster)
     memory = part.memory
@@ -59,24 +66,31 @@ def simulate(
     placement = Placement(plan, cluster.gpus_per_node)
     pricer = CommPricer(cluster, placement, prof, fidelity)
     costing = Costing(model, training, plan, cluster.accelerator, prof, pricer)
-    stages = lower(costing, part)
+    lowered = lower(costing, part)
+    stages = lowered.stages
+    flows = stream_transfers(pricer, stages, fabric_load or FabricLoad()) if fabric_sharing == "flows" else None
     rank_scale = _rank_scale(plan, mode, compute_scale)
     unit_scale = _unit_scale(placement, rank_scale) if mode == "full" else np.ones((1, plan.pp))
     m = num_microbatches(plan, training)
     inp = EngineInput(
         stages=stages, schedule=plan.schedule, microbatches=m, vpp=chunks_per_stage(plan.schedule, plan.vpp),
         overlap_grad_reduce=plan.overlap_grad_reduce, overlap_param_gather=plan.overlap_param_gather,
-        scale=unit_scale, step_overhead=prof.step_overhead,
+        scale=unit_scale, step_overhead=prof.step_overhead, flows=flows,
     )
     intervals, step = run(inp)
     inputs = _inputs_doc(model, training, cluster, plan, prof, mode, seed, fidelity, rank_scale)
+    if fabric_sharing == "flows":
+        inputs["fabric_sharing"] = {"mode": fabric_sharing, "background": dict((fabric_load or FabricLoad()).background),
+                                    "degraded": dict((fabric_load or FabricLoad()).degraded)}
     result = _summarise(model, training, cluster, plan, stages, memory, intervals, step, m, inputs,
                         _rank_waits(placement, intervals, rank_scale, unit_scale) if mode == "full" else None)
     crit = critical_unit(intervals)
     scale = float(unit_scale[crit[0], crit[1]])  # a straggling unit's compute runs at its scale
     stage_parts = compute_parts(costing, part)
     parts = {k: v * scale for k, v in stage_parts[crit[1]].items()}
-    return dataclasses.replace(result, collectives=tuple(pricer.summary()), compute_breakdown=parts,
+    fabric = {} if flows is None else fabric_report(
+        flows, send_counts(plan.schedule, plan.pp, m, inp.vpp), intervals, step)
+    return dataclasses.replace(result, collectives=lowered.collectives, compute_breakdown=parts, fabric=fabric,
                                stage_compute_breakdowns=stage_parts,
                                labels={**result.labels, **scenario_labels(model, training, cluster, prof)})
 
@@ -104,6 +118,18 @@ def _check_inputs(model: object, training: object, cluster: object, plan: object
         raise PlanError(f"simulate: mode = {mode!r}; use symmetric or full")
     if isinstance(cluster, Cluster):  # the loop above raised for anything else
         ensure_valid(cluster)
+
+
+def _check_sharing(sharing: object, load: FabricLoad | None, mode: Mode, fidelity: Fidelity) -> None:
+    """Flows over time need the symmetric engine and the flow-level pricing."""
+    if sharing not in ("static", "flows"):
+        raise PlanError(f"simulate: fabric_sharing = {sharing!r}; use static or flows")
+    if sharing == "flows" and mode != "symmetric":
+        raise PlanError("simulate: fabric_sharing = 'flows' runs the representative pipeline; use mode = 'symmetric'")
+    if sharing == "flows" and fidelity != "flow":
+        raise PlanError("simulate: fabric_sharing = 'flows' needs fidelity = 'flow' (the flows cross the priced links)")
+    if load is not None and sharing != "flows":
+        raise PlanError("simulate: fabric_load (background load, degraded links) needs fabric_sharing = 'flows'")
 
 
 def _rank_scale(plan: ParallelPlan, mode: Mode, compute_scale: Sequence[float] | np.ndarray | None) -> np.ndarray:

@@ -25,7 +25,8 @@ from clustersim.simulator.step.result import Result
 STREAMS = {"compute": 0, "dp": 1, "p2p-fwd": 2, "p2p-bwd": 3}
 NAMES = {"exposed_tp": "exposed TP", "exposed_cp": "exposed CP", "exposed_ep": "exposed EP",
          "exposed_pp": "exposed PP: wait for p2p", "bubble": "bubble: wait for a producer",
-         "optimizer": "optimizer", "dp_comm": "DP", "p2p": "p2p send"}
+         "optimizer": "optimizer", "dp_comm": "DP", "p2p": "p2p send",
+         "p2p_shared": "p2p send slowed by sharing", "dp_shared": "DP slowed by sharing"}
 """Slice names by category (compute slices keep the pass label, e.g. ``F3.0``)."""
 PASS = re.compile(r"^([FBW])(\d+)\.(\d+)$")
 AXIS_OF = {"exposed_tp": ("tp",), "exposed_cp": ("cp",), "exposed_ep": ("ep",), "dp_comm": ("dp", "dp+cp", "edp", "dp_shard", "dp_rep")}

@@ -1,0 +1,110 @@
+"""The engine's communication streams as transfers on one shared fabric (``fabric_sharing="flows"``).
+
+Owns ``StreamTransfers``: for every call the engine's streams make (pipeline sends in both
+directions, DP gradient buckets, ZeRO parameter gathers) the ``Transfer`` the flows-over-time model
+runs, built by ``CommPricer`` over the groups of that call's pipeline stage, and the link
+capacities they share (with other tenants' load and degraded links taken away). Built from the
+lowered costs (each ``Call`` says what a stream moves), so the byte counts stay those of
+``clustersim.simulator.step.lower``. It schedules nothing (``clustersim.simulator.step.engine``).
+
+Communication inside a pass (TP, CP, EP, FSDP exposed on the compute stream) stays priced alone.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any, Callable, Literal
+
+import numpy as np
+
+from clustersim.simulator.network.pricing import CommPricer
+from clustersim.simulator.network.routing import fabric_of
+from clustersim.simulator.network.sharing import FabricLoad, Transfer
+from clustersim.simulator.plan.schedules import destination, lanes
+from clustersim.simulator.step.costs import Call, StageCost
+from clustersim.simulator.step.interval import Interval
+
+FabricSharing = Literal["static", "flows"]
+"""``static``: every call takes its priced time (the fast default). ``flows``: the engine's streams
+share the fabric's links max-min fairly over time (``clustersim.simulator.network.sharing``)."""
+
+
+@dataclass(frozen=True, eq=False)
+class StreamTransfers:
+    """Every engine-stream call as a ``Transfer``, and the capacities the transfers share."""
+
+    capacity: np.ndarray
+    """Bytes/s per directed link, other tenants' load and degradations taken away."""
+    p2p: dict[tuple[int, str], Transfer] = field(default_factory=dict)
+    """(link stage, ``"fwd"``/``"bwd"``) -> the send on that link."""
+    buckets: dict[tuple[int, int, int], Transfer] = field(default_factory=dict)
+    """(stage, chunk, bucket index) -> the bucket's reduction."""
+    gathers: dict[tuple[int, int], Transfer] = field(default_factory=dict)
+    """(stage, chunk) -> the chunk's ZeRO parameter all-gathers."""
+    edge_name: Callable[[int], str] = str
+    """Name ``"u->v"`` of a link id (for the fabric report)."""
+
+
+def stream_transfers(pricer: CommPricer, stages: tuple[StageCost, ...], load: FabricLoad) -> StreamTransfers:
+    """The transfers of every stream call of ``stages``."""
+    fabric = fabric_of(pricer.cluster, pricer.profile)
+    out = StreamTransfers(capacity=load.capacity(fabric.capacity, fabric.link_class, fabric.edge_id),
+                          edge_name=fabric.edge_name)
+    for st in stages:
+        for direction in ("fwd", "bwd"):
+            tr = pricer.p2p_transfer(st.p2p_size, st.stage, "fwd" if direction == "fwd" else "bwd")
+            if tr is not None:
+                out.p2p[(st.stage, direction)] = tr
+        for ch in st.chunks:
+            for i, b in enumerate(ch.buckets):
+                tr = _call(pricer, b.call, st.stage, "dp")
+                if tr is not None:
+                    out.buckets[(st.stage, ch.chunk, i)] = tr
+            tr = _call(pricer, ch.param_gather_call, st.stage, "param_gather")
+            if tr is not None:
+                out.gathers[(st.stage, ch.chunk)] = tr
+    return out
+
+
+def _call(pricer: CommPricer, call: Call | None, stage: int, traffic: Literal["dp", "param_gather"]) -> Transfer | None:
+    if call is None:
+        return None
+    tr = pricer.transfer(call.kind, call.size, call.axis, stage, traffic)
+    return tr.repeated(call.count) if tr is not None and call.count > 1 else tr
+
+
+def send_counts(schedule: str, pp: int, microbatches: int, vpp: int) -> Counter[tuple[int, str]]:
+    """Messages each p2p link ``(link stage, direction)`` carries in one step of the schedule."""
+    out: Counter[tuple[int, str]] = Counter()
+    for s in range(pp):
+        for lane in lanes(schedule, s, pp, microbatches, vpp):
+            for action in lane:
+                route = destination(action, s, pp, vpp, schedule)
+                if route is not None:
+                    out[route] += 1
+    return out
+
+
+def fabric_report(flows: StreamTransfers, sends: Counter[tuple[int, str]], intervals: list[Interval],
+                  step_time: float, top: int = 10) -> dict[str, Any]:
+    """What the streams' traffic did to the fabric in one step: seconds each traffic class lost to
+    sharing (the representative pipeline's ``*_shared`` intervals: ``pp`` on the p2p streams, ``dp``
+    on the DP stream, buckets and gathers) and the ``top`` links by time-averaged utilisation of the
+    streams' bytes (every message, bucket and gather of the step once; TP/CP/EP traffic inside the
+    passes is not counted), over the capacity left to this job."""
+    lost = {"pp": 0.0, "dp": 0.0}
+    for iv in intervals:
+        if iv.category in ("p2p_shared", "dp_shared"):
+            lost["pp" if iv.category == "p2p_shared" else "dp"] += iv.end - iv.start
+    volume = np.zeros(len(flows.capacity))
+    calls = [(tr, float(sends[key])) for key, tr in flows.p2p.items()]
+    calls += [(tr, 1.0) for tr in (*flows.buckets.values(), *flows.gathers.values())]
+    for tr, count in calls:
+        for ph in tr.phases:
+            np.add.at(volume, ph.edges, count * ph.load * ph.work)
+    util = volume / (flows.capacity * max(step_time, 1e-30))
+    hot = np.argsort(-util, kind="stable")[:top]
+    links = [{"link": flows.edge_name(int(e)), "utilisation": float(util[e]), "bytes": float(volume[e])}
+             for e in hot if volume[e] > 0]
+    return {"sharing": "flows", "lost_to_sharing_s": lost, "hottest_links": links}
