@@ -262,7 +262,7 @@ def full_mode_time(kind: CollectiveKind, size: float, groups: Sequence[Sequence[
 
 
 def collective_steps(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]], cluster: object,
-                     profile: CalibrationProfile) -> tuple[CollectiveCost, float, float, tuple[StepLoad, ...]]:
+                     profile: CalibrationProfile, algorithm: str | None = None) -> tuple[CollectiveCost, float, float, tuple[StepLoad, ...]]:
     """The collective ``price_collective`` selects, as the flow-over-time model runs it: (its cost,
     the latency paid before the bytes move (overhead + alpha), the bytes that move per step run
     (size plus the pipeline fill), its steps). Alone on the fabric, latency + sum over steps of

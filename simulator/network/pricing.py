@@ -20,6 +20,7 @@ from clustersim.simulator.network import analytic
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import CollectiveKind
 from clustersim.simulator.network.collectives import CollectiveCost, collective_steps, price_collective
+from clustersim.simulator.network.routing import fabric_of
 from clustersim.simulator.network.sharing import Phase, TrafficClass, Transfer
 from clustersim.simulator.plan.placement import Axis, Placement
 from clustersim.topologies import Cluster
@@ -93,7 +94,9 @@ class CommPricer:
             if size <= 0 or groups.shape[1] <= 1:
                 return None
             first_stage = self._stage_of()[groups[:, 0]]
-            self._transfers[key] = self._build(kind, size, groups[first_stage == stage], traffic)
+            self.time(kind, size, axis)  # the selector's choice on the whole axis: the same algorithm runs
+            algorithm = self._details[(kind, float(size), axis)].algorithm
+            self._transfers[key] = self._build(kind, size, groups[first_stage == stage], traffic, algorithm)
         return self._transfers[key]
 
     def p2p_transfer(self, size: float, stage: int, direction: Direction) -> Transfer | None:
@@ -104,13 +107,16 @@ class CommPricer:
         key = ("send_recv", float(size), f"pp-{direction}", stage)
         if key not in self._transfers:
             pp = self.placement.groups("pp")
-            a, b = pp[:, stage], pp[:, (stage + 1) % pp.shape[1]]
-            pairs = np.stack([a, b] if direction == "fwd" else [b, a], axis=1)
-            self._transfers[key] = self._build("send_recv", size, pairs, "pp")
+            pairs = np.stack([pp[:, stage], pp[:, (stage + 1) % pp.shape[1]]], axis=1)
+            fwd = self._build("send_recv", size, pairs, "pp", "direct")
+            # the gradient goes back over the same links reversed: the send's loads on the reverse
+            # edges (the static pricing gives both directions the forward time)
+            self._transfers[key] = fwd if direction == "fwd" else _reversed(fwd, reverse_edges(self.cluster, self.profile))
         return self._transfers[key]
 
-    def _build(self, kind: CollectiveKind, size: float, groups: np.ndarray, traffic: TrafficClass) -> Transfer:
-        cost, delay, work, steps = collective_steps(kind, size, groups.tolist(), self.cluster, self.profile)
+    def _build(self, kind: CollectiveKind, size: float, groups: np.ndarray, traffic: TrafficClass,
+               algorithm: str) -> Transfer:
+        cost, delay, work, steps = collective_steps(kind, size, groups.tolist(), self.cluster, self.profile, algorithm)
         phases = [Phase(delay=delay if i == 0 else 0.0, edges=st.edges, load=st.load, work=st.repeat * work)
                   for i, st in enumerate(steps)]
         return Transfer(traffic=traffic, phases=tuple(phases) or (Phase(delay=delay, edges=np.zeros(0, dtype=np.int64),
@@ -139,3 +145,26 @@ class CommPricer:
         domains = group // self.cluster.nvlink_domain_size
         per = int(np.max(np.unique(domains, return_counts=True)[1]))
         return analytic.GroupShape(size=len(group), per_domain=per)
+
+
+def _reversed(transfer: Transfer, reverse: np.ndarray) -> Transfer:
+    """``transfer`` with every flow on the reverse edges (the opposite direction of each link)."""
+    phases = tuple(Phase(delay=p.delay, edges=reverse[p.edges], load=p.load, work=p.work) for p in transfer.phases)
+    return Transfer(traffic=transfer.traffic, phases=phases, static_time=transfer.static_time)
+
+
+def reverse_edges(cluster: Cluster, profile: CalibrationProfile) -> np.ndarray:
+    """Per directed edge u->v, the id of v->u (the graph contract: every link is two directed edges)."""
+    fabric = fabric_of(cluster, profile)
+    if ("reverse_edges",) not in fabric.memo:
+        n = len(fabric.nodes)
+        fwd = np.asarray(fabric.src_of, dtype=np.int64) * n + np.asarray(fabric.dst_of, dtype=np.int64)
+        back = np.asarray(fabric.dst_of, dtype=np.int64) * n + np.asarray(fabric.src_of, dtype=np.int64)
+        order = np.argsort(fwd)
+        pos = np.searchsorted(fwd[order], back)
+        if not (fwd[order][np.minimum(pos, len(fwd) - 1)] == back).all():
+            raise ValueError("a link of the fabric has no reverse edge; the graph contract wants two directed edges per link")
+        fabric.memo[("reverse_edges",)] = order[pos]
+    out = fabric.memo[("reverse_edges",)]
+    assert isinstance(out, np.ndarray)
+    return out
