@@ -103,3 +103,25 @@ def test_stragglers_distribution_is_ordered_and_slower_than_the_clean_step() -> 
             if line.strip("│ ").startswith(name + " "):
                 values[name] = float(line.split("│")[2].split("s (")[0])
     assert values["no-straggler step"] < values["p50"] <= values["p99"] <= values["max"]
+
+
+def test_simulate_with_flows_prints_the_fabric_report(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    p = cli("simulate", str(EXAMPLE), "--fabric-sharing", "flows", "--background", "nic=0.5", "--fabric-report",
+            "--json", str(out), "--set", "plan.micro_batch=1")
+    assert p.returncode == 0, p.stderr
+    assert "hottest links" in p.stdout and "lost to sharing" in p.stdout
+    doc = json.loads(out.read_text())
+    assert doc["fabric"]["sharing"] == "flows" and doc["fabric"]["hottest_links"]
+    assert all(0 < row["utilisation"] <= 1 for row in doc["fabric"]["hottest_links"])
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--fabric-sharing", "fluid"], "--fabric-sharing 'fluid' is not a choice; use one of static, flows"),
+    (["--background", "nic=0.5"], "need --fabric-sharing flows"),
+    (["--fabric-sharing", "flows", "--background", "nic"], "--background 'nic': write NAME=FRACTION"),
+    (["--fabric-sharing", "flows", "--background", "pcie=0.5"], "link class 'pcie' is not in this fabric"),
+])
+def test_bad_fabric_options_fail_in_one_line(args: list[str], needle: str) -> None:
+    p = cli("simulate", str(EXAMPLE), "--set", "plan.micro_batch=1", *args)
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import simpy
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
 from clustersim.simulator.errors import PlanError
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.network.sharing import FabricLoad, FabricLoadError, FluidShare, Phase, Transfer
@@ -195,3 +195,20 @@ def test_bad_sharing_inputs_name_the_field() -> None:
         simulate(LLAMA, training, cluster, plan, fabric_sharing="flows", fabric_load=FabricLoad(background={"nic": 1.5}))
     with pytest.raises(FabricLoadError, match="'gpu0->moon' is not a directed link"):
         simulate(LLAMA, training, cluster, plan, fabric_sharing="flows", fabric_load=FabricLoad(degraded={"gpu0->moon": 0.5}))
+
+
+def test_fabric_report_counts_every_message_once() -> None:
+    # pipeline only (dp 1, no ZeRO): GPU 0's NIC uplink carries exactly the m activations stage 0
+    # sends forward; GPU 8's (stage 1) the m gradients it sends back. sp=False: a whole activation.
+    plan = ParallelPlan(tp=8, pp=2, dp=1, micro_batch=1)
+    training = TrainingSpec(seq_len=2048, global_batch_size=16)
+    cluster = get_cluster("dgx-h100", 16)
+    r = simulate(LLAMA, training, cluster, plan, fabric_sharing="flows")
+    act = 1 * 2048 * LLAMA.hidden_size * training.activation_bytes
+    links = {row["link"]: row for row in r.fabric["hottest_links"]}
+    assert links["gpu0->nic0"]["bytes"] == pytest.approx(16 * act, rel=1e-12)
+    assert links["gpu8->nic8"]["bytes"] == pytest.approx(16 * act, rel=1e-12)
+    cap = float(cluster.nic_bandwidth) * default_profile(cluster.accelerator.name).link_eff("nic")
+    assert links["gpu0->nic0"]["utilisation"] == pytest.approx(16 * act / (cap * r.step_time), rel=1e-3)
+    assert all(0 < row["utilisation"] <= 1 for row in r.fabric["hottest_links"])
+    assert r.fabric["lost_to_sharing_s"] == {"pp": 0.0, "dp": 0.0}  # one direction per NIC: nothing shared
