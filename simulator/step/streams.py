@@ -89,8 +89,9 @@ def send_counts(schedule: str, pp: int, microbatches: int, vpp: int) -> Counter[
 def fabric_report(flows: StreamTransfers, sends: Counter[tuple[int, str]], intervals: list[Interval],
                   step_time: float, top: int = 10) -> dict[str, Any]:
     """What the streams' traffic did to the fabric in one step: seconds each traffic class lost to
-    sharing (the representative pipeline's ``*_shared`` intervals: ``pp`` on the p2p streams, ``dp``
-    on the DP stream, buckets and gathers) and the ``top`` links by time-averaged utilisation of the
+    sharing (the representative pipeline's ``*_shared`` intervals, the time its calls took beyond
+    their priced time: ``pp`` on the p2p streams, ``dp`` on the DP stream, buckets and gathers;
+    capacity taken by other tenants or lost to a degraded link counts here too) and the ``top`` links by time-averaged utilisation of the
     streams' bytes (every message, bucket and gather of the step once; TP/CP/EP traffic inside the
     passes is not counted), over the capacity left to this job."""
     lost = {"pp": 0.0, "dp": 0.0}
