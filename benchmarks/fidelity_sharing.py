@@ -3,7 +3,10 @@
 where the engine's streams can overlap (pp > 1, or ep > 1), and the weak-scaling series (same
 source, model, GPU and per-GPU batch at growing GPU counts): predicted growth against published.
 
-    .venv/bin/python benchmarks/fidelity_sharing.py [--all]
+    .venv/bin/python benchmarks/fidelity_sharing.py [--all] [--static VALIDATE.csv]
+
+``--static`` reads the static figures from ``clustersim validate --fidelity flow -o VALIDATE.csv``
+(the same predictions: the static path is what validate runs) instead of simulating them again.
 
 Not part of the test run (minutes). It replaces the simulate that ``validate_row`` calls by one
 with ``fabric_sharing`` set; nothing else of the validation changes.
@@ -49,6 +52,7 @@ def _weak_series(table: pd.DataFrame) -> list[list[int]]:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--all", action="store_true", help="every row, not only pp > 1 or ep > 1")
+    ap.add_argument("--static", default=None, help="validate --fidelity flow CSV with the static figures")
     args = ap.parse_args()
     print(f"load average (1, 5, 15 min): {os.getloadavg()}, {os.cpu_count()} CPUs")
     table = load_runs()
@@ -57,7 +61,11 @@ def main() -> None:
     weak_ids = sorted({i for s in series for i in s})
     rows = pd.concat([overlap, table[table.row_id.isin(weak_ids)]]).drop_duplicates("row_id")
     res = {}
+    if args.static:
+        res["static"] = pd.read_csv(args.static).set_index("row_id").loc[rows.row_id]
     for sharing in ("static", "flows"):
+        if sharing in res:
+            continue
         t0 = time.perf_counter()
         res[sharing] = _run(rows, sharing).set_index("row_id")
         print(f"{sharing}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s")

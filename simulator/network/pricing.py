@@ -4,7 +4,7 @@ Owns the bridge between the plan's axes and the fabric model: for an axis (tp, c
 it takes every group of that axis from the placement (all of them run the collective at the same
 time under a uniform plan) and asks the flow-level model (``clustersim.simulator.network.collectives``) or the closed
 forms (``clustersim.simulator.network.analytic``) for the time, caching by (kind, size, axis); the
-table of what it priced (``table``) is the value lowering hands on to the Result. For the flows
+table of what it priced (``summary``) is the value lowering hands on to the Result. For the flows
 over time (``clustersim.simulator.network.sharing``) it also builds each engine-stream call as a
 ``Transfer`` over the groups of one pipeline stage (``transfer``, ``p2p_transfer``). It owns no algorithm.
 """
@@ -19,7 +19,7 @@ import numpy as np
 from clustersim.simulator.network import analytic
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import CollectiveKind
-from clustersim.simulator.network.collectives import CollectiveCost, collective_steps, price_collective
+from clustersim.simulator.network.collectives import CollectiveCost, CollectiveError, collective_steps, price_collective
 from clustersim.simulator.network.routing import fabric_of
 from clustersim.simulator.network.sharing import Phase, TrafficClass, Transfer
 from clustersim.simulator.plan.placement import Axis, Placement
@@ -95,7 +95,8 @@ class CommPricer:
                 return None
             first_stage = self._stage_of()[groups[:, 0]]
             self.time(kind, size, axis)  # the selector's choice on the whole axis: the same algorithm runs
-            algorithm = self._details[(kind, float(size), axis)].algorithm
+            chosen = self._details.get((kind, float(size), axis))
+            algorithm = chosen.algorithm if chosen is not None else None
             self._transfers[key] = self._build(kind, size, groups[first_stage == stage], traffic, algorithm)
         return self._transfers[key]
 
@@ -115,7 +116,7 @@ class CommPricer:
         return self._transfers[key]
 
     def _build(self, kind: CollectiveKind, size: float, groups: np.ndarray, traffic: TrafficClass,
-               algorithm: str) -> Transfer:
+               algorithm: str | None) -> Transfer:
         cost, delay, work, steps = collective_steps(kind, size, groups.tolist(), self.cluster, self.profile, algorithm)
         phases = [Phase(delay=delay if i == 0 else 0.0, edges=st.edges, load=st.load, work=st.repeat * work)
                   for i, st in enumerate(steps)]
@@ -163,7 +164,7 @@ def reverse_edges(cluster: Cluster, profile: CalibrationProfile) -> np.ndarray:
         order = np.argsort(fwd)
         pos = np.searchsorted(fwd[order], back)
         if not (fwd[order][np.minimum(pos, len(fwd) - 1)] == back).all():
-            raise ValueError("a link of the fabric has no reverse edge; the graph contract wants two directed edges per link")
+            raise CollectiveError("a link of the fabric has no reverse edge; the graph contract wants two directed edges per link")
         fabric.memo[("reverse_edges",)] = order[pos]
     out = fabric.memo[("reverse_edges",)]
     assert isinstance(out, np.ndarray)
