@@ -262,17 +262,20 @@ def full_mode_time(kind: CollectiveKind, size: float, groups: Sequence[Sequence[
 
 
 def collective_steps(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]], cluster: object,
-                     profile: CalibrationProfile, algorithm: str | None = None) -> tuple[CollectiveCost, float, float, tuple[StepLoad, ...]]:
-    """The collective ``price_collective`` selects, as the flow-over-time model runs it: (its cost,
-    the latency paid before the bytes move (overhead + alpha), the bytes that move per step run
-    (size plus the pipeline fill), its steps). Alone on the fabric, latency + sum over steps of
-    repeat * bytes * max(load / capacity) is ``cost.time`` exactly."""
-    cost = price_collective(kind, size, groups, cluster, profile)
+                     profile: CalibrationProfile, algorithm: str | None = None) -> tuple[float, float, float, tuple[StepLoad, ...]]:
+    """A collective as the flow-over-time model runs it: (its time alone, the latency paid before
+    the bytes move (overhead + alpha), the bytes that move per step run (size plus the pipeline
+    fill), its steps). Alone on the fabric, latency + sum over steps of repeat * bytes *
+    max(load / capacity) is that time exactly. ``algorithm`` forces one that runs on ``groups``
+    (default: the one ``price_collective`` selects)."""
     fabric = fabric_of(cluster, profile)
     arr = _check(kind, size, groups, fabric.num_gpus)
-    if cost.algorithm == "none":
-        return cost, 0.0, 0.0, ()
-    p = _pattern(fabric, kind, cost.algorithm, arr, profile.link_eff("in_network_reduction"))
+    if algorithm is None or arr.shape[1] == 1:
+        algorithm = price_collective(kind, size, groups, cluster, profile).algorithm
+    if algorithm == "none":
+        return 0.0, 0.0, 0.0, ()
+    p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
     fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
-    return cost, overhead + p.alpha, size + min(size, fill), p.steps
+    work = size + min(size, fill)
+    return overhead + p.alpha + work * p.beta, overhead + p.alpha, work, p.steps

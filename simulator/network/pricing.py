@@ -117,12 +117,12 @@ class CommPricer:
 
     def _build(self, kind: CollectiveKind, size: float, groups: np.ndarray, traffic: TrafficClass,
                algorithm: str | None) -> Transfer:
-        cost, delay, work, steps = collective_steps(kind, size, groups.tolist(), self.cluster, self.profile, algorithm)
+        time, delay, work, steps = collective_steps(kind, size, groups.tolist(), self.cluster, self.profile, algorithm)
         phases = [Phase(delay=delay if i == 0 else 0.0, edges=st.edges, load=st.load, work=st.repeat * work)
                   for i, st in enumerate(steps)]
         return Transfer(traffic=traffic, phases=tuple(phases) or (Phase(delay=delay, edges=np.zeros(0, dtype=np.int64),
                                                                        load=np.zeros(0), work=0.0),),
-                        static_time=float(cost.time))
+                        static_time=float(time))
 
     def _stage_of(self) -> np.ndarray:
         """Pipeline stage of every rank."""

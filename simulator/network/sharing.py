@@ -130,13 +130,18 @@ class FluidShare:
         """Bytes carried per link so far (conservation: each flow adds load * work)."""
         self.lost: dict[str, float] = {}
         """Per traffic class: seconds its flows took beyond their time alone on the fabric."""
+        self._alone: dict[int, float] = {}
+        """Speed alone of each phase met (by identity: transfers are built once and reused)."""
 
     def start(self, now: float, phase: Phase, traffic: TrafficClass) -> int:
         """Add a flow at ``now``; returns its id. Rates of the flows it shares links with are recomputed."""
         self.advance(now)
         fid, self._next_id = self._next_id, self._next_id + 1
         f = _Flow(edges=phase.edges, load=phase.load, work=phase.work, remaining=phase.work, traffic=traffic)
-        f.alone = float(np.min(self.capacity[f.edges] / f.load)) if len(f.edges) else np.inf
+        alone = self._alone.get(id(phase))
+        if alone is None:
+            alone = self._alone[id(phase)] = float(np.min(self.capacity[f.edges] / f.load)) if len(f.edges) else np.inf
+        f.alone = alone
         shared = bool(self._users[f.edges].any())
         self._flows[fid] = f
         self._users[f.edges] += 1
