@@ -127,7 +127,7 @@ def simulate_cmd(
     background: list[str] = typer.Option([], "--background", help="Other tenants' load, CLASS=FRACTION of "
                                          "capacity, e.g. nic=0.3 (needs --fabric-sharing flows)."),
     degraded: list[str] = typer.Option([], "--degraded", help="A slow link, 'U->V'=FRACTION of capacity left, "
-                                       "e.g. gpu0->nic0=0.25 (needs --fabric-sharing flows)."),
+                                       "e.g. 'gpu0->nic0=0.25' (quoted: the shell reads >; needs --fabric-sharing flows)."),
     fabric_report: bool = typer.Option(False, "--fabric-report", help="Print the hottest links and the time each "
                                        "traffic class lost to sharing (needs --fabric-sharing flows)."),
 ) -> None:
