@@ -108,11 +108,12 @@ def test_stragglers_distribution_is_ordered_and_slower_than_the_clean_step() -> 
 def test_simulate_with_flows_prints_the_fabric_report(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
     p = cli("simulate", str(EXAMPLE), "--fabric-sharing", "flows", "--background", "nic=0.5", "--fabric-report",
-            "--json", str(out), "--set", "plan.micro_batch=1")
+            "--degraded", "gpu0->nic0=0.25", "--json", str(out), "--set", "plan.micro_batch=1")
     assert p.returncode == 0, p.stderr
     assert "hottest links" in p.stdout and "lost to sharing" in p.stdout
     doc = json.loads(out.read_text())
     assert doc["fabric"]["sharing"] == "flows" and doc["fabric"]["hottest_links"]
+    assert doc["provenance"]["fidelity"] == "flow" and doc["fabric"]["lost_to_sharing_s"]["pp"] > 0
     assert all(0 < row["utilisation"] <= 1 for row in doc["fabric"]["hottest_links"])
 
 
