@@ -259,12 +259,10 @@ def _send(st: _Run, r: int, s: int, action: Action) -> None:
     st.link_free[link] = end
     if end > start:
         st.log.append(Interval(r, link_stage, f"p2p-{direction}", "p2p", start, end, f"{kind}{mb}.{v}"))
-    arrival = st.env.timeout(end - now)
-    waiting = st.arrive.get(key)
-    if waiting is None:
-        st.arrive[key] = arrival
-    else:
-        arrival.callbacks.append(lambda _e: _succeed(waiting))
+    # the receiver's event fires when the message lands: a Timeout counts as triggered from the
+    # moment it is made, so it is never the event a receiver checks (it would start early)
+    landed = st.event(key)
+    st.env.timeout(end - now).callbacks.append(lambda _e: _succeed(landed))
 
 
 def _send_flow(st: _Run, link: tuple[int, int, str], transfer: Transfer, arrival: simpy.Event, label: str) -> Process:

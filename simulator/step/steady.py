@@ -34,9 +34,9 @@ Simulate = Callable[[int], tuple[list[Interval], float]]
 StreamKey = tuple[int, int, str]
 TOLERANCE: float = 1e-10
 """Largest time difference, as a fraction of the step, still counted as the same gap or duration."""
-BUDGET: float = 0.25
+BUDGET: float = 0.3
 """Most micro-batches the short runs may simulate in all, as a fraction of ``m``: when no period is
-confirmed the full run follows, so a failed search costs at most a quarter more."""
+confirmed the full run follows, so a failed search costs at most 30 % more."""
 ATTEMPTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2), (4, 2), (6, 2), (8, 2))
 """(period in schedule units of micro-batches, multiple of ``base`` the short runs start from),
 tried in order: short periods after a short warm-up first."""
@@ -82,17 +82,21 @@ def extrapolate(simulate: Simulate, m: int, unit: int, base: int) -> tuple[list[
             runs[k] = simulate(k)
         return runs[k]
 
-    attempts = list(ATTEMPTS)
+    attempts = [(cycle, scale, 0) for cycle, scale in ATTEMPTS]
     tried = 0
     while tried < len(attempts):
-        if tried == 1 and base in runs:  # the cheapest attempt failed: next, the periods its first run shows
-            seen = [(k // unit, 1) for k in _detected_cycles(runs[base][0], unit, TOLERANCE * runs[base][1])]
+        if tried == 1 and base in runs:  # the cheapest attempt failed: next, the periods its first run shows,
+            # from the first run's end and, if the warm-up outlasts it, one period later (two runs reused)
+            seen = [(k // unit, 1, skip) for k in _detected_cycles(runs[base][0], unit, TOLERANCE * runs[base][1])
+                    for skip in (0, 1)]
             attempts[1:1] = [a for a in seen if a not in attempts]
-        cycle, scale = attempts[tried]
+        cycle, scale, skip = attempts[tried]
         tried += 1
         c, first = cycle * unit, scale * base
-        m1 = first + (m - first) % c
+        m1 = first + (m - first) % c + skip * c
         counts = (m1, m1 + c, m1 + 2 * c)
+        if counts[-1] >= m:
+            continue
         spent = sum(runs) + sum(k for k in counts if k not in runs)
         if spent > BUDGET * m:  # trying further would cost a good part of the full run
             continue
