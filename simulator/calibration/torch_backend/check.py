@@ -2,8 +2,9 @@
 
 Owns translating the backend's records into simulator inputs (the GPT as a ``ModelSpec``, its
 batch as a ``TrainingSpec``, the ``BackendPlan`` as a ``ParallelPlan``, "this machine" as a
-``cpu_loopback`` cluster built from the profile's measured figures) and the per-plan error
-table. The profile must come from ``clustersim.simulator.calibration.fit.fit_profile`` (microbenchmarks only): the step
+``cpu_loopback`` cluster built from the profile's measured figures, each plan priced with the
+measured laws of the collectives and the per-call cost of the frameworks it runs), the per-plan
+error table and the ranking figures (Spearman correlation, misordered pairs, fastest plan). The profile must come from ``clustersim.simulator.calibration.fit.fit_profile`` (microbenchmarks only): the step
 times are only ever compared against, never fitted. Imports no torch.
 """
 

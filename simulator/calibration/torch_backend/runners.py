@@ -1,8 +1,9 @@
 """What one rank runs: real training steps of the small GPT under a parallel plan, timed.
 
 Owns turning a ``BackendPlan`` into a module and a step function (DDP, FSDP2 and TP applied by
-``parallelize``; ``torch.distributed.pipelining`` GPipe and 1F1B here), timing steps with the
-CPU run delay the OS imposed, and the rank's entry point
+``parallelize``; ``torch.distributed.pipelining`` GPipe and 1F1B here), the rank's threads and
+core affinity, the timing protocol (warm-up until settled, repeats until the median's interval
+is narrow, ``stats``) with the CPU run delay the OS imposed, and the rank's entry point
 (``python -m clustersim.simulator.calibration.torch_backend.runners TASKS OUT``).
 It does not spawn processes (``launch``) nor fit anything (``clustersim.simulator.calibration.fit``).
 """
