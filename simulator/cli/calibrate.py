@@ -32,7 +32,15 @@ from clustersim.simulator.calibration.torch_backend.check import (
     misordered,
     summary,
 )
-from clustersim.simulator.calibration.torch_backend.measure import HOLDOUT_GPT, SMALL_GPT, TINY_GPT, load_steps, measure, standard_plans
+from clustersim.simulator.calibration.torch_backend.measure import (
+    HOLDOUT_GPT,
+    SMALL_GPT,
+    TINY_GPT,
+    host_cores,
+    load_steps,
+    measure,
+    standard_plans,
+)
 from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, StepRecord, TimingRecipe
 
 if TYPE_CHECKING:  # annotations only; fit_logs (pandas) loads when its command runs
@@ -105,6 +113,12 @@ def measure_command(
                       f"{lo * 1e3:.1f}-{hi * 1e3:.1f}", f"{r.ci_width * 100:.1f}", f"{r.spread * 100:.0f}",
                       f"{r.warmup_steps}+{len(r.step_times)}", f"{r.load_average:.1f}")
     _console().print(table)
+    busy = max((r.load_average - r.world_size for r in records), default=0.0)
+    cores = host_cores()
+    if busy > 0.5 * cores:
+        _console().print(f"warning: other processes kept about {busy:.1f} of this host's {cores} cores busy while "
+                         "measuring (load average less the ranks); the step times and microbenchmarks carry their "
+                         "CPU time; measure on a quiet machine for the headline figures")
 
 
 def _fit_table(report: FitReport) -> Table:
@@ -203,6 +217,9 @@ def check_command(
     output_file("--json", json_out)
     source = micro or folder
     profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in fit_profiles(source).items()}
+    if not profiles:
+        raise CalibrationError(f"folder {source} has no micro_w*.json microbenchmarks; give a folder written by "
+                               "`clustersim calibrate measure --out DIR`")
     records = load_steps(folder)
     rows = check(records, profiles, next(s for s in STATISTICS if s == statistic))
     _console().print(_check_table(rows, records, statistic, source))

@@ -14,15 +14,20 @@ from __future__ import annotations
 
 import json
 import math
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import typer
+from typer.testing import CliRunner
 
 from clustersim.simulator.calibration.fit import fit_profiles
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.calibration.torch_backend.check import check, misordered, summary
 from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import TimingRecipe
+from clustersim.simulator.cli.calibrate import register
 from clustersim.simulator.calibration.torch_backend.stats import ci_relative_width
 
 RECORDED = Path(__file__).parent / "torch_recorded"
@@ -104,3 +109,34 @@ def test_recorded_runs_are_predicted_as_well_as_guarded(name: str, profiles: dic
     assert s["rank_correlation"] >= rho, s
     assert s["fastest_gap"] <= 0.05, s  # the plan predicted fastest is measured fastest or within 5 %
     assert len(misordered(rows)) == s["misordered_pairs"] < len(rows) * (len(rows) - 1) // 4
+
+
+def _app() -> typer.Typer:
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps `calibrate` a sub-command
+    return app
+
+
+def test_cli_check_prints_the_ranking_and_writes_it(tmp_path: Path) -> None:
+    out = tmp_path / "c.json"
+    res = CliRunner().invoke(_app(), ["calibrate", "check", str(HOLDOUT), "--micro", str(SMALL),
+                                      "--statistic", "uncontended", "--json", str(out)])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(out.read_text())
+    assert "rank correlation (Spearman)" in res.output and "pairs ordered wrongly" in res.output
+    assert "host load" in res.output and doc["profile_from"] == str(SMALL)
+    assert len(doc["misordered"]) == doc["summary"]["misordered_pairs"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--micro", "/nonexistent-folder"], "no micro_w"),
+    (["--micro", str(SMALL), "--calibration", "p.yaml"], "not both"),
+    (["--statistic", "mean"], "--statistic"),
+])
+def test_cli_check_refuses_bad_options_with_one_line(args: list[str], says: str) -> None:
+    # as a user runs it: the installed CLI's one error path (exit 2, one line, no traceback)
+    res = subprocess.run([sys.executable, "-m", "clustersim.simulator.cli", "calibrate", "check", str(HOLDOUT), *args],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and says in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1
