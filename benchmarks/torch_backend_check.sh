@@ -23,6 +23,7 @@ echo "load before: $(uptime)"
 for run in $(seq 1 "$RUNS"); do
   R="$OUT/run$run"
   rm -rf "$R"
+  echo "round $run: $(uptime)"
   "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2
   "$CS" calibrate check "$R/small" --json "$R/small-check.json"
   "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick
@@ -34,12 +35,15 @@ import json, sys
 from pathlib import Path
 out, runs = Path(sys.argv[1]), int(sys.argv[2])
 rows = []
-print(f"{'round':>5} {'model':>8} {'median|err|%':>13} {'max|err|%':>10} {'spearman':>9} {'fastest gap %':>14} {'misordered':>11}")
+print(f"{'round':>5} {'model':>8} {'median|err|%':>13} {'max|err|%':>10} {'spearman':>9} {'fastest gap %':>14} {'misordered':>11}  issue-21 bounds")
 for run in range(1, runs + 1):
     for model in ("small", "holdout"):
         s = json.loads((out / f"run{run}" / f"{model}-check.json").read_text())["summary"]
         rows.append({"round": run, "model": model, **s})
         print(f"{run:>5} {model:>8} {s['median_abs_error'] * 100:>13.1f} {s['max_abs_error'] * 100:>10.1f} "
-              f"{s['rank_correlation']:>9.2f} {s['fastest_gap'] * 100:>14.1f} {int(s['misordered_pairs']):>11}")
+              f"{s['rank_correlation']:>9.2f} {s['fastest_gap'] * 100:>14.1f} {int(s['misordered_pairs']):>11}  "
+              + ("met" if s["median_abs_error"] <= 0.10 and s["max_abs_error"] <= 0.20 and s["rank_correlation"] >= 0.8
+                 and s["fastest_gap"] <= 0.05 else "NOT met"))
+print("bounds: median |error| <= 10 %, max <= 20 %, Spearman >= 0.8, predicted-fastest plan within 5 % of the measured fastest")
 (out / "summary.json").write_text(json.dumps(rows, indent=1))
 PYEOF
