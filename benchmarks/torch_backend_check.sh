@@ -4,7 +4,7 @@
 # microbenchmarks only, predict every plan; then measure a second model size (holdout GPT: 3
 # layers, h=320, seq 96) and predict it with the same profile (out of sample). Repeated RUNS times.
 #
-#   bash benchmarks/torch_backend_check.sh [OUT_DIR]         # one round, ~3-5 min on 2 quiet cores
+#   bash benchmarks/torch_backend_check.sh [OUT_DIR]         # one round: 11 min at load 10.5, a few on 2 quiet cores
 #   RUNS=3 bash benchmarks/torch_backend_check.sh /tmp/tb     # the acceptance: three rounds in a row
 #
 # Output per round: the `calibrate check` tables; each ends with the lines
@@ -17,6 +17,8 @@ set -euo pipefail
 OUT=${1:-/tmp/clustersim-torch-check}
 RUNS=${RUNS:-1}
 CS=${CLUSTERSIM:-.venv/bin/clustersim}
+# each plan: >= 10 timed steps, stop at a 5 % wide 95 % interval of the median, <= 30 steps or 10 s
+TIMING=(--repeats 10 --repeats-max 30 --budget 10 --ci-width 0.05)
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT"
 echo "load before: $(uptime)"
@@ -24,9 +26,9 @@ for run in $(seq 1 "$RUNS"); do
   R="$OUT/run$run"
   rm -rf "$R"
   echo "round $run: $(uptime)"
-  "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2
+  "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2 "${TIMING[@]}"
   "$CS" calibrate check "$R/small" --json "$R/small-check.json"
-  "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick
+  "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick "${TIMING[@]}"
   "$CS" calibrate check "$R/holdout" --micro "$R/small" --json "$R/holdout-check.json"
 done
 echo "load after: $(uptime)"
