@@ -161,7 +161,7 @@ def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None
         name=name, source=f"clustersim calibrate fit {folder} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
         kernel_overhead=per_op, step_overhead=per_backward, optimizer_efficiency=opt_eff,
-        **_link_fields(links, framework_overhead(micro)), machine=_machine(compute, peak, mem_bw, links, n, _host(folder)),
+        **_link_fields(links, micro), machine=_machine(compute, peak, mem_bw, links, n, _host(folder)),
     )
     quality = {"gemm_efficiency": curve_error(gcurve, gp), "attention_efficiency": curve_error(acurve, ap),
                "memory_efficiency": mem_err, **{f"collective.{ab.kind}": ab.median_abs_error for ab in links}}
@@ -189,25 +189,36 @@ def _kinds(micro: Mapping[str, Any]) -> list[str]:
     return sorted({e["kind"] for e in micro["collectives"]["entries"]})
 
 
-def framework_overhead(micro: Mapping[str, Any]) -> float | None:
-    """Median seconds per collective call as TP (DTensor) and FSDP2 issue them, or None.
+def framework_overheads(micro: Mapping[str, Any]) -> dict[str, float]:
+    """Seconds per collective call as each framework (DDP, FSDP2, DTensor TP and TP+SP) issues them.
 
     Measured on a GPT so small that its parallel step is all overhead: (parallel - plain) time
     over the calls torch makes (``microbench.framework_calls``); includes the transport's alpha.
     """
     entries = micro.get("collectives", {}).get("framework", [])
-    return float(np.median([e["per_call_s"] for e in entries])) if entries else None
+    return {str(e["variant"]): float(e["per_call_s"]) for e in entries}
 
 
-def _link_fields(links: Sequence[AlphaBeta], framework: float | None) -> dict[str, Any]:
+def framework_overhead(micro: Mapping[str, Any]) -> float | None:
+    """Median seconds per collective call over the frameworks measured, or None."""
+    per = framework_overheads(micro)
+    return float(np.median(list(per.values()))) if per else None
+
+
+def _link_fields(links: Sequence[AlphaBeta], micro: Mapping[str, Any]) -> dict[str, Any]:
     """Collective overhead (per call as the frameworks issue it, else the raw alpha), p2p
-    overhead (send/recv alpha) and a loopback efficiency of 1 (its bandwidth is measured)."""
+    overhead (send/recv alpha), each kind's measured law and each framework's per-call cost, a
+    loopback efficiency of 1 (its bandwidth is measured) and no pipeline fill: the alpha-beta
+    law of each kind was fitted on the whole sweep, so no ramp is left to add."""
     if not links:
         return {}
     coll = [ab.alpha for ab in links if ab.kind != "send_recv"] or [links[0].alpha]
     p2p = [ab.alpha for ab in links if ab.kind == "send_recv"] or coll
+    framework = framework_overhead(micro)
     per_call = framework if framework is not None else float(np.median(coll))
     return {"collective_overhead": per_call, "p2p_overhead": float(np.median(p2p)),
+            "collective_laws": {ab.kind: (ab.alpha, ab.bus_bandwidth) for ab in links},
+            "framework_overhead": framework_overheads(micro), "pipeline_fill_bytes": 0.0,
             "link_efficiency": {**CalibrationProfile().link_efficiency, "loopback": 1.0},
             "link_latency": {"loopback": 1e-7}}
 

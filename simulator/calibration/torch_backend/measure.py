@@ -20,6 +20,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Sequence
 
+from clustersim.files import write_atomic
 from clustersim.simulator.calibration.torch_backend.launch import launch
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord, TimingRecipe, record_from_dict
 
@@ -28,6 +29,10 @@ SMALL_GPT = GPTConfig(num_layers=4, hidden_size=256, num_heads=8, seq_len=128, v
 
 TINY_GPT = GPTConfig(num_layers=2, hidden_size=128, num_heads=4, seq_len=64, vocab_size=512)
 """The CI model: a step in tens of milliseconds on one core."""
+
+HOLDOUT_GPT = GPTConfig(num_layers=3, hidden_size=320, num_heads=10, seq_len=96, vocab_size=1024)
+"""The out-of-sample model: other layers (3: an uneven 2 + 1 pipeline split), width and sequence
+than ``SMALL_GPT``, predicted with the profile fitted on ``SMALL_GPT``'s microbenchmarks."""
 
 COLLECTIVE_KINDS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 COLLECTIVE_SIZES: tuple[int, ...] = tuple(4 ** i * 1024 for i in range(0, 7))
@@ -56,9 +61,10 @@ def standard_plans(world_size: int, global_batch: int = 8, micro_batches: int = 
 
 
 def gemm_shapes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = True) -> list[list[int]]:
-    """(m, n, k) of every linear the plans run, plus (``sweep``) squares from 64 to 512."""
+    """(m, n, k) of every linear the plans run, plus (``sweep``) m from 64 to 2048 rows by n x n
+    squares from 64 to 1024 (wide enough for other models than the one measured)."""
     h, f, v = cfg.hidden_size, cfg.ffn_hidden_size, cfg.vocab_size
-    shapes = {(m, n, n) for m in (64, 256, 1024) for n in (64, 128, 256, 512)} if sweep else set()
+    shapes = {(m, n, n) for m in (64, 256, 1024, 2048) for n in (64, 128, 256, 512, 1024)} if sweep else set()
     for p in plans:
         t = p.micro_batch * cfg.seq_len
         shapes |= {(t, h // p.tp, h), (t, h, h // p.tp), (t, f // p.tp, h), (t, h, f // p.tp), (t, v // p.tp, h)}
@@ -101,11 +107,17 @@ def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe
     return tasks
 
 
+def host_cores() -> int:
+    """Cores this process may run on (its affinity set where the OS has one)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
 def host_info() -> dict[str, object]:
-    """What a reader needs to judge the numbers: cores, platform, Python."""
+    """What a reader needs to judge the numbers: cores, platform, Python, load when measuring."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") if hasattr(os, "sysconf") else 0
-    return {"cores": os.cpu_count() or 1, "memory_bytes": memory, "platform": platform.platform(),
-            "python": platform.python_version()}
+    load = list(os.getloadavg()) if hasattr(os, "getloadavg") else []
+    return {"cores": host_cores(), "memory_bytes": memory, "platform": platform.platform(),
+            "python": platform.python_version(), "load_average": load}
 
 
 def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[BackendPlan],
@@ -114,18 +126,23 @@ def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[Bac
     """Run every plan (grouped by world size, one launch each) and write the results folder."""
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host_info(), "plans": [asdict(p) for p in plans]}
-    (out / "meta.json").write_text(json.dumps(meta, indent=1))
+    host = host_info()
+    worlds = sorted({p.world_size for p in plans})
+    timings = {w: timing.for_world(w, host_cores()) for w in worlds}
+    meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host, "plans": [asdict(p) for p in plans],
+            "timing_per_world": {str(w): asdict(t) for w, t in timings.items()}}
+    write_atomic(out / "meta.json", json.dumps(meta, indent=1))
     records: list[StepRecord] = []
-    for world in sorted({p.world_size for p in plans}):
+    for world in worlds:
         group = [p for p in plans if p.world_size == world]
-        results = launch(tasks_for(cfg, group, timing, world, collective_sizes, sweep), world,
-                         timeout=timeout, threads=timing.threads_per_rank, log_dir=out / "logs" / f"w{world}")
+        t = timings[world]
+        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep), world,
+                         timeout=timeout, threads=t.threads_per_rank, log_dir=out / "logs" / f"w{world}")
         micro = {r["kind"]: r for r in results if r["kind"] in ("compute", "collectives")}
-        (out / f"micro_w{world}.json").write_text(json.dumps(micro, indent=1))
+        write_atomic(out / f"micro_w{world}.json", json.dumps(micro, indent=1))
         records += [record_from_dict(r) for r in results if r["kind"] == "step"]
         # written after every launch: a failure at a larger world keeps what was measured
-        (out / "steps.json").write_text(json.dumps([r.to_dict() for r in records], indent=1))
+        write_atomic(out / "steps.json", json.dumps([r.to_dict() for r in records], indent=1))
     return records
 
 

@@ -14,18 +14,26 @@ from typing import Any, Callable, Mapping
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
+from clustersim.simulator.calibration.torch_backend import stats
 from clustersim.simulator.calibration.torch_backend.gpt import GPT, lm_loss
 from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, make_mesh
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, TimingRecipe
+
 
 def framework_gpt(world: int) -> GPTConfig:
     """A GPT so small that its step is all framework overhead (hooks, DTensor dispatch, launches);
     heads, sequence and vocabulary divisible by ``world`` so TP and SP shard it."""
     return GPTConfig(num_layers=2, hidden_size=8 * world, num_heads=world, seq_len=4 * world, vocab_size=16 * world)
 
-MIN_SAMPLE_S = 2e-3
-"""Each timed sample repeats a call until it lasts at least this long (timer resolution)."""
+
+MIN_SAMPLE_S = 5e-3
+"""Each timed sample repeats a call until it lasts at least this long (longer than the timer's
+resolution and than one scheduler time slice, so a preemption is averaged, not all or nothing)."""
+
+CALL_BUDGET_SHARE = 1.0 / 30.0
+"""Share of ``TimingRecipe.budget_s`` (a plan's timing budget) one microbenchmark may take."""
 
 
 def _sync() -> None:
@@ -37,29 +45,46 @@ def _dev() -> torch.device:
     return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
 
 
-def time_call(fn: Callable[[], object], timing: TimingRecipe) -> float:
-    """Seconds per call: fastest of ``repeats`` samples, slowest rank, after warm-up."""
+def _slowest(seconds: float) -> float:
+    """``seconds`` replaced by its maximum over the ranks."""
+    t = torch.tensor(seconds, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return float(t)
+
+
+def sample_call(fn: Callable[[], object], timing: TimingRecipe) -> list[float]:
+    """Seconds per call of each timed sample (the slowest rank's), after warm-up.
+
+    Samples repeat until the median's 95 % interval is within ``timing.ci_width`` (at least
+    ``repeats``, at most ``repeats_max`` or the call's share of ``budget_s``); every rank sees
+    the same all-reduced samples, so all stop together and repeat a collective equally often.
+    """
     for _ in range(max(timing.warmup, 1)):
         fn()
     _sync()
     start = time.perf_counter()
     fn()
     _sync()
-    once = torch.tensor(max(time.perf_counter() - start, 1e-7), dtype=torch.float64)
-    dist.all_reduce(once, op=dist.ReduceOp.MAX)  # every rank must repeat a collective equally often
-    inner = max(1, min(1000, int(MIN_SAMPLE_S / float(once))))
-    samples = []
-    for _ in range(timing.repeats):
+    once = _slowest(max(time.perf_counter() - start, 1e-7))
+    inner = max(1, min(1000, int(MIN_SAMPLE_S / once)))
+    samples: list[float] = []
+    budget = timing.budget_s * CALL_BUDGET_SHARE
+    while True:
         dist.barrier()
         start = time.perf_counter()
         for _ in range(inner):
             fn()
         _sync()
-        samples.append((time.perf_counter() - start) / inner)
-    # The fastest sample: on a shared host the others carry other processes' time slices.
-    t = torch.tensor(min(samples), dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return float(t)
+        samples.append(_slowest((time.perf_counter() - start) / inner))
+        spent = sum(samples) * inner
+        if (spent >= budget and len(samples) >= timing.repeats) or stats.enough_repeats(
+                samples, minimum=timing.repeats, maximum=timing.repeats_max, width=timing.ci_width):
+            return samples
+
+
+def time_call(fn: Callable[[], object], timing: TimingRecipe) -> float:
+    """Seconds per call: the median sample (the statistic the step times are compared by)."""
+    return stats.median(sample_call(fn, timing))
 
 
 def gemm_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, Any]]:
@@ -197,22 +222,31 @@ def framework_calls(variant: str, layers: int) -> int:
     layers), plus the embedding's, the head's all-gather and its input-gradient all-reduce.
     tp-sp: per block 2 all-gathers + 2 reduce-scatters forward and the same backward, plus 5 at
     the ends. fsdp: per block all-gather forward and backward and a reduce-scatter; the root
-    all-gathers once and reduce-scatters once.
+    all-gathers once and reduce-scatters once. ddp: one all-reduce per gradient bucket, and the
+    framework GPT's gradients fit DDP's first bucket (1 MiB).
     """
     match variant:
+        case "ddp":
+            return 1
         case "tp":
             return 4 * layers + 3
         case "tp-sp":
             return 8 * layers + 5
         case "fsdp":
             return 3 * layers + 2
-    raise ValueError(f"framework variant {variant!r} unknown; use tp, tp-sp or fsdp")
+    raise ValueError(f"framework variant {variant!r} unknown; use ddp, tp, tp-sp or fsdp")
+
+
+FRAMEWORKS: tuple[str, ...] = ("ddp", "tp", "tp-sp", "fsdp")
+"""The framework variants whose per-call overhead is measured."""
 
 
 def _framework_model(variant: str, cfg: GPTConfig, world: int) -> torch.nn.Module:
     model = GPT(cfg).to(_dev())
     if variant == "plain":
         return model
+    if variant == "ddp":
+        return DistributedDataParallel(model)
     plan = BackendPlan(name=variant, dp=world if variant == "fsdp" else 1, tp=1 if variant == "fsdp" else world,
                        sp=variant == "tp-sp", data_parallel="fsdp" if variant == "fsdp" else "none",
                        global_batch=world)
@@ -229,10 +263,10 @@ def framework_entries(timing: TimingRecipe) -> list[dict[str, Any]]:
     cfg = framework_gpt(dist.get_world_size())
     tokens = torch.zeros(1, cfg.seq_len, dtype=torch.long, device=_dev())
     times = {}
-    for variant in ("plain", "tp", "tp-sp", "fsdp"):
+    for variant in ("plain", *FRAMEWORKS):
         model = _framework_model(variant, cfg, dist.get_world_size())
         times[variant] = time_call(lambda: lm_loss(model(tokens), tokens).backward(), timing)
     return [{"variant": v, "calls": float(framework_calls(v, cfg.num_layers)), "time_s": times[v],
              "plain_s": times["plain"],
              "per_call_s": max(times[v] - times["plain"], 0.0) / framework_calls(v, cfg.num_layers)}
-            for v in ("tp", "tp-sp", "fsdp")]
+            for v in FRAMEWORKS]

@@ -1,8 +1,9 @@
 """What one rank runs: real training steps of the small GPT under a parallel plan, timed.
 
 Owns turning a ``BackendPlan`` into a module and a step function (DDP, FSDP2 and TP applied by
-``parallelize``; ``torch.distributed.pipelining`` GPipe and 1F1B here), timing steps with the
-CPU run delay the OS imposed, and the rank's entry point
+``parallelize``; ``torch.distributed.pipelining`` GPipe and 1F1B here), the rank's threads and
+core affinity, the timing protocol (warm-up until settled, repeats until the median's interval
+is narrow, ``stats``) with the CPU run delay the OS imposed, and the rank's entry point
 (``python -m clustersim.simulator.calibration.torch_backend.runners TASKS OUT``).
 It does not spawn processes (``launch``) nor fit anything (``clustersim.simulator.calibration.fit``).
 """
@@ -10,6 +11,7 @@ It does not spawn processes (``launch``) nor fit anything (``clustersim.simulato
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -22,7 +24,7 @@ from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGP
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile
 
-from clustersim.simulator.calibration.torch_backend import microbench
+from clustersim.simulator.calibration.torch_backend import microbench, stats
 from clustersim.simulator.calibration.torch_backend.gpt import GPT, build_stage, lm_loss
 from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, device, make_mesh, synchronize
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord, TimingRecipe
@@ -116,22 +118,77 @@ def run_delay() -> float:
         return 0.0
 
 
-def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[float], list[float]]:
-    """(seconds per step, run delay per step, global loss of each warm-up step), after warm-up.
+def _all_max(*values: float) -> list[float]:
+    """``values`` replaced by their maximum over the ranks (every rank gets the same list)."""
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return [float(x) for x in t.tolist()]
+
+
+def timed_step(step: Step) -> tuple[float, float, tuple[float, float]]:
+    """(seconds, run delay) of one step from a common barrier, the largest over the ranks, and
+    the step's (weighted loss, weight)."""
+    dist.barrier()
+    start, delay = time.perf_counter(), run_delay()
+    out = step()
+    took, waited = time.perf_counter() - start, run_delay() - delay
+    took, waited = _all_max(took, waited)
+    return took, waited, out
+
+
+def warm_up(step: Step, timing: TimingRecipe) -> tuple[list[float], int]:
+    """(global loss of each of the first ``timing.warmup`` steps, warm-up steps run): at least
+    ``warmup``, until the last ``settle_window`` agree within ``settle_tolerance`` or ``warmup_max``."""
+    losses: list[float] = []
+    times: list[float] = []
+    while True:
+        took, _, out = timed_step(step)
+        times.append(took)
+        if len(losses) < timing.warmup:
+            losses.append(global_loss(*out))
+        if len(times) >= timing.warmup_max or (len(times) >= timing.warmup and stats.settled(
+                times, window=timing.settle_window, tolerance=timing.settle_tolerance)):
+            return losses, len(times)
+
+
+def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[float], list[float], int]:
+    """(seconds per step, run delay per step, warm-up losses, warm-up steps), after warm-up.
 
     Each step is timed from a common barrier; time and delay are the largest over the ranks.
+    Repeats stop at ``repeats_max``, after ``budget_s`` of timed steps, or once the median's
+    95 % interval is within ``ci_width`` (past ``repeats``); all ranks see the same figures.
     """
-    losses = [global_loss(*step()) for _ in range(timing.warmup)]
-    times, delays = [], []
-    for _ in range(timing.repeats):
-        dist.barrier()
-        start, delay = time.perf_counter(), run_delay()
-        step()
-        times.append(time.perf_counter() - start)
-        delays.append(run_delay() - delay)
-    t = torch.tensor([times, delays], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t[0].tolist(), t[1].tolist(), losses
+    losses, warmed = warm_up(step, timing)
+    times: list[float] = []
+    delays: list[float] = []
+    while True:
+        took, waited, _ = timed_step(step)
+        times.append(took)
+        delays.append(waited)
+        over_budget = sum(times) >= timing.budget_s and len(times) >= timing.repeats
+        if over_budget or stats.enough_repeats(times, minimum=timing.repeats, maximum=timing.repeats_max,
+                                               width=timing.ci_width):
+            return times, delays, losses, warmed
+
+
+def pin_rank(rank: int, threads: int) -> list[int]:
+    """Bind this process to ``threads`` cores of its own (rank r takes cores r*t .. r*t+t-1 of the
+    allowed set, wrapping); the cores it may run on. Unchanged where the OS offers no affinity."""
+    if not hasattr(os, "sched_setaffinity"):
+        return []
+    allowed = sorted(os.sched_getaffinity(0))
+    mine = sorted({allowed[(rank * threads + i) % len(allowed)] for i in range(threads)})
+    os.sched_setaffinity(0, mine)
+    return mine
+
+
+def set_threads(timing: TimingRecipe, rank: int) -> None:
+    """Intra-op and inter-op threads (and core affinity) of this rank, before any torch work."""
+    threads = timing.threads_per_rank or 1
+    if timing.pin_cores:
+        pin_rank(rank, threads)
+    torch.set_num_threads(threads)
+    torch.set_num_interop_threads(timing.interop_threads)
 
 
 def trace_step(step: Step, name: str, folder: str) -> None:
@@ -149,12 +206,14 @@ def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int 
         raise ValueError(f"plan {plan.name}: dp*tp*pp = {plan.world_size} != world size {world}")
     mesh = make_mesh(plan)
     step = pipeline_step(plan, cfg, mesh, seed) if plan.pp > 1 else flat_step(plan, cfg, mesh, seed)
-    times, delays, losses = time_steps(step, timing)
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
+    times, delays, losses, warmed = time_steps(step, timing)
     if timing.profile_dir:
         trace_step(step, plan.name, timing.profile_dir)
     return StepRecord(plan=plan, model=cfg, world_size=world, backend=dist.get_backend(),
                       device=device().type, step_times=tuple(times), run_delays=tuple(delays),
-                      warmup_losses=tuple(losses))
+                      warmup_losses=tuple(losses), warmup_steps=warmed,
+                      threads_per_rank=torch.get_num_threads(), load_average=load)
 
 
 def run_task(task: dict[str, object]) -> dict[str, object]:
@@ -175,8 +234,7 @@ def run_task(task: dict[str, object]) -> dict[str, object]:
 def main(argv: list[str]) -> int:
     """Rank entry point: run every task in TASKS, rank 0 writes the results to OUT."""
     tasks = json.loads(Path(argv[0]).read_text())
-    timing_threads = int(tasks[0].get("timing", {}).get("threads_per_rank", 1)) if tasks else 1
-    torch.set_num_threads(timing_threads)
+    set_threads(TimingRecipe(**(tasks[0].get("timing", {}) if tasks else {})), int(os.environ.get("RANK", "0")))
     backend = "nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(device())

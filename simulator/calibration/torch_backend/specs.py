@@ -7,9 +7,10 @@ anything; ``runners`` turns these specs into modules and steps.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Literal, Mapping
 
+from clustersim.simulator.calibration.torch_backend import stats
 from clustersim.simulator.errors import CalibrationError
 
 Schedule = Literal["gpipe", "1f1b"]
@@ -96,16 +97,59 @@ class BackendPlan:
 
 @dataclass(frozen=True, kw_only=True)
 class TimingRecipe:
-    """How steps are timed: warm-up steps are run and dropped, then ``repeats`` are timed."""
+    """How steps and microbenchmarks are timed: warm up until settled, repeat until the median is known.
+
+    Warm-up runs at least ``warmup`` untimed steps and stops once the last ``settle_window`` lie
+    within ``settle_tolerance`` of their median (or at ``warmup_max``). Timed repeats run at least
+    ``repeats`` and stop once the 95 % interval of the median is within ``ci_width`` of it (or at
+    ``repeats_max``, or after ``budget_s`` seconds of timed steps). Every decision is taken on
+    figures all-reduced over the ranks, so all ranks stop together.
+    """
 
     warmup: int = 2
-    """Untimed steps first (allocator, autograd graph, gloo connections)."""
+    """Minimum untimed steps first (allocator, autograd graph, gloo connections); the losses of
+    these first steps are recorded for the cross-plan loss check."""
+    warmup_max: int = 10
+    """Cap on warm-up steps when the step time does not settle."""
+    settle_window: int = 3
+    """Warm-up steps that must agree for the warm-up to count as settled."""
+    settle_tolerance: float = 0.10
+    """Relative distance from their median within which those steps must lie."""
     repeats: int = 5
-    """Timed steps; the step time is the median over them of the slowest rank."""
-    threads_per_rank: int = 1
-    """torch intra-op threads per rank (1 when ranks share the cores)."""
+    """Minimum timed steps (and samples per microbenchmark)."""
+    repeats_max: int = 30
+    """Cap on timed steps (and samples per microbenchmark)."""
+    ci_width: float = 0.05
+    """Target (upper - lower) / median of the median's 95 % interval (distribution-free)."""
+    budget_s: float = 60.0
+    """Seconds of timed steps per plan after which repeating stops (past the minimum)."""
+    threads_per_rank: int = 0
+    """torch intra-op threads per rank; 0: the host's cores split evenly over the ranks
+    (1 rank: every core; 2 ranks on 2 cores: one each)."""
+    interop_threads: int = 1
+    """torch inter-op threads per rank (1: no second pool competing for the rank's cores)."""
+    pin_cores: bool = True
+    """Bind each rank to its own cores (``os.sched_setaffinity``, Linux) so ranks do not migrate."""
     profile_dir: str = ""
     """When set, one extra step per plan is traced with torch.profiler into this folder."""
+
+    def __post_init__(self) -> None:
+        checks = {"warmup": self.warmup >= 1, "warmup_max": self.warmup_max >= self.warmup,
+                  "settle_window": self.settle_window >= 1, "settle_tolerance": self.settle_tolerance > 0,
+                  "repeats": self.repeats >= 1, "repeats_max": self.repeats_max >= self.repeats,
+                  "ci_width": self.ci_width > 0, "budget_s": self.budget_s > 0,
+                  "threads_per_rank": self.threads_per_rank >= 0, "interop_threads": self.interop_threads >= 1}
+        bad = [k for k, ok in checks.items() if not ok]
+        if bad:
+            raise CalibrationError(f"timing {bad[0]} = {getattr(self, bad[0])!r} is out of range: warmup >= 1, "
+                                   "warmup_max >= warmup, repeats >= 1, repeats_max >= repeats, widths, "
+                                   "tolerances and budgets > 0, threads >= 0")
+
+    def for_world(self, world_size: int, cores: int) -> "TimingRecipe":
+        """This recipe with ``threads_per_rank`` resolved for ``world_size`` ranks on ``cores``."""
+        if self.threads_per_rank:
+            return self
+        return replace(self, threads_per_rank=max(1, cores // world_size))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -129,13 +173,28 @@ class StepRecord:
     warmup_losses: tuple[float, ...] = field(default_factory=tuple)
     """Global mean training loss of each warm-up step (same init and data for every plan, so
     every plan's losses must match the 1-rank baseline's: a check that the sharding is right)."""
+    warmup_steps: int = 0
+    """Untimed steps run before timing began (until the step time settled); 0 when not recorded."""
+    threads_per_rank: int = 0
+    """torch intra-op threads each rank ran with; 0 when not recorded."""
+    load_average: float = -1.0
+    """The host's 1-minute load average when the plan started (-1 when not recorded): other
+    processes' demand on the cores, to judge the figures by."""
 
     @property
     def median(self) -> float:
         """Median step time in seconds."""
-        s = sorted(self.step_times)
-        n = len(s)
-        return 0.5 * (s[(n - 1) // 2] + s[n // 2])
+        return stats.median(self.step_times)
+
+    @property
+    def ci(self) -> tuple[float, float]:
+        """95 % distribution-free interval of the median step time (seconds)."""
+        return stats.median_ci(self.step_times)
+
+    @property
+    def ci_width(self) -> float:
+        """(upper - lower) / median of that interval."""
+        return stats.ci_relative_width(self.step_times)
 
     @property
     def best(self) -> float:
@@ -147,16 +206,14 @@ class StepRecord:
         """Median over steps of (step time - run delay): the step with other processes' CPU time taken out."""
         if len(self.run_delays) != len(self.step_times):
             return self.median
-        s = sorted(t - d for t, d in zip(self.step_times, self.run_delays))
-        return 0.5 * (s[(len(s) - 1) // 2] + s[len(s) // 2])
+        return stats.median([t - d for t, d in zip(self.step_times, self.run_delays)])
 
     @property
     def contention(self) -> float:
         """Median run delay / median step time: the share of the step the OS withheld a CPU."""
         if not self.run_delays:
             return 0.0
-        d = sorted(self.run_delays)
-        return 0.5 * (d[(len(d) - 1) // 2] + d[len(d) // 2]) / self.median
+        return stats.median(self.run_delays) / self.median
 
     @property
     def spread(self) -> float:
@@ -165,8 +222,9 @@ class StepRecord:
 
     def to_dict(self) -> dict[str, object]:
         """JSON-ready form."""
+        lo, hi = self.ci
         return {**asdict(self), "median_s": self.median, "best_s": self.best, "spread": self.spread,
-                "uncontended_s": self.uncontended, "contention": self.contention}
+                "ci_low_s": lo, "ci_high_s": hi, "uncontended_s": self.uncontended, "contention": self.contention}
 
 
 def record_from_dict(data: Mapping[str, Any]) -> StepRecord:
@@ -180,4 +238,7 @@ def record_from_dict(data: Mapping[str, Any]) -> StepRecord:
         step_times=tuple(float(t) for t in data["step_times"]),
         run_delays=tuple(float(t) for t in data.get("run_delays", ())),
         warmup_losses=tuple(float(t) for t in data.get("warmup_losses", ())),
+        warmup_steps=int(data.get("warmup_steps", 0)),
+        threads_per_rank=int(data.get("threads_per_rank", 0)),
+        load_average=float(data.get("load_average", -1.0)),
     )
