@@ -21,7 +21,7 @@ import dataclasses
 
 from clustersim.workloads.errors import WorkloadError
 from clustersim.workloads.model import ModelSpec, attention_param_parts, required
-from clustersim.workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
+from clustersim.workloads.op_primitives import LocalShape, Op, OpRole, gemm_op, memory_op, split
 
 # Approximate FLOP per element of memory-bound ops (not part of model FLOPs).
 NORM_FLOPS = 4.0  # RMSNorm: square, accumulate, scale by rsqrt, multiply by weight
@@ -95,7 +95,7 @@ def attention_core_op(model: ModelSpec, shape: LocalShape, heads_local: int,
     return Op(name="attn_core", kind="attention", flops=flops, bytes=moved,
               bwd_flops=2.0 * flops, bwd_bytes=2.0 * moved, params=0,
               gemm_shape=(sq, sk, d_qk), fp8=False, recompute_selective=True, kernel=shape.attention_kernel,
-              causal_flops_fraction=0.5 if window is None else 1.0)
+              causal_flops_fraction=0.5 if window is None else 1.0, role="attention_core")
 
 
 def mha_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> tuple[Op, ...]:
@@ -147,7 +147,8 @@ def mla_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> t
     return tuple(ops)
 
 
-def mlp_ops(model: ModelSpec, shape: LocalShape, ffn: int, prefix: str = "mlp") -> tuple[Op, ...]:
+def mlp_ops(model: ModelSpec, shape: LocalShape, ffn: int, prefix: str = "mlp",
+            role: OpRole = "") -> tuple[Op, ...]:
     """Dense (or shared-expert) MLP: column-parallel fc1, activation, row-parallel fc2."""
     h, dt, T = model.hidden_size, shape.dtype_bytes, shape.tokens
     f = split(ffn, shape.tp, f"{prefix} ffn hidden size", "tp")
@@ -155,11 +156,11 @@ def mlp_ops(model: ModelSpec, shape: LocalShape, ffn: int, prefix: str = "mlp") 
     bias_in = n_in * f if model.linear_bias else 0
     bias_out = h if model.linear_bias else 0
     act = memory_op(f"{prefix}_act", "elementwise", T * f, dt, reads=n_in, writes=1,
-                    flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS)
+                    flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS, role=role)
     return (
-        gemm_op(f"{prefix}_fc1", T, n_in * f, h, dt, params=h * n_in * f + bias_in),
+        gemm_op(f"{prefix}_fc1", T, n_in * f, h, dt, params=h * n_in * f + bias_in, role=role),
         act,
-        gemm_op(f"{prefix}_fc2", T, h, f, dt, params=f * h + bias_out),
+        gemm_op(f"{prefix}_fc2", T, h, f, dt, params=f * h + bias_out, role=role),
     )
 
 
@@ -179,25 +180,28 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
     per_expert = pairs / local
     bias_in, bias_out = (n_in * f, h) if model.linear_bias else (0, 0)
     ops = [
-        gemm_op("router", t_in, E, h, dt, params=model.router_params(), fp8=False, kind="router"),
+        gemm_op("router", t_in, E, h, dt, params=model.router_params(), fp8=False, kind="router",
+                role="router"),
         memory_op("moe_permute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
-                  flops_per_element=0.0),
-        _alltoall("moe_dispatch", t_in * k * h * dt),
+                  flops_per_element=0.0, role="permute"),
+        _alltoall("moe_dispatch", t_in * k * h * dt, "dispatch"),
         gemm_op("expert_fc1", per_expert, n_in * f, h, dt, params=local * (h * n_in * f + bias_in),
-                count=local),
+                count=local, role="routed_expert"),
         memory_op("expert_act", "elementwise", pairs * f, dt, reads=n_in, writes=1,
-                  flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS),
-        gemm_op("expert_fc2", per_expert, h, f, dt, params=local * (f * h + bias_out), count=local),
-        _alltoall("moe_combine", t_in * k * h * dt),
+                  flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS, role="routed_expert"),
+        gemm_op("expert_fc2", per_expert, h, f, dt, params=local * (f * h + bias_out), count=local,
+                role="routed_expert"),
+        _alltoall("moe_combine", t_in * k * h * dt, "combine"),
         memory_op("moe_unpermute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
-                  flops_per_element=2.0),  # weighted sum of the top_k expert outputs
+                  flops_per_element=2.0, role="unpermute"),  # weighted sum of the top_k expert outputs
     ]
     if model.num_shared_experts:
-        ops.extend(mlp_ops(model, shape, model.num_shared_experts * model.shared_ffn, "shared"))
+        ops.extend(mlp_ops(model, shape, model.num_shared_experts * model.shared_ffn, "shared",
+                           role="shared_expert"))
     return tuple(ops)
 
 
-def _alltoall(name: str, payload_bytes: float) -> Op:
+def _alltoall(name: str, payload_bytes: float, role: OpRole) -> Op:
     """A marker where the EP all-to-all happens; bytes = payload one device sends (same back)."""
     return Op(name=name, kind="alltoall_marker", flops=0.0, bytes=float(payload_bytes),
-              bwd_flops=0.0, bwd_bytes=float(payload_bytes), params=0)
+              bwd_flops=0.0, bwd_bytes=float(payload_bytes), params=0, role=role)

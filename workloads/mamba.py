@@ -72,7 +72,7 @@ def ssd_scan_op(model: ModelSpec, shape: LocalShape, heads_local: int, groups_lo
                                                           model.mamba_chunk_size, dt))
     return Op(name="ssd_scan", kind="attention", flops=flops, bytes=moved, bwd_flops=2.0 * flops,
               bwd_bytes=2.0 * moved, params=3 * heads_local,
-              gemm_shape=(model.mamba_chunk_size, model.mamba_chunk_size, p))
+              gemm_shape=(model.mamba_chunk_size, model.mamba_chunk_size, p), role="ssm_scan")
 
 
 def mamba_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:

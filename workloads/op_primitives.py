@@ -23,6 +23,15 @@ OpKind = Literal["gemm", "bmm", "attention", "elementwise", "norm", "embedding",
 'bmm': a batched GEMM of two activations (unfused attention scores and context: GEMM speed, no
 weight gradient); 'attention': a fused attention kernel (FlashAttention); the rest are memory-bound."""
 
+OpRole = Literal["", "attention_core", "ssm_scan", "router", "permute", "dispatch", "routed_expert",
+                 "combine", "unpermute", "shared_expert"]
+"""What an op is for in its layer, for the simulator to select ops by (never by name):
+'attention_core' the attention kernel (fused, or the score/context GEMMs of the unfused path);
+'ssm_scan' the Mamba-2 SSD scan; the MoE path in order: 'router' (gate GEMM and top-k),
+'permute' (token copies into expert order), 'dispatch' (the EP all-to-all out), 'routed_expert'
+(the grouped expert GEMMs and their activation), 'combine' (the all-to-all back), 'unpermute'
+(the weighted sum of the top-k outputs), 'shared_expert' (the shared experts' MLP); '' none."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class Op:
@@ -54,6 +63,8 @@ class Op:
     causal_flops_fraction: float = 1.0
     """Fraction of `flops` a causal-masked kernel really executes (0.5 for causal attention,
     FlashAttention skips the masked half); `flops` itself keeps the full-s^2 model convention."""
+    role: OpRole = ""
+    """The op's role in its layer (``OpRole``); kept when a module prefixes its name (MTP)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -109,21 +120,22 @@ class LocalShape:
 
 
 def gemm_op(name: str, m: float, n: int, k: int, dtype_bytes: int, *, params: int,
-            fp8: bool = True, kind: OpKind = "gemm", count: int = 1) -> Op:
+            fp8: bool = True, kind: OpKind = "gemm", count: int = 1, role: OpRole = "") -> Op:
     """`count` identical GEMMs of (m x k) @ (k x n), e.g. the local experts of a grouped GEMM."""
     flops = 2.0 * m * n * k * count
     moved = (m * k + k * n + m * n) * dtype_bytes * count
     return Op(name=name, kind=kind, flops=flops, bytes=float(moved), bwd_flops=2.0 * flops,
-              bwd_bytes=2.0 * moved, params=params, gemm_shape=(max(1, round(m)), n, k), fp8=fp8)
+              bwd_bytes=2.0 * moved, params=params, gemm_shape=(max(1, round(m)), n, k), fp8=fp8,
+              role=role)
 
 
 def memory_op(name: str, kind: OpKind, elements: float, dtype_bytes: int, *, reads: float,
-              writes: float, flops_per_element: float, params: int = 0) -> Op:
+              writes: float, flops_per_element: float, params: int = 0, role: OpRole = "") -> Op:
     """A memory-bound op over `elements` values that reads/writes that many tensors of them."""
     moved = elements * (reads + writes) * dtype_bytes + params * dtype_bytes
     flops = elements * flops_per_element
     return Op(name=name, kind=kind, flops=flops, bytes=float(moved), bwd_flops=2.0 * flops,
-              bwd_bytes=2.0 * moved, params=params)
+              bwd_bytes=2.0 * moved, params=params, role=role)
 
 
 def split(total: int, parts: int, field: str, axis: str) -> int:

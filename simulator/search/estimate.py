@@ -75,7 +75,7 @@ class Estimator:
             return ops_time(sel, self.cluster.accelerator, self.profile, self.training.precision, which, imbalance)
 
         attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
-        ring = 1.0 if any(o.name == "attn_core" for o in ops) else 0.0  # CP ring only around attention
+        ring = 1.0 if any(o.role == "attention_core" for o in ops) else 0.0  # CP ring only around attention
         expert = sum(o.params for o in ops if is_routed_expert(o))
         return {"fwd": t(ops, "fwd"), "bi": t(ops, "bwd_input"), "bw": t(ops, "bwd_weight"),
                 "sel": t([o for o in ops if o.recompute_selective], "fwd"), "attn_f": t(attn, "fwd"),

@@ -145,9 +145,9 @@ def ops_time(
 
 
 def is_routed_expert(op: Op) -> bool:
-    """True for the routed-expert GEMMs of a MoE layer (not shared experts, not the router)."""
-    name = op.name.lower()
-    return "expert" in name and "shared" not in name and op.kind == "gemm"
+    """True for the routed-expert GEMMs of a MoE layer (not their activation, not shared experts,
+    not the router)."""
+    return op.role == "routed_expert" and op.kind == "gemm"
 
 
 def optimizer_time(

@@ -87,10 +87,10 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
     attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
     kv_local = max(m.num_kv_heads // plan.tp, 1) * m.attn_head_dim
     kv = 2 * tokens * kv_local * t.activation_bytes * plan.cp  # gathered K and V of the CP ring
-    ring = c.pricer.time("all_gather", kv, "cp") if any(o.name == "attn_core" for o in ops) else 0.0
+    ring = c.pricer.time("all_gather", kv, "cp") if any(o.role == "attention_core" for o in ops) else 0.0
     out["cp_fwd"] = max(0.0, ring - c.time(attn, "fwd"))
     out["cp_bwd"] = max(0.0, 2 * ring - c.time(attn, "bwd"))
-    if plan.cp > 1 and any(o.name == "ssd_scan" for o in ops):
+    if plan.cp > 1 and any(o.role == "ssm_scan" for o in ops):
         payload = mamba_cp_alltoall_bytes(m, micro_batch=plan.micro_batch, seq_len=t.seq_len, tp=plan.tp,
                                           cp=plan.cp, dtype_bytes=t.activation_bytes)
         scan_a2a = c.pricer.time("all_to_all", payload, "cp")
