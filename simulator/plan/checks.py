@@ -33,6 +33,8 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
 INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes")
 FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather")
 REAL_FIELDS = ("bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
+OPTIONAL_REAL_FIELDS = ("ep_comm_overlap",)
+"""Real fields that may be None (None: decided by the mechanism, not the override)."""
 BUCKET_RANGE = (2.0**20, 2.0**36)
 """Gradient bucket bytes accepted: 1 MiB .. 64 GiB (Megatron's default is 160 MB; a 1-byte bucket
 would mean one collective per gradient element)."""
@@ -53,6 +55,8 @@ def _check_types(plan: ParallelPlan) -> None:
             raise PlanError(f"plan.{name} = {getattr(plan, name)!r} must be true or false")
     for name in REAL_FIELDS:
         value = getattr(plan, name)
+        if value is None and name in OPTIONAL_REAL_FIELDS:
+            continue
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
             raise PlanError(f"plan.{name} = {value!r} must be a finite number")
     for name in ("schedule", "recompute", "fsdp", "order"):
@@ -90,7 +94,7 @@ def _check_values(plan: ParallelPlan) -> None:
         raise PlanError(f"plan.zero = {plan.zero} must be 0, 1, 2 or 3")
     if plan.fsdp not in ("none", "full", "hybrid"):
         raise PlanError(f"plan.fsdp = {plan.fsdp!r} must be none, full or hybrid")
-    if not 0.0 <= plan.tp_comm_overlap <= 1.0 or not 0.0 <= plan.ep_comm_overlap <= 1.0:
+    if not 0.0 <= plan.tp_comm_overlap <= 1.0 or not 0.0 <= (plan.ep_comm_overlap or 0.0) <= 1.0:
         raise PlanError("plan.tp_comm_overlap and plan.ep_comm_overlap must lie in [0, 1]")
     if plan.expert_imbalance < 1.0:
         raise PlanError(f"plan.expert_imbalance = {plan.expert_imbalance} must be >= 1 (busiest/mean)")

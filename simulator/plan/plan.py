@@ -66,8 +66,11 @@ class ParallelPlan:
     """Bytes per gradient element in the DP reduction (4: Megatron fp32 main grads)."""
     tp_comm_overlap: float = 0.0
     """Fraction of TP communication hidden behind GEMMs (TE userbuffers); 0 = none."""
-    ep_comm_overlap: float = 0.0
-    """Fraction of EP all-to-all hidden behind compute (e.g. DualPipe, 1F1B A2A overlap)."""
+    ep_comm_overlap: float | None = None
+    """An explicit override: the fraction of the EP all-to-all hidden behind compute. None (the
+    default) lets the schedule decide: DualPipe's paired forward and backward chunks hide each
+    other's all-to-all on a communication stream in the engine (what is left shows as exposed);
+    the other schedules expose it in full."""
     expert_imbalance: float = 1.0
     """Tokens of the busiest expert rank / mean (>= 1): slows every MoE layer."""
     order: str = "tp-cp-ep-dp-pp"

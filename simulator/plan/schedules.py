@@ -51,6 +51,14 @@ def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list
     return [stage_program(base, stage, pp, m, vpp)]
 
 
+def pairs_forward_backward(schedule: str) -> bool:
+    """Whether the schedule runs a forward and a backward chunk together, each one's EP all-to-all
+    hidden behind the other's compute: DualPipe (DeepSeek-V3 report sec. 3.2.1, Figure 4: "for a
+    pair of forward and backward chunks, we rearrange these components ... both all-to-all and PP
+    communication can be fully hidden during execution")."""
+    return schedule == "dualpipe"
+
+
 def chunks_per_stage(schedule: str, vpp: int) -> int:
     """Model chunks each device holds: 2 for DualPipe, vpp otherwise."""
     return 2 if schedule == "dualpipe" else vpp

@@ -19,6 +19,7 @@ from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, 
 from clustersim.simulator.step.lower import flow_shop
 from clustersim.simulator.step.partition import RESERVED_BYTES
 from clustersim.simulator.plan.plan import ParallelPlan, Recompute
+from clustersim.simulator.plan.schedules import pairs_forward_backward
 from clustersim.topologies import Cluster
 from clustersim.workloads import (
     ModelSpec,
@@ -181,8 +182,13 @@ class Estimator:
         ep = 0.0
         if moe and plan.ep > 1:
             per_rank = tokens / plan.tp * self.model.top_k * self.model.hidden_size * t.activation_bytes
-            ep = 2 * self.comm("all_to_all", per_rank, plan.ep, plan.etp) * (1 - plan.ep_comm_overlap)
+            ep = 2 * self.comm("all_to_all", per_rank, plan.ep, plan.etp)
         full = 2 if plan.recompute == "full" else 1
+        if plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule):
+            # paired chunks (engine): a layer's all-to-alls of F and B hide behind its F and B compute
+            left = max(0.0, ep * (1 + full) - (lt["fwd"] + lt["bi"] + lt["bw"]))
+            return tp + cp_f, tp * full + cp_b + left
+        ep *= 1 - (plan.ep_comm_overlap or 0.0)
         return tp + cp_f + ep, tp * full + cp_b + ep * full
 
     def _fsdp(self, plan: ParallelPlan, layers: int, f: float, b: float) -> tuple[float, float]:

@@ -68,26 +68,32 @@ class ChunkCost:
     layer ahead of it (Megatron-Core ``--overlap-param-gather``); -1: the whole ``param_gather``."""
     param_gather_call: Call | None = None
     """The all-gathers behind ``param_gather`` (None: none)."""
+    ep_a2a_fwd: float = 0.0
+    """Seconds of the EP all-to-alls (dispatch + combine) of one forward that the schedule may hide
+    (DualPipe's paired chunks): on the engine's communication stream when the pass is paired,
+    exposed in full when it runs alone. 0 when ``ep_fwd`` already holds them (override, no pairing)."""
+    ep_a2a_bwd: float = 0.0
+    """The same for one backward (input gradient, with the recompute's all-to-alls)."""
 
     def duration(self, kind: str, split_w: bool) -> float:
-        """Seconds of pass ``kind`` (F, B or W); without ``split_w`` B includes W."""
-        if kind == "F":
-            return self.fwd + self.tp_fwd + self.cp_fwd + self.ep_fwd + self.dp_fwd
-        if kind == "W":
-            return self.bwd_weight
-        b = self.bwd_input + self.recompute + self.tp_bwd + self.cp_bwd + self.ep_bwd + self.dp_bwd
-        return b if split_w else b + self.bwd_weight
+        """Seconds of pass ``kind`` (F, B or W) run alone; without ``split_w`` B includes W."""
+        return sum(self.parts(kind, split_w).values())
 
-    def parts(self, kind: str, split_w: bool) -> dict[str, float]:
-        """The duration of ``kind`` split by cause (sums to ``duration``)."""
+    def parts(self, kind: str, split_w: bool, paired: bool = False) -> dict[str, float]:
+        """The duration of ``kind`` split by cause (sums to ``duration``); ``paired``: without the
+        all-to-alls a paired pass hides (``hideable_ep``), which the engine runs on its EP stream."""
         if kind == "F":
             return {"compute": self.fwd, "exposed_tp": self.tp_fwd, "exposed_cp": self.cp_fwd,
-                    "exposed_ep": self.ep_fwd, "exposed_dp": self.dp_fwd}
+                    "exposed_ep": self.ep_fwd + (0.0 if paired else self.ep_a2a_fwd), "exposed_dp": self.dp_fwd}
         if kind == "W":
             return {"compute": self.bwd_weight}
         comp = self.bwd_input + self.recompute + (0.0 if split_w else self.bwd_weight)
         return {"compute": comp, "exposed_tp": self.tp_bwd, "exposed_cp": self.cp_bwd,
-                "exposed_ep": self.ep_bwd, "exposed_dp": self.dp_bwd}
+                "exposed_ep": self.ep_bwd + (0.0 if paired else self.ep_a2a_bwd), "exposed_dp": self.dp_bwd}
+
+    def hideable_ep(self, kind: str) -> float:
+        """Seconds of pass ``kind``'s all-to-alls that a paired pass can hide (``ep_a2a_*``)."""
+        return self.ep_a2a_fwd if kind == "F" else self.ep_a2a_bwd if kind == "B" else 0.0
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from typing import Any, Generator
 import numpy as np
 import simpy
 
-from clustersim.simulator.plan.schedules import Action, dependency, destination, lanes
+from clustersim.simulator.plan.schedules import Action, dependency, destination, lanes, pairs_forward_backward
 from clustersim.simulator.step import steady
 from clustersim.simulator.network.sharing import Transfer
 from clustersim.simulator.step.costs import ChunkCost, StageCost
@@ -165,14 +165,21 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
         lane = next((i for i in ready_now if i != last_lane), ready_now[0])
         action, last_lane = queues[lane].popleft(), lane
         kind, mb, v = action
-        if kind == "F" and v not in first_f:
-            first_f.add(v)
-            yield from _wait_gather(st, r, s, v)
-        yield from _pass(st, r, s, action, dp_queue, left)
-        if kind == "B" and _split_w(inp):
-            pending.append(("W", mb, v))
-            if len(pending) > limit:
-                yield from _pass(st, r, s, pending.popleft(), dp_queue, left)
+        partner = _partner(st, r, s, queues, lane, action)
+        together = [action] if partner is None else [action, queues[partner].popleft()]
+        for kind, _, v in together:
+            if kind == "F" and v not in first_f:
+                first_f.add(v)
+                yield from _wait_gather(st, r, s, v)
+        if partner is None:
+            yield from _pass(st, r, s, action, dp_queue, left)
+        else:
+            yield from _pair(st, r, s, (together[0], together[1]), dp_queue, left)
+        for kind, mb, v in together:
+            if kind == "B" and _split_w(inp):
+                pending.append(("W", mb, v))
+                if len(pending) > limit:
+                    yield from _pass(st, r, s, pending.popleft(), dp_queue, left)
     for w in pending:
         yield from _pass(st, r, s, w, dp_queue, left)
     t0 = env.now
@@ -205,6 +212,56 @@ def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, left:
             st.env.process(_release(st, dp_queue, chunk, start, dur))
     yield st.env.timeout(dur)
     _send(st, r, s, action)
+
+
+def _partner(st: _Run, r: int, s: int, queues: list[deque[Action]], lane: int, action: Action) -> int | None:
+    """The lane whose head pairs with ``action`` (a forward with a backward, or the reverse, of the
+    other lane, its input already here) when the schedule pairs chunks and one of the two has
+    all-to-alls to hide; None: ``action`` runs alone."""
+    if not pairs_forward_backward(st.inp.schedule) or action[0] not in ("F", "B"):
+        return None
+    chunks = st.inp.stages[s].chunks
+    for i, q in enumerate(queues):
+        if i == lane or not q or q[0][0] not in ("F", "B") or q[0][0] == action[0]:
+            continue
+        if not _input_ready(st, r, s, q[0]):
+            continue
+        if chunks[action[2]].hideable_ep(action[0]) + chunks[q[0][2]].hideable_ep(q[0][0]) > 0:
+            return i
+    return None
+
+
+def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy.Store,
+          left: Counter[int]) -> Process:
+    """A forward and a backward chunk run together (DualPipe, DeepSeek-V3 report Figure 4): the
+    compute stream runs both passes' compute (and their TP/CP/DP waits) back to back while the EP
+    stream runs both passes' all-to-alls; the pair ends when both streams are done, and what the
+    all-to-alls outlast the compute by is logged as exposed EP. Both outputs leave at the end."""
+    env, split = st.env, _split_w(st.inp)
+    start = t = env.now
+    comm = 0.0
+    for kind, mb, v in pair:
+        chunk = st.inp.stages[s].chunks[v]
+        comm += chunk.hideable_ep(kind)
+        for cat, secs in chunk.parts(kind, split, paired=True).items():
+            if secs > 0:
+                d = secs * float(st.inp.scale[r, s]) if cat == "compute" else secs
+                st.log.append(Interval(r, s, "compute", cat, t, t + d, f"{kind}{mb}.{v}"))
+                t += d
+    end = max(t, start + comm)
+    label = "+".join(f"{k}{mb}.{v}" for k, mb, v in pair)
+    if comm > 0:
+        st.log.append(Interval(r, s, "ep", "ep_comm", start, start + comm, label))
+    if end > t:
+        st.log.append(Interval(r, s, "compute", "exposed_ep", t, end, f"wait all-to-all {label}"))
+    for kind, _, v in pair:
+        if kind == ("W" if split else "B"):
+            left[v] -= 1
+            if left[v] == 0:
+                st.env.process(_release(st, dp_queue, st.inp.stages[s].chunks[v], start, end - start))
+    yield env.timeout(end - start)
+    for action in pair:
+        _send(st, r, s, action)
 
 
 def _bucket_count(stage: StageCost) -> int:

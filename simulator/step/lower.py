@@ -22,6 +22,7 @@ from clustersim.simulator.plan.placement import Axis
 from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
+from clustersim.simulator.plan.schedules import pairs_forward_backward
 from clustersim.topologies import AcceleratorSpec
 from clustersim.workloads import ModelSpec, Op, TrainingSpec
 from clustersim.workloads.mamba import mamba_cp_alltoall_bytes
@@ -99,8 +100,13 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
     a2a = 0.0
     if moe and plan.ep > 1:
         per_rank = tokens / plan.tp * m.top_k * m.hidden_size * t.activation_bytes
-        a2a = 2 * c.pricer.time("all_to_all", per_rank, "ep") * (1.0 - plan.ep_comm_overlap)
-    out["ep_fwd"], out["ep_bwd"] = a2a, a2a * (2 if full_recompute else 1)
+        a2a = 2 * c.pricer.time("all_to_all", per_rank, "ep")
+    rec = 2 if full_recompute else 1
+    paired = plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule)
+    exposed = 0.0 if paired else a2a * (1.0 - (plan.ep_comm_overlap or 0.0))
+    out["ep_fwd"], out["ep_bwd"] = exposed, exposed * rec
+    hideable = a2a if paired else 0.0
+    out["ep_a2a_fwd"], out["ep_a2a_bwd"] = hideable, hideable * rec
     return out
 
 
@@ -121,7 +127,7 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     plan, model = c.plan, c.model
     per_layer = _per_layer(c, chunk, layers)
     n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
-    acc = {k: 0.0 for k in ("tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "ep_fwd", "ep_bwd")}
+    acc = {k: 0.0 for k in ("tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "ep_fwd", "ep_bwd", "ep_a2a_fwd", "ep_a2a_bwd")}
     for j, (ops, moe) in enumerate(per_layer):
         full = plan.recompute == "full" and j < n_full
         blocks = 2 if model.layer_kind(layers[j]) == "transformer" else 1

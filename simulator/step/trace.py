@@ -3,7 +3,7 @@
 Owns the conversion of a Result's engine intervals to trace events (Trace Event Format spec,
 "JSON Object Format"): one process per pipeline stage (and replica in full mode), pid = 1 +
 replica x pp + stage (never 0, which viewers treat as the idle/swapper process), named and sorted;
-one thread per stream (compute, DP, p2p forward, p2p backward); complete ("X") events in
+one thread per stream (compute, DP, p2p forward, p2p backward, EP all-to-all); complete ("X") events in
 microseconds whose args say the pass, micro-batch and chunk, the bytes, algorithm and link of
 communication; exposed communication named for its axis ("exposed TP", "exposed DP: ..."), never
 like the compute it interrupts; flow events ("s"/"f") from each activation transfer to the
@@ -22,14 +22,15 @@ from clustersim.files import write_json
 from clustersim.simulator.step.engine import Interval
 from clustersim.simulator.step.result import Result
 
-STREAMS = {"compute": 0, "dp": 1, "p2p-fwd": 2, "p2p-bwd": 3}
+STREAMS = {"compute": 0, "dp": 1, "p2p-fwd": 2, "p2p-bwd": 3, "ep": 4}
 NAMES = {"exposed_tp": "exposed TP", "exposed_cp": "exposed CP", "exposed_ep": "exposed EP",
          "exposed_pp": "exposed PP: wait for p2p", "bubble": "bubble: wait for a producer",
          "optimizer": "optimizer", "dp_comm": "DP", "p2p": "p2p send",
-         "p2p_shared": "p2p send slowed by sharing", "dp_shared": "DP slowed by sharing"}
+         "p2p_shared": "p2p send slowed by sharing", "dp_shared": "DP slowed by sharing",
+         "ep_comm": "EP all-to-all"}
 """Slice names by category (compute slices keep the pass label, e.g. ``F3.0``)."""
 PASS = re.compile(r"^([FBW])(\d+)\.(\d+)$")
-AXIS_OF = {"exposed_tp": ("tp",), "exposed_cp": ("cp",), "exposed_ep": ("ep",), "dp_comm": ("dp", "dp+cp", "edp", "dp_shard", "dp_rep")}
+AXIS_OF = {"exposed_tp": ("tp",), "exposed_cp": ("cp",), "exposed_ep": ("ep",), "ep_comm": ("ep",), "dp_comm": ("dp", "dp+cp", "edp", "dp_shard", "dp_rep")}
 
 
 def pid_of(iv: Interval, pp: int) -> int:
