@@ -80,7 +80,8 @@ def _deepseek(cfg: Config, where: str) -> dict[str, Any]:
             "num_experts": int(_req(cfg, "n_routed_experts", where)), "top_k": int(_req(cfg, "num_experts_per_tok", where)),
             "moe_ffn_hidden_size": int(_req(cfg, "moe_intermediate_size", where)),
             "num_shared_experts": int(cfg.get("n_shared_experts") or 0),
-            "first_dense_layers": int(cfg.get("first_k_dense_replace") or 0), "moe_layer_freq": int(cfg.get("moe_layer_freq", 1))}
+            "first_dense_layers": int(cfg.get("first_k_dense_replace") or 0), "moe_layer_freq": int(cfg.get("moe_layer_freq", 1)),
+            "expert_groups": int(cfg.get("n_group") or 0), "expert_groups_per_token": int(cfg.get("topk_group") or 0)}
 
 
 def _gpt_neox(cfg: Config, where: str) -> dict[str, Any]:

@@ -94,6 +94,12 @@ class ModelSpec:
     """Layer i (past the dense prefix) is MoE when i % moe_layer_freq == 0 (Megatron convention)."""
     capacity_factor: float | None = None
     """Expert capacity factor; None = dropless routing."""
+    expert_groups: int = 0
+    """Group-limited routing: the routed experts split into this many equal groups (DeepSeek-V3
+    config.json ``n_group``, Megatron-Core ``moe_router_num_groups``); 0 = no limit."""
+    expert_groups_per_token: int = 0
+    """Groups each token may pick its experts from (``topk_group``, ``moe_router_group_topk``;
+    DeepSeek-V3: 4, "each token will be sent to at most 4 nodes", report sec. 2.1.2)."""
     attention: Literal["mha", "mla"] = "mha"
     """'mha' covers MHA/GQA/MQA; 'mla' is DeepSeek-V2/V3 multi-head latent attention."""
     q_lora_rank: int | None = None
@@ -419,6 +425,12 @@ def _check_moe(m: ModelSpec) -> None:
             f"{m.name}: first_dense_layers = {m.first_dense_layers}, moe_layer_freq = "
             f"{m.moe_layer_freq}: need 0 <= first_dense_layers <= {m.num_layers}, freq >= 1"
         )
+    if m.expert_groups < 0 or not 0 <= m.expert_groups_per_token <= m.expert_groups \
+            or (m.expert_groups and m.num_experts % m.expert_groups):
+        raise WorkloadError(
+            f"{m.name}: expert_groups = {m.expert_groups}, expert_groups_per_token = "
+            f"{m.expert_groups_per_token}: need groups dividing num_experts = {m.num_experts} and "
+            "0 <= expert_groups_per_token <= expert_groups (0 and 0: no group limit)")
     if m.capacity_factor is not None and m.capacity_factor <= 0:
         raise WorkloadError(f"{m.name}: capacity_factor = {m.capacity_factor}: must be > 0 or None")
 

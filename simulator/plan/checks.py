@@ -59,7 +59,7 @@ def _check_types(plan: ParallelPlan) -> None:
             continue
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
             raise PlanError(f"plan.{name} = {value!r} must be a finite number")
-    for name in ("schedule", "recompute", "fsdp", "order"):
+    for name in ("schedule", "recompute", "fsdp", "order", "moe_dispatcher"):
         if not isinstance(getattr(plan, name), str):
             raise PlanError(f"plan.{name} = {getattr(plan, name)!r} must be a string")
     split = plan.layer_split
@@ -92,6 +92,8 @@ def _check_values(plan: ParallelPlan) -> None:
         raise PlanError(f"plan.recompute = {plan.recompute!r} is unknown; choose one of {list(RECOMPUTES)}")
     if plan.zero not in (0, 1, 2, 3):
         raise PlanError(f"plan.zero = {plan.zero} must be 0, 1, 2 or 3")
+    if plan.moe_dispatcher not in ("alltoall", "allgather", "deepep"):
+        raise PlanError(f"plan.moe_dispatcher = {plan.moe_dispatcher!r} is unknown; choose alltoall, allgather or deepep")
     if plan.fsdp not in ("none", "full", "hybrid"):
         raise PlanError(f"plan.fsdp = {plan.fsdp!r} must be none, full or hybrid")
     if not 0.0 <= plan.tp_comm_overlap <= 1.0 or not 0.0 <= (plan.ep_comm_overlap or 0.0) <= 1.0:

@@ -16,6 +16,7 @@ from clustersim.workloads import TrainingSpec
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]
 Recompute = Literal["none", "selective", "full"]
 Fsdp = Literal["none", "full", "hybrid"]
+MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -71,6 +72,10 @@ class ParallelPlan:
     default) lets the schedule decide: DualPipe's paired forward and backward chunks hide each
     other's all-to-all on a communication stream in the engine (what is left shows as exposed);
     the other schedules expose it in full."""
+    moe_dispatcher: MoeDispatcher = "alltoall"
+    """How tokens reach their experts (``step.dispatch``): alltoall (Megatron-Core's default, a flat
+    all-to-all of every token-expert pair), allgather (every EP rank gathers all tokens), deepep
+    (DeepSeek's scale-out-then-NVLink forwarding, each token once per node, node-limited routing)."""
     expert_imbalance: float = 1.0
     """Tokens of the busiest expert rank / mean (>= 1): slows every MoE layer."""
     order: str = "tp-cp-ep-dp-pp"

@@ -16,6 +16,7 @@ from functools import lru_cache
 from clustersim.simulator.network import analytic
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, optimizer_time, peak_for
+from clustersim.simulator.step.dispatch import EpShape, dispatch_time
 from clustersim.simulator.step.lower import flow_shop
 from clustersim.simulator.step.partition import RESERVED_BYTES
 from clustersim.simulator.plan.plan import ParallelPlan, Recompute
@@ -180,9 +181,14 @@ class Estimator:
             a2a = self.comm("all_to_all", payload, plan.cp, plan.tp)
             cp_f, cp_b = cp_f + a2a, cp_b + a2a * (2 if plan.recompute == "full" else 1)
         ep = 0.0
-        if moe and plan.ep > 1:
+        if moe and plan.ep > 1 and plan.moe_dispatcher == "alltoall":
             per_rank = tokens / plan.tp * self.model.top_k * self.model.hidden_size * t.activation_bytes
             ep = 2 * self.comm("all_to_all", per_rank, plan.ep, plan.etp)
+        elif moe and plan.ep > 1:
+            domain = self.cluster.nvlink_domain_size
+            shape = EpShape(ranks=plan.ep, per_domain=min(plan.ep, max(1, domain // plan.etp) if plan.etp < domain else 1))
+            ep = 2 * dispatch_time(plan.moe_dispatcher, self.model, tokens / plan.tp,
+                                   self.model.hidden_size * t.activation_bytes, shape, self.cluster, self.profile)
         full = 2 if plan.recompute == "full" else 1
         if plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule):
             # paired chunks (engine): a layer's all-to-alls of F and B hide behind its F and B compute

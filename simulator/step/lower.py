@@ -20,6 +20,7 @@ from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_exp
 from clustersim.simulator.network.algorithms import CollectiveKind
 from clustersim.simulator.plan.placement import Axis
 from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
+from clustersim.simulator.step.dispatch import dispatch_time, ep_shape
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.plan.schedules import pairs_forward_backward
@@ -98,9 +99,13 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
         out["cp_fwd"] += scan_a2a
         out["cp_bwd"] += scan_a2a * (2 if full_recompute else 1)
     a2a = 0.0
-    if moe and plan.ep > 1:
+    if moe and plan.ep > 1 and plan.moe_dispatcher == "alltoall":
         per_rank = tokens / plan.tp * m.top_k * m.hidden_size * t.activation_bytes
         a2a = 2 * c.pricer.time("all_to_all", per_rank, "ep")
+    elif moe and plan.ep > 1:  # dispatch and combine by the plan's dispatcher, bytes per tier
+        shape = ep_shape(c.pricer.placement, c.pricer.cluster)
+        a2a = 2 * dispatch_time(plan.moe_dispatcher, m, tokens / plan.tp, m.hidden_size * t.activation_bytes,
+                                shape, c.pricer.cluster, c.profile)
     rec = 2 if full_recompute else 1
     paired = plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule)
     exposed = 0.0 if paired else a2a * (1.0 - (plan.ep_comm_overlap or 0.0))
