@@ -31,6 +31,7 @@ from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.plan.schedules import lanes, num_model_chunks
 from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, optimizer_time
+from clustersim.simulator.step.dispatch import expert_load
 from clustersim.simulator.step.partition import RESERVED_BYTES, op_kwargs, stage_chunks
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, Op, TrainingSpec, embedding_ops, head_ops, layer_ops
@@ -99,7 +100,7 @@ class StepBound:
         key = ("layer", self._signature(i), tuple(sorted(kw.items())), plan.expert_imbalance)
         if key not in self._times:
             ops = layer_ops(self.model, i, attention_kernel=self.training.attention_kernel, **kw)
-            self._times[key] = self._pass_times(tuple(ops), plan.expert_imbalance)
+            self._times[key] = self._pass_times(tuple(ops), expert_load(plan.expert_imbalance, self.model.capacity_factor))
         return self._times[key]
 
     def _end(self, which: str, plan: ParallelPlan) -> PassTimes:
@@ -107,7 +108,7 @@ class StepBound:
         key = (which, tuple(sorted(kw.items())), plan.expert_imbalance)
         if key not in self._times:
             ops = embedding_ops(self.model, **kw) if which == "embedding" else head_ops(self.model, **kw)
-            self._times[key] = self._pass_times(tuple(ops), plan.expert_imbalance)
+            self._times[key] = self._pass_times(tuple(ops), expert_load(plan.expert_imbalance, self.model.capacity_factor))
         return self._times[key]
 
     def _tp_block(self, plan: ParallelPlan) -> float:

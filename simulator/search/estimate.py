@@ -16,7 +16,7 @@ from functools import lru_cache
 from clustersim.simulator.network import analytic
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, optimizer_time, peak_for
-from clustersim.simulator.step.dispatch import EpShape, dispatch_time
+from clustersim.simulator.step.dispatch import EpShape, dispatch_time, expert_load
 from clustersim.simulator.step.lower import flow_shop
 from clustersim.simulator.step.partition import RESERVED_BYTES
 from clustersim.simulator.plan.plan import ParallelPlan, Recompute
@@ -145,7 +145,8 @@ class Estimator:
         """Forward, backward-input(+recompute), weight-grad seconds of the busiest stage, and comm in them."""
         f = b = w = comm = 0.0
         for i, n in groups:
-            lt = self._times(i, plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp, plan.expert_imbalance)
+            lt = self._times(i, plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp,
+                               expert_load(plan.expert_imbalance, self.model.capacity_factor))
             cf, cb = self._layer_comm(plan, i, lt)
             rec = lt["fwd"] if plan.recompute == "full" else lt["sel"] if plan.recompute == "selective" else 0.0
             f += n * (lt["fwd"] + cf)

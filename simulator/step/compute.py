@@ -48,6 +48,18 @@ def _flops_bytes(op: Op, which: Pass) -> tuple[float, float]:
     raise ValueError(f"unknown pass {which!r}")
 
 
+def gemm_call_flops(op: Op, flops: float, imbalance: float = 1.0) -> float:
+    """FLOP of one GEMM call of ``op`` for a pass of ``flops`` FLOP: the whole op, except a routed
+    expert's grouped GEMM, whose calls are its experts' GEMMs, one per local expert (Transformer
+    Engine's GroupedLinear issues one cuBLAS GEMM per expert), of the tokens each expert receives
+    (the busiest rank's: ``imbalance`` times the mean). So the efficiency curve sees the expert's
+    shape: small experts of a few hundred tokens run far below a dense GEMM's rate."""
+    if op.role != "routed_expert" or op.gemm_shape is None or op.flops <= 0:
+        return flops
+    m, n, k = op.gemm_shape
+    return flops * (2.0 * m * n * k) / op.flops * imbalance
+
+
 def op_time(
     op: Op,
     accelerator: AcceleratorSpec,
@@ -55,8 +67,10 @@ def op_time(
     precision: str,
     which: Pass = "fwd",
     flops_scale: float = 1.0,
+    imbalance: float = 1.0,
 ) -> float:
-    """Seconds for one pass of ``op``; ``flops_scale`` stretches its math (expert imbalance)."""
+    """Seconds for one pass of ``op``; ``flops_scale`` stretches its math and memory (expert
+    imbalance, expert efficiency), ``imbalance`` sizes a routed expert's GEMM calls."""
     if op.kind == "alltoall_marker":
         return 0.0  # its bytes are network payload (priced by the EP all-to-all), not HBM traffic
     flops, nbytes = _flops_bytes(op, which)
@@ -67,7 +81,8 @@ def op_time(
     if op.kind == "attention":
         eff = profile.attention_eff(flops) * profile.attention_kernel_efficiency.get(op.kernel, 1.0)
     elif op.kind in ("gemm", "bmm"):
-        eff = profile.gemm_eff(flops) * (profile.precision_efficiency.get("fp8", 1.0) if precision == "fp8" and op.fp8 else 1.0)
+        eff = profile.gemm_eff(gemm_call_flops(op, flops, imbalance)) * (
+            profile.precision_efficiency.get("fp8", 1.0) if precision == "fp8" and op.fp8 else 1.0)
     else:
         eff = 1.0
     # a board power cap lowers the sustained clock, so the math peak (topologies.power.clock_fraction)
@@ -91,11 +106,12 @@ def op_time_parts(
     precision: str,
     which: Pass = "fwd",
     flops_scale: float = 1.0,
+    imbalance: float = 1.0,
 ) -> dict[str, float]:
     """``op_time`` split into ``COMPUTE_PARTS`` (no recompute: the caller knows what is recomputed);
     the parts sum to ``op_time`` with the same arguments."""
     parts = dict.fromkeys(COMPUTE_PARTS, 0.0)
-    total = op_time(op, accelerator, profile, precision, which, flops_scale)
+    total = op_time(op, accelerator, profile, precision, which, flops_scale, imbalance)
     if total <= 0:
         return parts
     busy = total - profile.kernel_overhead
@@ -122,8 +138,8 @@ def ops_time_parts(
     """``ops_time`` split into ``COMPUTE_PARTS`` (sums to ``ops_time`` with the same arguments)."""
     out = dict.fromkeys(COMPUTE_PARTS, 0.0)
     for op in ops:
-        scale = expert_scale / profile.expert_efficiency if is_routed_expert(op) else 1.0
-        for k, v in op_time_parts(op, accelerator, profile, precision, which, scale).items():
+        scale, imbalance = expert_scales(op, profile, expert_scale)
+        for k, v in op_time_parts(op, accelerator, profile, precision, which, scale, imbalance).items():
             out[k] += v
     return out
 
@@ -137,11 +153,17 @@ def ops_time(
     expert_scale: float = 1.0,
 ) -> float:
     """Summed seconds of ``ops`` for one pass; routed-expert ops stretched by ``expert_scale``."""
-    return sum(
-        op_time(op, accelerator, profile, precision, which,
-                expert_scale / profile.expert_efficiency if is_routed_expert(op) else 1.0)
-        for op in ops
-    )
+    return sum(op_time(op, accelerator, profile, precision, which, *expert_scales(op, profile, expert_scale))
+               for op in ops)
+
+
+def expert_scales(op: Op, profile: CalibrationProfile, imbalance: float) -> tuple[float, float]:
+    """(flops_scale, imbalance) of ``op``: the busiest expert rank's ``imbalance`` times the mean
+    tokens stretches every routed-expert op (GEMMs and their activation), the profile's
+    ``expert_efficiency`` its GEMMs; other ops run at 1."""
+    if op.role != "routed_expert":
+        return 1.0, 1.0
+    return (imbalance / profile.expert_efficiency if op.kind == "gemm" else imbalance), imbalance
 
 
 def is_routed_expert(op: Op) -> bool:

@@ -28,6 +28,8 @@ from dataclasses import dataclass
 from math import comb
 from typing import Literal
 
+import numpy as np
+
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network import analytic
 from clustersim.simulator.plan.placement import Placement
@@ -61,6 +63,29 @@ class TierBytes:
     """Bytes over NVLink (inside the NVLink domain)."""
     network: float
     """Bytes over the scale-out network (InfiniBand / RoCE)."""
+
+
+def expert_load(imbalance: float, capacity_factor: float | None) -> float:
+    """Tokens the busiest expert rank processes over the mean: the routing's ``imbalance`` when
+    dropless; with an expert capacity factor c at most c times the mean (the excess is dropped,
+    Megatron-Core ``moe_expert_capacity_factor``)."""
+    return imbalance if capacity_factor is None else min(imbalance, capacity_factor)
+
+
+def draw_expert_imbalance(rng: np.random.Generator, pairs: int, experts: int, ep: int, *,
+                          concentration: float | None = None, samples: int = 16) -> float:
+    """A seeded draw of the busiest EP rank's load over the mean: ``pairs`` token-expert pairs
+    routed multinomially over ``experts`` (uniform, or with expert popularity drawn from a
+    Dirichlet of ``concentration`` per expert for a skewed router), ``experts / ep`` per rank; the
+    mean of ``samples`` draws. Feed it to ``plan.expert_imbalance``."""
+    if pairs < 1 or experts < 1 or ep < 1 or experts % ep:
+        raise ValueError(f"pairs = {pairs}, experts = {experts}, ep = {ep}: need pairs, experts >= 1 and ep dividing experts")
+    out = []
+    for _ in range(samples):
+        p = np.full(experts, 1.0 / experts) if concentration is None else rng.dirichlet(np.full(experts, concentration))
+        per_rank = rng.multinomial(pairs, p).reshape(ep, -1).sum(axis=1)
+        out.append(per_rank.max() / (pairs / ep))
+    return float(np.mean(out))
 
 
 def ep_shape(placement: Placement, cluster: Cluster) -> EpShape:

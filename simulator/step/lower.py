@@ -20,7 +20,7 @@ from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_exp
 from clustersim.simulator.network.algorithms import CollectiveKind
 from clustersim.simulator.plan.placement import Axis
 from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
-from clustersim.simulator.step.dispatch import dispatch_time, ep_shape
+from clustersim.simulator.step.dispatch import dispatch_time, ep_shape, expert_load
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.plan.schedules import pairs_forward_backward
@@ -40,9 +40,13 @@ class Costing:
     profile: CalibrationProfile
     pricer: CommPricer
 
+    @property
+    def expert_scale(self) -> float:
+        """The busiest expert rank's tokens over the mean (imbalance, capped by a capacity factor)."""
+        return expert_load(self.plan.expert_imbalance, self.model.capacity_factor)
+
     def time(self, ops: list[Op], which: Pass) -> float:
-        return ops_time(ops, self.accelerator, self.profile, self.training.precision, which,
-                        self.plan.expert_imbalance)
+        return ops_time(ops, self.accelerator, self.profile, self.training.precision, which, self.expert_scale)
 
 
 def lower(c: Costing, part: Partition | None = None) -> Lowered:
@@ -185,7 +189,7 @@ def _chunk_parts(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> di
     passes: tuple[Pass, ...] = ("fwd", "bwd_input", "bwd_weight")
     for which in passes:
         for part, secs in ops_time_parts(ops_all, c.accelerator, c.profile, c.training.precision, which,
-                                         plan.expert_imbalance).items():
+                                         c.expert_scale).items():
             out[part] += secs
     n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
     out["recompute"] = sum(c.time(ops, "fwd") for ops in _recomputed(c, _per_layer(c, chunk, layers), n_full))
