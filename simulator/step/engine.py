@@ -147,6 +147,7 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
     if inp.overlap_param_gather and any(c.param_gather for c in stage.chunks):
         env.process(_prefetch(st, r, s))
     left = Counter(v for q in queues for kind, _, v in q if kind == "B")  # passes left per chunk
+    steady: set[int] = set()  # lanes past their warm-up (a backward run): pairing starts when all are
     first_f: set[int] = set()
     pending: deque[Action] = deque()
     limit = st.pp // 2 if inp.schedule == "dualpipe" else st.pp - s - 1
@@ -165,8 +166,10 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
         lane = next((i for i in ready_now if i != last_lane), ready_now[0])
         action, last_lane = queues[lane].popleft(), lane
         kind, mb, v = action
-        partner = _partner(st, r, s, queues, lane, action)
+        partner = _partner(st, r, s, queues, lane, action) if steady >= set(range(len(queues))) else None
         together = [action] if partner is None else [action, queues[partner].popleft()]
+        steady.update(lane_of for lane_of, (k, _, _) in ((lane, action), (partner, together[-1]))
+                      if k == "B" and lane_of is not None)
         for kind, _, v in together:
             if kind == "F" and v not in first_f:
                 first_f.add(v)
@@ -215,14 +218,16 @@ def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, left:
 
 
 def _partner(st: _Run, r: int, s: int, queues: list[deque[Action]], lane: int, action: Action) -> int | None:
-    """The lane whose head pairs with ``action`` (a forward with a backward, or the reverse, of the
-    other lane, its input already here) when the schedule pairs chunks and one of the two has
-    all-to-alls to hide; None: ``action`` runs alone."""
+    """The lane whose head pairs with ``action``: a forward with a backward (or the reverse), its
+    input already here, from the other lane first (DualPipe's two directions), else the next pass
+    of the same lane (1F1B's steady F(i + w), B(i)); only when the schedule pairs chunks and one of
+    the two has all-to-alls to hide. None: ``action`` runs alone."""
     if not pairs_forward_backward(st.inp.schedule) or action[0] not in ("F", "B"):
         return None
     chunks = st.inp.stages[s].chunks
-    for i, q in enumerate(queues):
-        if i == lane or not q or q[0][0] not in ("F", "B") or q[0][0] == action[0]:
+    for i in sorted(range(len(queues)), key=lambda j: j == lane):
+        q = queues[i]
+        if not q or q[0][0] not in ("F", "B") or q[0][0] == action[0]:
             continue
         if not _input_ready(st, r, s, q[0]):
             continue
@@ -233,13 +238,16 @@ def _partner(st: _Run, r: int, s: int, queues: list[deque[Action]], lane: int, a
 
 def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy.Store,
           left: Counter[int]) -> Process:
-    """A forward and a backward chunk run together (DualPipe, DeepSeek-V3 report Figure 4): the
-    compute stream runs both passes' compute (and their TP/CP/DP waits) back to back while the EP
-    stream runs both passes' all-to-alls; the pair ends when both streams are done, and what the
-    all-to-alls outlast the compute by is logged as exposed EP. Both outputs leave at the end."""
+    """A forward and a backward chunk run together (DualPipe, DeepSeek-V3 report Figure 4), as two
+    streams: the compute stream runs the forward's compute (and its TP/CP/DP waits), then the
+    backward's; the EP stream runs the forward's all-to-alls, then the backward's. The forward is
+    done when its compute and its all-to-alls are (its output leaves then), the pair when both
+    streams are; what the all-to-alls outlast the compute by is logged as exposed EP."""
     env, split = st.env, _split_w(st.inp)
     start = t = env.now
     comm = 0.0
+    pair = tuple(sorted(pair, key=lambda a: a[0] != "F"))  # type: ignore[assignment]  # forward first
+    done: list[float] = []
     for kind, mb, v in pair:
         chunk = st.inp.stages[s].chunks[v]
         comm += chunk.hideable_ep(kind)
@@ -248,7 +256,8 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
                 d = secs * float(st.inp.scale[r, s]) if cat == "compute" else secs
                 st.log.append(Interval(r, s, "compute", cat, t, t + d, f"{kind}{mb}.{v}"))
                 t += d
-    end = max(t, start + comm)
+        done.append(max(t, start + comm))
+    end = done[-1]
     label = "+".join(f"{k}{mb}.{v}" for k, mb, v in pair)
     if comm > 0:
         st.log.append(Interval(r, s, "ep", "ep_comm", start, start + comm, label))
@@ -259,9 +268,16 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
             left[v] -= 1
             if left[v] == 0:
                 st.env.process(_release(st, dp_queue, st.inp.stages[s].chunks[v], start, end - start))
+    env.process(_send_at(st, r, s, pair[0], done[0]))
     yield env.timeout(end - start)
-    for action in pair:
-        _send(st, r, s, action)
+    _send(st, r, s, pair[1])
+
+
+def _send_at(st: _Run, r: int, s: int, action: Action, at: float) -> Process:
+    """Ship ``action``'s output at time ``at`` (a paired forward, done before its pair)."""
+    if at > st.env.now:
+        yield st.env.timeout(at - st.env.now)
+    _send(st, r, s, action)
 
 
 def _bucket_count(stage: StageCost) -> int:

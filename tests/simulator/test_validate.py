@@ -156,8 +156,8 @@ def test_fp8_precision_efficiency_scales_fp8_gemms_only() -> None:
 def test_expert_efficiency_slows_routed_expert_gemms_only() -> None:
     acc = get_accelerator("h100")
     kw = dict(flops=1e12, bytes=1.0, bwd_flops=2e12, bwd_bytes=1.0, params=1, gemm_shape=(1, 1, 1))
-    expert = Op(name="expert_fc1", kind="gemm", **kw)
-    shared = Op(name="shared_expert_fc1", kind="gemm", **kw)
+    expert = Op(name="expert_fc1", kind="gemm", role="routed_expert", **kw)
+    shared = Op(name="shared_expert_fc1", kind="gemm", role="shared_expert", **kw)
     base = CalibrationProfile(kernel_overhead=0.0)
     slow = base.replace(expert_efficiency=0.5)
     assert ops_time([expert], acc, slow, "bf16") == pytest.approx(2 * ops_time([expert], acc, base, "bf16"))
