@@ -72,6 +72,10 @@ class ParallelPlan:
     default) lets the schedule decide: DualPipe's paired forward and backward chunks hide each
     other's all-to-all on a communication stream in the engine (what is left shows as exposed);
     the other schedules expose it in full."""
+    ep_overlap: bool = False
+    """Megatron-Core ``overlap_moe_expert_parallel_comm`` (with 1F1B or interleaved): the steady
+    state's forward and backward passes run paired, each one's EP all-to-all on a communication
+    stream behind the other's compute (as DualPipe always does); the exposure comes out of the engine."""
     moe_dispatcher: MoeDispatcher = "alltoall"
     """How tokens reach their experts (``step.dispatch``): alltoall (Megatron-Core's default, a flat
     all-to-all of every token-expert pair), allgather (every EP rank gathers all tokens), deepep

@@ -51,12 +51,14 @@ def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list
     return [stage_program(base, stage, pp, m, vpp)]
 
 
-def pairs_forward_backward(schedule: str) -> bool:
+def pairs_forward_backward(schedule: str, ep_overlap: bool = False) -> bool:
     """Whether the schedule runs a forward and a backward chunk together, each one's EP all-to-all
-    hidden behind the other's compute: DualPipe (DeepSeek-V3 report sec. 3.2.1, Figure 4: "for a
-    pair of forward and backward chunks, we rearrange these components ... both all-to-all and PP
-    communication can be fully hidden during execution")."""
-    return schedule == "dualpipe"
+    hidden behind the other's compute: DualPipe always (DeepSeek-V3 report sec. 3.2.1, Figure 4:
+    "for a pair of forward and backward chunks, we rearrange these components ... both all-to-all
+    and PP communication can be fully hidden during execution"); 1F1B and interleaved 1F1B with
+    Megatron-Core's ``overlap_moe_expert_parallel_comm`` (``ep_overlap``), which merges the steady
+    state's forward of one micro-batch with the backward of another the same way."""
+    return schedule == "dualpipe" or (ep_overlap and schedule in ("1f1b", "interleaved"))
 
 
 def chunks_per_stage(schedule: str, vpp: int) -> int:

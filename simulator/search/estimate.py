@@ -191,7 +191,7 @@ class Estimator:
             ep = 2 * dispatch_time(plan.moe_dispatcher, self.model, tokens / plan.tp,
                                    self.model.hidden_size * t.activation_bytes, shape, self.cluster, self.profile)
         full = 2 if plan.recompute == "full" else 1
-        if plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule):
+        if plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule, plan.ep_overlap):
             # paired chunks (engine): a layer's all-to-alls of F and B hide behind its F and B compute
             left = max(0.0, ep * (1 + full) - (lt["fwd"] + lt["bi"] + lt["bw"]))
             return tp + cp_f, tp * full + cp_b + left

@@ -23,7 +23,7 @@ from typing import Any, Generator
 import numpy as np
 import simpy
 
-from clustersim.simulator.plan.schedules import Action, dependency, destination, lanes, pairs_forward_backward
+from clustersim.simulator.plan.schedules import Action, dependency, destination, lanes
 from clustersim.simulator.step import steady
 from clustersim.simulator.network.sharing import Transfer
 from clustersim.simulator.step.costs import ChunkCost, StageCost
@@ -220,9 +220,10 @@ def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, left:
 def _partner(st: _Run, r: int, s: int, queues: list[deque[Action]], lane: int, action: Action) -> int | None:
     """The lane whose head pairs with ``action``: a forward with a backward (or the reverse), its
     input already here, from the other lane first (DualPipe's two directions), else the next pass
-    of the same lane (1F1B's steady F(i + w), B(i)); only when the schedule pairs chunks and one of
-    the two has all-to-alls to hide. None: ``action`` runs alone."""
-    if not pairs_forward_backward(st.inp.schedule) or action[0] not in ("F", "B"):
+    of the same lane (1F1B's steady F(i + w), B(i)); only when one of the two has all-to-alls to
+    hide (lowering gives them only under a schedule that pairs, ``schedules.pairs_forward_backward``).
+    None: ``action`` runs alone."""
+    if action[0] not in ("F", "B"):
         return None
     chunks = st.inp.stages[s].chunks
     for i in sorted(range(len(queues)), key=lambda j: j == lane):

@@ -111,7 +111,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
         a2a = 2 * dispatch_time(plan.moe_dispatcher, m, tokens / plan.tp, m.hidden_size * t.activation_bytes,
                                 shape, c.pricer.cluster, c.profile)
     rec = 2 if full_recompute else 1
-    paired = plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule)
+    paired = plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule, plan.ep_overlap)
     exposed = 0.0 if paired else a2a * (1.0 - (plan.ep_comm_overlap or 0.0))
     out["ep_fwd"], out["ep_bwd"] = exposed, exposed * rec
     hideable = a2a if paired else 0.0

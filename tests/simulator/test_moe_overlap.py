@@ -8,8 +8,12 @@ from dataclasses import replace
 import numpy as np
 import pytest
 
+from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.costs import ChunkCost, StageCost
 from clustersim.simulator.step.engine import EngineInput, run
+from clustersim.simulator.step.simulate import simulate
+from clustersim.topologies.presets import dgx_h100_pod
+from clustersim.workloads import TrainingSpec, get_model
 
 
 def _chunk(k: int, a2a: float, *, exposed: float = 0.0) -> ChunkCost:
@@ -76,3 +80,22 @@ def test_paired_steady_state_extrapolates_exactly() -> None:
     inp = EngineInput(stages=stages, schedule="dualpipe", microbatches=m, vpp=2, overlap_grad_reduce=True,
                       overlap_param_gather=True, scale=np.ones((1, pp)))
     assert run(inp)[1] == pytest.approx(run(replace(inp), extrapolate=False)[1], rel=1e-9)
+
+
+def _simulate(schedule: str, **plan: object) -> tuple[float, float]:
+    """(step time, exposed EP seconds) of Qwen3-30B-A3B, EP16 over two 8-GPU H100 nodes, PP2."""
+    kw = dict(tp=1, pp=2, dp=16, ep=16, micro_batch=1, schedule=schedule, zero=1)
+    if schedule == "interleaved":
+        kw["vpp"] = 2
+    res = simulate(get_model("qwen3-30b-a3b"), TrainingSpec(seq_len=4096, global_batch_size=512),
+                   dgx_h100_pod(32), ParallelPlan(**{**kw, **plan}))  # type: ignore[arg-type]
+    return res.step_time, res.breakdown["exposed_ep"]
+
+
+@pytest.mark.parametrize("schedule", ["1f1b", "interleaved"])
+def test_megatron_ep_overlap_pairs_the_steady_state(schedule: str) -> None:
+    t_off, ep_off = _simulate(schedule)
+    t_zero, ep_zero = _simulate(schedule, ep_comm_overlap=0.0)  # the override at 0 = no overlap
+    t_on, ep_on = _simulate(schedule, ep_overlap=True)
+    assert (t_off, ep_off) == pytest.approx((t_zero, ep_zero))
+    assert ep_off > 0 and ep_on < 0.5 * ep_off and t_on < t_off
