@@ -247,7 +247,8 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
     env, split = st.env, _split_w(st.inp)
     start = t = env.now
     comm = 0.0
-    pair = tuple(sorted(pair, key=lambda a: a[0] != "F"))  # type: ignore[assignment]  # forward first
+    first, second = sorted(pair, key=lambda a: a[0] != "F")  # forward first
+    pair = (first, second)
     done: list[float] = []
     for kind, mb, v in pair:
         chunk = st.inp.stages[s].chunks[v]
