@@ -27,6 +27,7 @@ from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.search.bound import SAFETY
 from clustersim.simulator.step.compute import Pass, ops_time_parts
+from clustersim.simulator.step.dispatch import expert_load
 from clustersim.simulator.step.energy import compute_mix, floor_w
 from clustersim.simulator.step.partition import op_kwargs
 from clustersim.topologies import Cluster
@@ -60,11 +61,12 @@ class EnergyBound:
         kw = op_kwargs(plan, self.training)
         key = (tuple(sorted(kw.items())), plan.expert_imbalance)
         if key not in self._kernels:
+            load = expert_load(plan.expert_imbalance, self.model.capacity_factor)  # as lowering prices it
             ends: list[Op] = [*embedding_ops(self.model, **kw), *head_ops(self.model, **kw)]
-            device_j = sum(self._above_floor_j(ends, which, plan.expert_imbalance) for which in PASSES)
+            device_j = sum(self._above_floor_j(ends, which, load) for which in PASSES)
             for first, count in self._layer_kinds().values():  # layers alike in kind cost alike
                 ops = list(layer_ops(self.model, first, attention_kernel=self.training.attention_kernel, **kw))
-                device_j += count * sum(self._above_floor_j(ops, which, plan.expert_imbalance) for which in PASSES)
+                device_j += count * sum(self._above_floor_j(ops, which, load) for which in PASSES)
             copies = self.training.global_batch_size / plan.micro_batch * plan.tp * plan.cp
             self._kernels[key] = SAFETY * device_j * copies / self.training.tokens_per_step  # PUE 1, as the search prices
         return self._kernels[key]
