@@ -230,9 +230,9 @@ def _partner(st: _Run, r: int, s: int, queues: list[deque[Action]], lane: int, a
         q = queues[i]
         if not q or q[0][0] not in ("F", "B") or q[0][0] == action[0]:
             continue
-        if not _input_ready(st, r, s, q[0]):
-            continue
-        if chunks[action[2]].hideable_ep(action[0]) + chunks[q[0][2]].hideable_ep(q[0][0]) > 0:
+        if chunks[action[2]].hideable_ep(action[0]) + chunks[q[0][2]].hideable_ep(q[0][0]) <= 0:
+            continue  # nothing to hide (checked first: the input check below registers an event)
+        if _input_ready(st, r, s, q[0]):
             return i
     return None
 
