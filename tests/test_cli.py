@@ -84,6 +84,23 @@ def test_search_prints_ranked_plans_with_both_tiers() -> None:
     assert "plans/s" in p.stdout and p.stdout.count("%") >= 6
 
 
+def test_search_gives_each_plan_its_regime_interval(tmp_path: Path) -> None:
+    from clustersim.simulator.calibration.intervals import interval_for
+
+    out = tmp_path / "s.json"
+    p = cli("search", str(EXAMPLE), "--gpus", "32", "--top", "2", "--json", str(out))
+    assert p.returncode == 0, p.stderr
+    assert "80% interval s" in p.stdout
+    ranked = json.loads(out.read_text())["ranked"]
+    assert ranked
+    for row in ranked:
+        iv = interval_for(row["step_time_s"], "dense", "H100 SXM 80GB", 32)  # the example: Llama 3 70B, H100
+        assert row["interval_regime"] == iv.regime == "dense/hopper"
+        assert row["step_time_low_s"] == pytest.approx(iv.low_s) and row["step_time_high_s"] == pytest.approx(iv.high_s)
+        assert row["step_time_low_s"] < row["step_time_s"] < row["step_time_high_s"]
+        assert row["interval_extrapolated"] is False
+
+
 def test_readme_main_command_shape_and_scale_report(tmp_path: Path) -> None:
     readme = (ROOT / "README.md").read_text()
     assert "clustersim scale examples/scaling_llama3_70b.yaml" in readme

@@ -14,7 +14,12 @@ fp32, and shared experts like a dense MLP; context parallelism shards the sequen
 keys stay s long in the s^2 term). With `flash_attention` (default, as Megatron-core with
 Transformer Engine runs) the s^2 softmax tensors are never stored; the fused kernel keeps its
 fp32 log-sum-exp (a*s*b*4 bytes) instead, which selective recompute also drops.
-Masks are 1 byte per element. Does not place activations on pipeline stages (simulator/).
+Masks are 1 byte per element. FP8 runs (Transformer Engine: `transformer_engine/pytorch/module/linear.py`
+and `layernorm_linear.py` save the quantised input, column-wise usage only, for the wgrad GEMM) keep the
+tensors saved only as a linear layer's input at 1 byte (`gemm_input_bytes`); tensors another kernel also
+saves (Q/K/V and the attention output, kept by the fused attention kernel; the residual stream; the
+activation-function input) stay at the activation dtype. Routed-expert tensors are left as they are
+(issue 13 owns the MoE terms). Does not place activations on pipeline stages (simulator/).
 
 Hybrid layers (`layer_pattern`): one pre-norm input, the block's tensors and one dropout mask.
 A Mamba-2 mixer (Megatron-Core mamba_mixer.py with the mamba_ssm chunked-scan kernels) keeps:
@@ -50,6 +55,10 @@ class ActivationTerm:
     'device': already per device."""
     attention_core: bool = False
     """Dropped by selective recompute (softmax/dropout of the attention core)."""
+    gemm_input: bool = False
+    """Saved only as the input of a linear layer's weight-gradient GEMM (the fused norm's output
+    feeding QKV or fc1, the fc2 input, the Mamba in/out-projection inputs). In an FP8 run Transformer
+    Engine keeps it quantised, 1 byte per element (``layer_activation_bytes(gemm_input_bytes=)``)."""
 
 
 
@@ -76,7 +85,7 @@ def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape
         *attention,
         ActivationTerm(name="attn_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
         ActivationTerm(name="mlp_norm_input", bytes=dt * n * h, sharding="sp"),
-        ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp"),
+        ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp", gemm_input=True),
         *mlp,
         ActivationTerm(name="mlp_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
     )
@@ -85,15 +94,20 @@ def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape
 def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: int,
                            seq_len: int, tp: int = 1, cp: int = 1, sp: bool = False,
                            recompute: Recompute = "none", dtype_bytes: int = 2, ep: int = 1,
-                           etp: int = 1, flash_attention: bool = True) -> float:
-    """Bytes of activations layer `layer_index` keeps on one device for one micro-batch."""
+                           etp: int = 1, flash_attention: bool = True,
+                           gemm_input_bytes: int | None = None) -> float:
+    """Bytes of activations layer `layer_index` keeps on one device for one micro-batch.
+
+    ``gemm_input_bytes`` (default ``dtype_bytes``): bytes per element of the tensors saved only as
+    a linear layer's input (1 in FP8 runs, ``TrainingSpec.gemm_input_bytes``)."""
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes)
     if recompute == "full":
         return dtype_bytes * shape.tokens * model.hidden_size / (tp if sp else 1)
     terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention)
     kept = [t for t in terms if not (recompute == "selective" and t.attention_core)]
-    return sum(_per_device(t, tp, sp) for t in kept)
+    narrow = 1.0 if gemm_input_bytes is None else gemm_input_bytes / dtype_bytes
+    return sum(_per_device(t, tp, sp) * (narrow if t.gemm_input else 1.0) for t in kept)
 
 
 def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int,
@@ -132,7 +146,7 @@ def _hybrid_terms(model: ModelSpec, layer_index: int, shape: LocalShape, n: int,
         window = model.attention_window(layer_index)
         block = _attention_terms(model, shape, n, flash, window)
     elif kind == "mlp":
-        block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp"),
+        block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp", gemm_input=True),
                  *_mlp_terms(model, n, model.ffn_hidden_size, "mlp", dt)]
     else:
         block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp"),
@@ -150,14 +164,14 @@ def _mamba_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[Activation
     conv = model.mamba_conv_dim
     chunks = n / model.mamba_chunk_size
     return [
-        ActivationTerm(name="mamba_in_proj_input", bytes=dt * n * h, sharding="sp"),
+        ActivationTerm(name="mamba_in_proj_input", bytes=dt * n * h, sharding="sp", gemm_input=True),
         ActivationTerm(name="mamba_in_proj_output", bytes=dt * n * (d_in + conv + model.mamba_num_heads),
                        sharding="tp"),
         ActivationTerm(name="mamba_conv_output", bytes=dt * n * conv, sharding="tp"),
         ActivationTerm(name="mamba_chunk_states", bytes=FP32_BYTES * chunks * d_in * model.mamba_state_dim,
                        sharding="tp"),
         ActivationTerm(name="mamba_scan_output", bytes=dt * n * d_in, sharding="tp"),
-        ActivationTerm(name="mamba_out_proj_input", bytes=dt * n * d_in, sharding="tp"),
+        ActivationTerm(name="mamba_out_proj_input", bytes=dt * n * d_in, sharding="tp", gemm_input=True),
     ]
 
 
@@ -167,7 +181,7 @@ def _attention_terms(model: ModelSpec, shape: LocalShape, n: int, flash: bool,
     h, dt, heads = model.hidden_size, shape.dtype_bytes, model.num_heads
     kv_heads = heads if model.attention == "mla" else model.num_kv_heads
     d_qk, d_v = model.attn_head_dim, model.value_head_dim
-    terms = [ActivationTerm(name="qkv_input", bytes=dt * n * h, sharding="sp")]
+    terms = [ActivationTerm(name="qkv_input", bytes=dt * n * h, sharding="sp", gemm_input=True)]
     if model.attention == "mla":
         latent = (model.q_lora_rank or 0) + _required(model.kv_lora_rank, "kv_lora_rank")
         # latents are gathered over tp and kept whole on every rank: norm input and up-proj input
@@ -204,7 +218,7 @@ def _mlp_terms(model: ModelSpec, n: float, ffn: int, prefix: str, dt: int) -> li
     n_in = 2 if model.gated_mlp else 1
     return [
         ActivationTerm(name=f"{prefix}_act_input", bytes=dt * n * n_in * ffn, sharding="tp"),
-        ActivationTerm(name=f"{prefix}_fc2_input", bytes=dt * n * ffn, sharding="tp"),
+        ActivationTerm(name=f"{prefix}_fc2_input", bytes=dt * n * ffn, sharding="tp", gemm_input=True),
     ]
 
 

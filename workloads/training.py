@@ -85,6 +85,13 @@ class TrainingSpec:
         return 8 if self.optimizer == "adam" else 4
 
     @property
+    def gemm_input_bytes(self) -> int:
+        """Bytes per element of an activation saved only as a linear layer's input: 1 in FP8 runs
+        (Transformer Engine saves the FP8-quantised input for the weight-gradient GEMM), else the
+        activation dtype."""
+        return 1 if self.precision == "fp8" else self.activation_bytes
+
+    @property
     def activation_bytes(self) -> int:
         """Bytes per stored activation element (fp8 runs keep bf16 activations between layers)."""
         return 4 if self.precision == "fp32" else 2

@@ -25,6 +25,13 @@ from clustersim.workloads.presets import KNOWN_FAMILIES
 MEGATRON_CORE_FRAMEWORKS: tuple[str, ...] = ("megatron-core", "nemo", "megatron-bridge")
 """Framework strings (lower case) of Megatron-Core based runs (distributed optimizer, SP, TE)."""
 
+BF16_GRAD_FRAMEWORKS: tuple[str, ...] = ("megatron-bridge",)
+"""Framework strings (lower case) whose published performance recipes reduce and keep gradients in
+bf16: Megatron-Bridge `scripts/performance/configs/*/*_llm_pretrain.py` set
+`cfg.ddp.grad_reduce_in_fp32 = False` and `cfg.mixed_precision.grad_reduce_in_fp32 = False` for every
+recipe (e.g. `set_llama3_common_configs`, `set_deepseek_v3_common_configs`), so Megatron-Core's grad
+buffer is bf16 (2 bytes per element) instead of the fp32 main_grad buffer (4)."""
+
 TP_COMM_OVERLAP: float = 0.5
 """Fraction of TP communication hidden by TE userbuffer overlap in Megatron-Core runs (H100 and
 later): TE tp-comm-overlap pipelines the all-gather/reduce-scatter with the GEMM in chunks, so part
@@ -201,12 +208,12 @@ def _model_parallel(row: Mapping[str, Any], cluster: Cluster, notes: list[str]) 
 def _sharding(row: Mapping[str, Any], cluster: Cluster, tp: int, cp: int, notes: list[str]) -> dict[str, Any]:
     """zero / fsdp / gradient dtype from ``zero_fsdp`` (``spellings.SHARDING_SPELLINGS``) and ``precision``."""
     z = text(row, "zero_fsdp")
-    grad = 2 if "pure" in text(row, "precision").lower() else 4  # Composer PURE reduces in bf16
+    grad = _grad_bytes(row, notes)
     if not z:
         if framework_is_mcore(row):
             notes.append("zero_fsdp: distributed optimizer (Megatron-Core/NeMo default)")
-            return {"zero": 1}
-        return {"zero": 0}
+            return {"zero": 1, "grad_dtype_bytes": grad}
+        return {"zero": 0, "grad_dtype_bytes": grad}
     try:
         sh = sharding(z)
     except UnknownSpelling as exc:
@@ -219,7 +226,19 @@ def _sharding(row: Mapping[str, Any], cluster: Cluster, tp: int, cp: int, notes:
         return {"fsdp": "full", "zero": 0, "grad_dtype_bytes": grad}
     if sh.zero == 2:
         return {"zero": 2, "grad_dtype_bytes": grad}
-    return {"zero": sh.zero}
+    return {"zero": sh.zero, "grad_dtype_bytes": grad}
+
+
+def _grad_bytes(row: Mapping[str, Any], notes: list[str]) -> int:
+    """Bytes per gradient element: 2 for Composer's PURE mixed precision (bf16 reduce) and for the
+    ``BF16_GRAD_FRAMEWORKS`` recipes, else 4 (fp32 main grads, Megatron's and FSDP's default)."""
+    if "pure" in text(row, "precision").lower():
+        return 2
+    fw = text(row, "framework").lower()
+    if any(k in fw for k in BF16_GRAD_FRAMEWORKS):
+        notes.append("gradients bf16 (Megatron-Bridge performance recipes: grad_reduce_in_fp32 = False)")
+        return 2
+    return 4
 
 
 TUNED_MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)

@@ -44,16 +44,32 @@ def _bound(r: Ranked, price: TokenPrice | None, objective: str) -> dict[str, flo
     return {"bound_s": r.bound}
 
 
-def ranked_rows(plans: tuple[Ranked, ...], price: TokenPrice | None, objective: str = "time") -> list[dict[str, Any]]:
-    """One flat row per engine-priced plan: time, $/M tokens, kWh/M tokens, MFU, TFLOP/s/GPU, GiB,
-    bound, tiers. The bound is in the objective's unit: seconds (time, cost), GiB (memory) or kWh
-    per million tokens (energy)."""
+def step_interval(step_time: float, kind: str | None, accelerator: str, num_gpus: int) -> dict[str, Any]:
+    """The 80 % interval of a predicted step time from the held-out residuals of its regime
+    (``calibration.intervals``): low, high, regime, extrapolated and the nearest validated evidence;
+    empty when ``kind`` is None or no interval table is bundled."""
+    from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for  # loaded when used
+
+    if kind is None or not INTERVALS_PATH.exists():
+        return {}
+    iv = interval_for(step_time, kind, accelerator, num_gpus)
+    return {"step_time_low_s": iv.low_s, "step_time_high_s": iv.high_s, "interval_level": iv.level,
+            "interval_regime": iv.regime, "interval_extrapolated": iv.extrapolated, "interval_nearest": iv.nearest}
+
+
+def ranked_rows(plans: tuple[Ranked, ...], price: TokenPrice | None, objective: str = "time",
+                kind: str | None = None) -> list[dict[str, Any]]:
+    """One flat row per engine-priced plan: time (with its 80 % interval when ``kind``, the model's
+    dense | moe | hybrid, is given), $/M tokens, kWh/M tokens, MFU, TFLOP/s/GPU, GiB, bound, tiers.
+    The bound is in the objective's unit: seconds (time, cost), GiB (memory) or kWh per million
+    tokens (energy)."""
     rows = []
     for i, r in enumerate(plans, 1):
         res = r.result
         if res is None:
             continue
-        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, **_bound(r, price, objective),
+        iv = step_interval(res.step_time, kind, str(res.labels.get("accelerator", "")), res.num_gpus)
+        rows.append({"rank": i, "plan": r.plan.describe(), "step_time_s": res.step_time, **iv, **_bound(r, price, objective),
                      "cost_per_million_tokens": price.of(res.step_time, r.energy) * 1e6 if price else None,
                      "energy_j_per_token": r.energy,
                      "kwh_per_million_tokens": r.energy / J_PER_KWH * 1e6 if r.energy is not None else None,
@@ -65,19 +81,33 @@ def ranked_rows(plans: tuple[Ranked, ...], price: TokenPrice | None, objective: 
     return rows
 
 
-def report_table(rep: SearchReport, title: str, price: TokenPrice | None = None, caption: str = "") -> Table:
-    """The ranked plans: step time, $/M tokens, kWh/M tokens, MFU, TFLOP/s/GPU, memory, the bound and both tiers."""
+def _interval_cell(row: dict[str, Any]) -> str:
+    """``lo-hi`` of the 80 % interval, ``*`` when extrapolated."""
+    return f"{row['step_time_low_s']:.3g}-{row['step_time_high_s']:.3g}{'*' if row['interval_extrapolated'] else ''}"
+
+
+def report_table(rep: SearchReport, title: str, price: TokenPrice | None = None, caption: str = "",
+                 kind: str | None = None) -> Table:
+    """The ranked plans: step time and its 80 % interval, $/M tokens, kWh/M tokens, MFU, TFLOP/s/GPU,
+    memory, the bound and both tiers."""
+    rows = ranked_rows(rep.ranked, price, rep.objective, kind)
+    with_iv = any("step_time_low_s" in r for r in rows)
+    extrapolated = [r for r in rows if r.get("interval_extrapolated")]
+    if extrapolated:
+        caption = (f"{caption}\n* EXTRAPOLATED ({extrapolated[0]['interval_regime']}): no held-out evidence for this "
+                   f"regime or scale; nearest validated: {extrapolated[0]['interval_nearest']}").lstrip("\n")
     table = Table(title=title, caption=caption)
     bound_col, bound_key, bound_fmt = {"memory": ("bound GiB", "bound_gib", ".1f"),
                                        "energy": ("bound kWh/M", "bound_kwh_per_million_tokens", ".3f"),
                                        "cost": ("bound $/M", "bound_cost_per_million_tokens", ".3f")}.get(
                                            rep.objective, ("bound s", "bound_s", ".3f"))
-    cols = ["#", "plan", "step s", *(["$/M tok"] if price else []), "kWh/M tok", "MFU", "TFLOP/s/GPU", "GiB / cap",
+    cols = ["#", "plan", "step s", *(["80% interval s"] if with_iv else []), *(["$/M tok"] if price else []), "kWh/M tok", "MFU", "TFLOP/s/GPU", "GiB / cap",
             bound_col, "analytic", "losses"]
     for col in cols:
         table.add_column(col, justify="left" if col in ("plan", "losses") else "right")
-    for row in ranked_rows(rep.ranked, price, rep.objective):
+    for row in rows:
         cells = [str(row["rank"]), row["plan"], f"{row['step_time_s']:.3f}"]
+        cells += [_interval_cell(row)] if with_iv else []
         cells += [f"{row['cost_per_million_tokens']:.3f}"] if price else []
         cells += [f"{row['kwh_per_million_tokens']:.3f}" if row["kwh_per_million_tokens"] is not None else "-",
                   f"{row['mfu'] * 100:.1f}%", f"{row['tflops_per_gpu']:.0f}",
@@ -143,6 +173,9 @@ def register(app: typer.Typer) -> None:
             task = bar.add_task("bounding plans", total=None)
             rep = search(sc.model, sc.training, sc.cluster, top=top, objective=goal, profile=profile,
                          progress=lambda n: bar.update(task, completed=n), facility=facility)
+        from clustersim.simulator.calibration.intervals import model_kind  # loaded when used
+
+        kind = model_kind(sc.model.layer_pattern, sc.model.is_moe)
         prof = profile or default_profile(sc.cluster.accelerator.name)
         header = {**search_header(sc, rep, prof.name, prof.fit_date),
                   **({"price_basis": price.basis} if price else {}),
@@ -155,19 +188,19 @@ def register(app: typer.Typer) -> None:
                    f"(fit {prof.fit_date or 'not recorded'}); plans checked at {rep.valid / max(rep.analytic_seconds, 1e-9):,.0f} plans/s, "
                    f"bound {rep.bound_seconds:.1f} s, engine {rep.engine_seconds:.1f} s")
         if not quiet:
-            console.print(report_table(rep, title, price, caption))
+            console.print(report_table(rep, title, price, caption, kind))
             console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0,
                                                     objective=rep.objective),
                                        "Pareto front of the priced plans: step time vs peak memory vs energy per token "
                                        "(also the front with $/token: a price is a non-negative sum of time and energy)",
-                                       price))
+                                       price, kind=kind))
         if not rep.ranked:
             raise ValueError("no plan fits in memory; try more GPUs, a smaller global batch or a bigger accelerator")
         if json_out:
-            doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, price, objective),
-                   "pareto": ranked_rows(rep.pareto, price, objective)}
+            doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, price, objective, kind),
+                   "pareto": ranked_rows(rep.pareto, price, objective, kind)}
             output.emit_json(output.stamped(doc), json_out, say)
         if csv_out:
             import pandas as pd  # heavy: imported when a table is written
 
-            output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, price, objective)), csv_out, say, output.stamped(header))
+            output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, price, objective, kind)), csv_out, say, output.stamped(header))

@@ -211,7 +211,7 @@ class StepBound:
         for costs in self.chunks(plan):
             dense, expert = sum(c[2] for c in costs), sum(c[3] for c in costs)
             params = dense + expert
-            states = (params * t.param_bytes / plan.param_shard + params * t.grad_bytes / plan.grad_shard
+            states = (params * t.param_bytes / plan.param_shard + params * plan.grad_dtype_bytes / plan.grad_shard
                       + plan.sharded_state(dense, expert, t.master_param_bytes + t.optimizer_state_bytes))
             best = max(best, states)
         return (best + RESERVED_BYTES) * SAFETY

@@ -86,7 +86,8 @@ class Estimator:
     def _layer_act(self, i: int, mb: int, tp: int, cp: int, sp: bool, rc: Recompute, ep: int, etp: int) -> float:
         return layer_activation_bytes(self.model, i, micro_batch=mb, seq_len=self.training.seq_len, tp=tp, cp=cp,
                                       sp=sp, recompute=rc, dtype_bytes=self.training.activation_bytes, ep=ep, etp=etp,
-                                      flash_attention=self.training.flash_attention)
+                                      flash_attention=self.training.flash_attention,
+                                      gemm_input_bytes=self.training.gemm_input_bytes)
 
     def _collective(self, kind: str, size: float, n: int, per_domain: int) -> float:
         shape = analytic.GroupShape(size=n, per_domain=max(1, min(per_domain, n)))
@@ -263,7 +264,7 @@ class Estimator:
         t = self.training
         dense, expert = params
         opt = plan.sharded_state(dense, expert, t.master_param_bytes + t.optimizer_state_bytes)
-        states = (dense + expert) * (t.param_bytes / plan.param_shard + t.grad_bytes / plan.grad_shard) + opt
+        states = (dense + expert) * (t.param_bytes / plan.param_shard + plan.grad_dtype_bytes / plan.grad_shard) + opt
         acts = 0.0
         for i, n in groups:
             if n:

@@ -142,7 +142,8 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
     """Activations one micro-batch leaves on a device of this chunk (Korthikanti et al. 2022)."""
     shard = _Shard(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
     total: float = sum(layer_activation_bytes(model, i, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
-                                       ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention, **shard)
+                                       ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention,
+                                       gemm_input_bytes=training.gemm_input_bytes, **shard)
                 for i in layers)
     if chunk == 0:
         total += embedding_activation_bytes(model, **shard)
@@ -223,7 +224,7 @@ def _stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, 
     return StageMemory(
         stage=stage,
         weights=weights + gathered,
-        grads=params * training.grad_bytes / plan.grad_shard,
+        grads=params * plan.grad_dtype_bytes / plan.grad_shard,  # the DP grad buffer's dtype
         optimizer=optimizer,
         activations=_peak_activations(plan, num_microbatches(plan, training), stage, act),
         buffers=RESERVED_BYTES,

@@ -158,3 +158,24 @@ def test_validation_of_every_axis(model: str, plan: dict, match: str | None) -> 
         return
     with pytest.raises(PlanError, match=match):
         simulate(get_model(model), TRAIN, cluster, p)
+
+
+@pytest.mark.parametrize("zero", [0, 1, 2])
+def test_grad_memory_follows_the_grad_buffer_dtype(zero: int) -> None:
+    # the DP gradient buffer holds grad_dtype_bytes per element (fp32 main grads 4, bf16 2), the
+    # same figure the gradient collectives are priced with
+    model = get_model("llama3-8b")
+    fp32 = ParallelPlan(tp=1, pp=1, dp=4, zero=zero)
+    bf16 = dataclasses.replace(fp32, grad_dtype_bytes=2)
+    m4, m2 = stage_memory(model, TRAIN, fp32, 0), stage_memory(model, TRAIN, bf16, 0)
+    assert m2.grads == pytest.approx(m4.grads / 2)
+    assert (m2.weights, m2.optimizer, m2.activations) == (m4.weights, m4.optimizer, m4.activations)
+
+
+def test_fp8_run_stores_fewer_activation_bytes() -> None:
+    model, plan = get_model("llama3-8b"), ParallelPlan(tp=2, pp=1, dp=1, sp=True)
+    bf16 = stage_memory(model, TRAIN, plan, 0)
+    fp8 = stage_memory(model, dataclasses.replace(TRAIN, precision="fp8"), plan, 0)
+    h, f = model.hidden_size, model.ffn_hidden_size
+    tokens = TRAIN.seq_len * plan.micro_batch
+    assert bf16.activations - fp8.activations == pytest.approx(model.num_layers * tokens * (2 * h + f) / plan.tp)

@@ -103,3 +103,28 @@ def test_embedding_and_head_activations() -> None:
     assert head == pytest.approx(logits + 2 * 2 * tokens * m.hidden_size / 4)
     emb = embedding_activation_bytes(m, micro_batch=1, seq_len=tokens, tp=4, sp=True)
     assert emb == pytest.approx(tokens * m.hidden_size / 4)
+
+
+def test_fp8_keeps_linear_only_inputs_at_one_byte() -> None:
+    # Transformer Engine saves the FP8-quantised input of a linear layer for its wgrad GEMM: the
+    # QKV input (fused norm output), the fc1 input and the fc2 input drop from 2 bytes to 1; Q/K/V,
+    # the attention output, the residual stream and the activation-function input stay bf16.
+    m = get_model("llama3-70b")
+    n, h, f = B * S, m.hidden_size, m.ffn_hidden_size
+    kw = dict(micro_batch=B, seq_len=S)
+    bf16 = layer_activation_bytes(m, 0, **kw)
+    fp8 = layer_activation_bytes(m, 0, gemm_input_bytes=1, **kw)
+    assert bf16 - fp8 == pytest.approx(n * (h + h + f))  # (2 - 1) bytes x (qkv_in + fc1_in + fc2_in)
+    # tensor parallel with SP shards all three by tp, so the saving does too
+    sp = layer_activation_bytes(m, 0, tp=T, sp=True, **kw) - layer_activation_bytes(m, 0, tp=T, sp=True, gemm_input_bytes=1, **kw)
+    assert sp == pytest.approx(n * (h + h + f) / T)
+    # full recompute keeps only the layer input (the residual stream): nothing to narrow
+    assert layer_activation_bytes(m, 0, recompute="full", gemm_input_bytes=1, **kw) == \
+        layer_activation_bytes(m, 0, recompute="full", **kw)
+
+
+def test_training_spec_gemm_input_bytes() -> None:
+    from clustersim.workloads import TrainingSpec
+    assert TrainingSpec(seq_len=S, global_batch_size=8, precision="fp8").gemm_input_bytes == 1
+    assert TrainingSpec(seq_len=S, global_batch_size=8, precision="bf16").gemm_input_bytes == 2
+    assert TrainingSpec(seq_len=S, global_batch_size=8, precision="fp32").gemm_input_bytes == 4
