@@ -28,10 +28,20 @@ def test_model_spelling(text: str, preset: str) -> None:
 
 
 def test_known_family_without_preset_is_a_named_skip_not_gpt_style() -> None:
-    row = {"model": "Llama-3.2-3B", "arch_type": "dense", "num_layers": 28, "hidden_size": 3072, "num_heads": 24,
-           "vocab_size": 128256}
-    with pytest.raises(SkipRow, match="'Llama-3.2-3B'"):
+    # (Llama-3.2-3B played this part until it got its preset; Falcon has none)
+    row = {"model": "tiiuae/falcon-180B", "arch_type": "dense", "num_layers": 80, "hidden_size": 14848,
+           "num_heads": 232, "vocab_size": 65024}
+    with pytest.raises(SkipRow, match="'tiiuae/falcon-180B'"):
         model_for_row(row, [])
+
+
+@pytest.mark.parametrize(("name", "published"), [("llama3.2-1b", 1_235_746_816), ("llama3.2-3b", 3_212_574_720)])
+def test_llama32_presets_match_the_published_parameter_count(name: str, published: int) -> None:
+    # torchtitan's Llama 3.2 note (code-search index id 35120692988) counts the tied-embedding model
+    # without its RMSNorm weights; the preset counts them too: (2 per layer + final) x hidden
+    m = get_model(name)
+    assert m.num_params() - (2 * m.num_layers + 1) * m.hidden_size == published
+    assert resolve_model_name(f"meta-llama/Llama-3.2-{name[-2:].upper()}-Instruct") == name
 
 
 def test_mqa_with_tp_above_kv_heads_replicates_kv() -> None:
