@@ -28,17 +28,16 @@ from clustersim.topologies.accelerators import ACCELERATORS, get_accelerator
 from clustersim.workloads import Op
 
 # Regression guard (subset: every Megatron-LM row + 60 stratified others, rng seed 0), with the
-# bundled default profiles: an in-sample check that the simulator has not drifted at fixed profiles.
-# It is not the figure changes are judged by: that is the out-of-sample MAPE of `clustersim validate
-# --cross-validate family` (docs/VALIDATION.md; its folds refit the profiles, 7-15 min with cached
-# sensitivities, too slow for this suite). Reached with the family-weighted profiles of December
-# 2026: subset 10.06 %, Megatron-LM rows 5.63 % (full table 10.15 %). Before them (Megatron-LM rows
-# weighted 3x in the fit, a per-source weight the fit hygiene removed) the guard read 9.5 % / 3.5 %
-# (reached 8.48 % / 2.90 %); the weighting, not the simulator, moved those figures (the out-of-sample
-# figure is 14.69 % with the new profiles' protocol). Tolerances ~0.7 point of drift, as before.
-# Calculon reports 3.65 % mean error on a similar Megatron table (Isaev et al., SC'23), in sample.
-SUBSET_MAPE_MAX = 10.8
-MEGATRON_MAPE_MAX = 6.3
+# bundled default profiles. Reached when written: subset MAPE 8.48 %, Megatron-LM rows 2.90 %
+# (full table: 8.63 % and 2.90 %, docs/VALIDATION.md); the tolerances allow ~0.6-1 point of drift.
+# Calculon reports 3.65 % mean error on a similar Megatron table (Isaev et al., SC'23).
+# An in-sample drift check at fixed profiles, not the figure changes are judged by (the
+# out-of-sample MAPE of `clustersim validate --cross-validate family`, docs/VALIDATION.md). The
+# family-weighted refit (subset 10.06 %, Megatron-LM rows 5.63 %) was not installed because it is
+# worse out of sample, not because of this guard: Llama 2 model-card GPU-hours (test_energy_published)
+# +42 / +34 / +60 % against -8 / -17 / +1 %, and a first-order family-held-out 14.93 % against 13.49 %.
+SUBSET_MAPE_MAX = 9.5
+MEGATRON_MAPE_MAX = 3.5
 
 
 @pytest.fixture(scope="module")
