@@ -17,8 +17,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from clustersim.simulator.calibration.torch_backend import stats
-from clustersim.simulator.calibration.torch_backend.gpt import GPT, lm_loss
-from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, make_mesh
+from clustersim.simulator.calibration.torch_backend.gpt import GPT
+from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, loss_backward, make_mesh
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, TimingRecipe
 
 
@@ -265,7 +265,7 @@ def framework_entries(timing: TimingRecipe) -> list[dict[str, Any]]:
     times = {}
     for variant in ("plain", *FRAMEWORKS):
         model = _framework_model(variant, cfg, dist.get_world_size())
-        times[variant] = time_call(lambda: lm_loss(model(tokens), tokens).backward(), timing)
+        times[variant] = time_call(lambda: loss_backward(model(tokens), tokens), timing)
     return [{"variant": v, "calls": float(framework_calls(v, cfg.num_layers)), "time_s": times[v],
              "plain_s": times["plain"],
              "per_call_s": max(times[v] - times["plain"], 0.0) / framework_calls(v, cfg.num_layers)}

@@ -8,13 +8,15 @@ It does not time anything. Imported only inside ranks (imports torch).
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import torch
 from torch.distributed.device_mesh import DeviceMesh, init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import Replicate, Shard
+from torch.distributed.tensor import DTensor, Replicate, Shard
 from torch.distributed.tensor.parallel import (
+    loss_parallel,
     ColwiseParallel,
     ParallelStyle,
     PrepareModuleInput,
@@ -23,7 +25,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from clustersim.simulator.calibration.torch_backend.gpt import GPT
+from clustersim.simulator.calibration.torch_backend.gpt import GPT, lm_loss
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan
 
 
@@ -63,13 +65,24 @@ def apply_tp(model: GPT, mesh: DeviceMesh, sp: bool) -> None:
     out = Shard(1) if sp else Replicate()
     top: dict[str, ParallelStyle] = {
         "tok_embeddings": RowwiseParallel(input_layouts=Replicate(), output_layouts=out),
-        "output": ColwiseParallel(input_layouts=out, output_layouts=Replicate()),
+        # logits stay sharded over the vocabulary and the loss runs under ``loss_parallel`` (as
+        # torchtitan and Megatron's vocab-parallel cross-entropy do): no rank gathers them all
+        "output": ColwiseParallel(input_layouts=out, output_layouts=Shard(-1), use_local_output=False),
     }
     if sp:
         top["norm"] = SequenceParallel()
     parallelize_module(model, mesh, top)
     for block in model.layers.values():
         parallelize_module(block, mesh, tp_block_plan(sp))
+
+
+def loss_backward(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """The loss of ``logits`` and its backward; TP's vocabulary-sharded logits (a DTensor) go
+    through ``loss_parallel``, forward and backward, so no rank gathers the whole vocabulary."""
+    with loss_parallel() if isinstance(logits, DTensor) else contextlib.nullcontext():
+        loss = lm_loss(logits, targets)
+        loss.backward()
+    return loss
 
 
 def apply_fsdp(model: GPT, mesh: DeviceMesh) -> None:

@@ -21,12 +21,14 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
+from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile
 
 from clustersim.simulator.calibration.torch_backend import microbench, stats
 from clustersim.simulator.calibration.torch_backend.gpt import GPT, build_stage, lm_loss
-from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, device, make_mesh, synchronize
+from clustersim.simulator.calibration.torch_backend.parallelize import (apply_fsdp, apply_tp, device, loss_backward, make_mesh,
+                                                                       synchronize)
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord, TimingRecipe
 
 Step = Callable[[], tuple[float, float]]
@@ -61,12 +63,12 @@ def flat_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) ->
     weight = 1.0 if tp_rank == 0 else 0.0  # TP ranks hold the same loss: count it once
 
     def step() -> tuple[float, float]:
-        loss = lm_loss(wrapped(tokens), targets)
-        loss.backward()
+        loss = loss_backward(wrapped(tokens), targets)
         opt.step()
         opt.zero_grad(set_to_none=True)
         synchronize()
-        return float(loss.detach()) * weight, weight
+        value = loss.detach()
+        return float(value.full_tensor() if isinstance(value, DTensor) else value) * weight, weight
 
     return step
 
