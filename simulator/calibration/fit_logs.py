@@ -22,7 +22,7 @@ import numpy as np
 
 from clustersim.files import write_json
 from clustersim.simulator.calibration.fit_runs import scaled
-from clustersim.simulator.calibration.fitted_interval import fitted_interval_text, interval_path, read_interval
+from clustersim.simulator.calibration.fitted_interval import interval_path
 from clustersim.simulator.calibration.imported_runs import load_run, run_folders
 from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
 from clustersim.simulator.errors import CalibrationError

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Mapping
 
 __all__ = ["fitted_interval_json", "fitted_interval_text", "interval_path", "read_interval"]
 
@@ -29,19 +30,17 @@ def read_interval(profile_path: str | os.PathLike[str]) -> tuple[float, float] |
     return float(lo), float(hi)
 
 
-def fitted_interval_text(profile_path: str | os.PathLike[str] | None, step_time_s: float) -> str | None:
-    """A prediction's interval from the fit report beside its profile (``calibrate fit --runs``), in
-    words; None when the profile has no report (the published-runs interval applies then)."""
-    found = read_interval(profile_path) if profile_path is not None else None
-    if found is None or profile_path is None:
-        return None
-    lo, hi = found
-    return (f"interval {step_time_s * lo:.3g}-{step_time_s * hi:.3g} s (measured = predicted x [{lo:.3f}, {hi:.3f}], "
-            f"held-out run families of {interval_path(profile_path)})")
+def fitted_interval_text(found: Mapping[str, float | str]) -> str:
+    """A prediction's interval from the fit report beside its profile (``fitted_interval_json``),
+    in words."""
+    return (f"interval {float(found['low_s']):.3g}-{float(found['high_s']):.3g} s (measured = predicted x "
+            f"[{float(found['ratio_low']):.3f}, {float(found['ratio_high']):.3f}], held-out run families of {found['source']})")
 
 
 def fitted_interval_json(profile_path: str | os.PathLike[str] | None, step_time_s: float) -> dict[str, float | str] | None:
-    """The same interval as data (``simulate --json``'s ``fitted_interval``); None without a report."""
+    """The interval of the fit report beside a profile (``calibrate fit --runs``) for a prediction
+    of ``step_time_s``, as data (``simulate --json``'s ``fitted_interval``); None when the profile
+    has no report (the published-runs interval applies then)."""
     found = read_interval(profile_path) if profile_path is not None else None
     if found is None or profile_path is None:
         return None

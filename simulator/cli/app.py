@@ -152,8 +152,8 @@ def simulate_cmd(
     iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
     from clustersim.simulator.calibration.fitted_interval import fitted_interval_json, fitted_interval_text
 
-    fitted = fitted_interval_text(calibration, result.step_time)  # a user's cluster: calibrate fit --runs
-    fitted_json = fitted_interval_json(calibration, result.step_time)
+    fitted_json = fitted_interval_json(calibration, result.step_time)  # a user's cluster: calibrate fit --runs
+    fitted = fitted_interval_text(fitted_json) if fitted_json else None
     if not to_stdout:
         console.print(result_table(result, title, energy))
         if fitted is not None:

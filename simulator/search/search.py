@@ -26,7 +26,7 @@ from clustersim.simulator.search.energy_bound import EnergyBound
 from clustersim.simulator.search.estimate import Estimate, Estimator
 from clustersim.simulator.step.partition import partition_memory
 from clustersim.simulator.plan.plan import Fsdp, ParallelPlan, Recompute, Schedule
-from clustersim.simulator.step.energy import J_PER_KWH, energy_per_token
+from clustersim.simulator.step.energy import J_PER_KWH, energy_per_token, rental_price
 from clustersim.simulator.step.result import Result
 from clustersim.topologies import Cluster
 from clustersim.topologies.power import FacilitySpec
@@ -175,7 +175,7 @@ def price_per_token(cluster: Cluster, training: TrainingSpec, facility: Facility
     ``step.energy.money`` prices a step."""
     facility = facility or FacilitySpec()
     gpu_s = cluster.num_gpus / 3600.0 / training.tokens_per_step  # GPU-hours per token per second of step
-    rental = facility.price_per_gpu_hour if facility.price_per_gpu_hour is not None else cluster.cost_per_gpu_hour
+    rental = rental_price(facility, cluster.cost_per_gpu_hour)
     if rental > 0:
         return TokenPrice(per_second=gpu_s * rental)
     if facility.price_per_kwh > 0 or facility.capex_per_gpu > 0:

@@ -265,9 +265,15 @@ class TokenCosts:
                 **{f"{n}_per_million_tokens": self.per_token(n) * 1e6 for n in names}}
 
 
+def rental_price(facility: FacilitySpec, cluster_price: float) -> float:
+    """The GPU-hour price a run is rented at: the facility's if set, else the cluster's; 0 = owned
+    (priced by energy and amortised capital instead)."""
+    return facility.price_per_gpu_hour if facility.price_per_gpu_hour is not None else cluster_price
+
+
 def money(kwh: float, gpu_hours: float, facility: FacilitySpec, cluster_price: float) -> float:
     """Rental (GPU-hours x price) where a GPU-hour price is known, else energy + amortised capex."""
-    price = facility.price_per_gpu_hour if facility.price_per_gpu_hour is not None else cluster_price
+    price = rental_price(facility, cluster_price)
     if price > 0:
         return gpu_hours * price
     return kwh * facility.price_per_kwh + gpu_hours * facility.capex_per_gpu_hour
