@@ -24,6 +24,7 @@ from clustersim.simulator.calibration.profile import CalibrationProfile, load_pr
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
 from clustersim.simulator.calibration.torch_backend import torch_available
+from clustersim.simulator.calibration.torch_backend.census import compare, measured_tally, passes
 from clustersim.simulator.calibration.torch_backend.check import (
     STATISTICS,
     CheckRow,
@@ -36,6 +37,7 @@ from clustersim.simulator.calibration.torch_backend.measure import (
     HOLDOUT_GPT,
     SMALL_GPT,
     TINY_GPT,
+    census,
     host_cores,
     load_steps,
     measure,
@@ -56,6 +58,7 @@ def register(app: typer.Typer) -> None:
     sub.command("measure")(measure_command)
     sub.command("fit")(fit_command)
     sub.command("check")(check_command)
+    sub.command("census")(census_command)
     sub.command("import-runs")(import_runs_command)
     app.add_typer(sub, name="calibrate")
 
@@ -261,6 +264,45 @@ def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Seque
     if loads:
         lines.append(f"host load (1-min average) when the plans started: {min(loads):.1f}-{max(loads):.1f}")
     return lines
+
+
+def census_command(
+    model: Annotated[str, typer.Option(help="GPT preset: small, holdout or tiny.")] = "small",
+    out: Annotated[Optional[Path], typer.Option("--out", help="Write the census (every call of every rank) as JSON.")] = None,
+    replay: Annotated[Optional[Path], typer.Option(help="Compare a census written by --out before instead of "
+                                                   "running one (no torch needed).")] = None,
+) -> None:
+    """Count the collectives one real step of every 2-rank plan issues and compare them with the simulator's.
+
+    Exit 1 when a plan issues a call the simulator does not price, or the other way round."""
+    output_file("--out", out)
+    if replay is not None:
+        if not replay.exists():
+            raise CalibrationError(f"--replay {replay}: no such file; give a file written by calibrate census --out")
+        censuses = json.loads(replay.read_text())
+    else:
+        if not torch_available():
+            raise CalibrationError("calibrate census needs torch; install the extra: pip install 'clustersim[torch]'")
+        censuses = census(_model(model, None, None, None, None), standard_plans(2))
+    table = Table(title="collective calls of one step (rank 0): real vs the simulator's lowering")
+    for col in ("plan", "real calls", "real MB", "mismatches", "pipeline passes (rank 0)"):
+        table.add_column(col, justify="left" if col in ("plan", "pipeline passes (rank 0)") else "right")
+    bad = []
+    for c in censuses:
+        found = compare(c)
+        bad += found
+        tally = measured_tally(c["ranks"][0], int(c["world_size"]))
+        order = " ".join(f"{k}{mb}" for k, mb in passes(c).get(0, []))
+        table.add_row(str(c["plan"]["name"]), str(sum(tally.values())),
+                      f"{sum(size * n for (_, size), n in tally.items()) / 1e6:.2f}", str(len(found)), order)
+    _console().print(table)
+    for m in bad:
+        _console().print(f"{m.plan} rank {m.rank}: {m.kind} of {m.size:.0f} B: {m.measured} real, {m.simulated} priced")
+    if out:
+        write_atomic(out, json.dumps(censuses, indent=1))
+        _console().print(f"wrote {out}")
+    if bad:
+        raise typer.Exit(1)
 
 
 def import_runs_command(

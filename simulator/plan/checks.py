@@ -32,7 +32,7 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
 
 INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes")
 FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap")
-REAL_FIELDS = ("bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
+REAL_FIELDS = ("bucket_size", "first_bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
 OPTIONAL_REAL_FIELDS = ("ep_comm_overlap",)
 """Real fields that may be None (None: decided by the mechanism, not the override)."""
 BUCKET_RANGE = (2.0**20, 2.0**36)
@@ -103,6 +103,9 @@ def _check_values(plan: ParallelPlan) -> None:
     if not BUCKET_RANGE[0] <= plan.bucket_size <= BUCKET_RANGE[1]:
         raise PlanError(f"plan.bucket_size = {plan.bucket_size:g} bytes must lie in [{BUCKET_RANGE[0]:.0f}, "
                         f"{BUCKET_RANGE[1]:.0f}] (1 MiB .. 64 GiB)")
+    if not 0.0 <= plan.first_bucket_size <= plan.bucket_size:
+        raise PlanError(f"plan.first_bucket_size = {plan.first_bucket_size:g} bytes must lie in [0, plan.bucket_size "
+                        f"{plan.bucket_size:g}] (0: no separate first bucket; PyTorch DDP uses 1 MiB)")
 
 
 def _check_world(plan: ParallelPlan, cluster: Cluster) -> None:

@@ -63,6 +63,10 @@ class ParallelPlan:
     """Overlap ZeRO/FSDP parameter all-gathers with compute (prefetch)."""
     bucket_size: float = 40e6 * 4
     """DP gradient bucket in bytes (Megatron default 40M fp32 grads)."""
+    first_bucket_size: float = 0.0
+    """Bytes at which the first DP gradient bucket closes, the gradients ready first in it alone
+    (PyTorch DDP: 1 MiB, ``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``, the rest in
+    ``bucket_cap_mb`` buckets); 0: every bucket ``bucket_size`` (Megatron)."""
     grad_dtype_bytes: int = 4
     """Bytes per gradient element in the DP reduction (4: Megatron fp32 main grads)."""
     tp_comm_overlap: float = 0.0

@@ -20,8 +20,8 @@ Action = tuple[str, int, int]
 def stage_program(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[Action]:
     """The passes of ``stage`` in execution order for ``m`` micro-batches."""
     match schedule:
-        case "gpipe":
-            return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in reversed(range(m))]
+        case "gpipe":  # all forwards, then the backwards in the same order (torch.distributed.pipelining.ScheduleGPipe)
+            return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
         case "1f1b":
             return _one_f_one_b(stage, pp, m)
         case "interleaved":

@@ -108,6 +108,9 @@ class StageCost:
     """Seconds of the optimizer step on this device."""
     p2p_size: float = 0.0
     """Bytes of one micro-batch's activations (or their gradients) sent to the next stage."""
+    grad_sync: float = 0.0
+    """Seconds of the tp all-reduce of the sequence-parallel norms' gradients after the backward,
+    before the optimizer (0 without SP)."""
 
 
 @dataclass(frozen=True)

@@ -457,8 +457,10 @@ def _finish(st: _Run, ready: list[list[simpy.Event]], ends: dict[tuple[int, int]
         if sync > t:
             st.log.append(Interval(r, s, "compute", "bubble", t, sync, "wait stage sync", stage_sync=True))
         stage = st.inp.stages[s]
-        t_opt = sync + stage.optimizer
-        st.log.append(Interval(r, s, "compute", "optimizer", sync, t_opt, "optimizer"))
+        if stage.grad_sync:
+            st.log.append(Interval(r, s, "compute", "exposed_tp", sync, sync + stage.grad_sync, "SP norm grads"))
+        t_opt = sync + stage.grad_sync + stage.optimizer
+        st.log.append(Interval(r, s, "compute", "optimizer", sync + stage.grad_sync, t_opt, "optimizer"))
         tail = 0.0 if st.inp.overlap_param_gather else sum(c.param_gather for c in stage.chunks)
         if tail:
             st.log.append(Interval(r, s, "compute", "exposed_dp", t_opt, t_opt + tail, "param gather"))

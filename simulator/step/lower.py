@@ -12,7 +12,7 @@ goes (``compute_parts``). Every collective is priced by ``CommPricer``. Scheduli
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.pricing import CommPricer
@@ -23,7 +23,7 @@ from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, St
 from clustersim.simulator.step.dispatch import dispatch_time, ep_shape, expert_load
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
-from clustersim.simulator.plan.schedules import pairs_forward_backward
+from clustersim.simulator.plan.schedules import num_model_chunks, pairs_forward_backward
 from clustersim.topologies import AcceleratorSpec
 from clustersim.workloads import ModelSpec, Op, TrainingSpec
 from clustersim.workloads.mamba import mamba_cp_alltoall_bytes
@@ -59,8 +59,10 @@ def lower(c: Costing, part: Partition | None = None) -> Lowered:
     out = []
     for stage in part.stages:
         costs = tuple(_chunk_cost(c, ch.chunk, ch.layers, list(ch.ops)) for ch in stage.chunks)
+        norms = sp_norm_grad_call(c, [o for ch in stage.chunks for o in ch.ops])
         out.append(StageCost(stage=stage.stage, chunks=costs, p2p=c.pricer.p2p_time(p2p_size, stage.stage),
-                             optimizer=_optimizer(c, stage.chunks), p2p_size=p2p_size))
+                             optimizer=_optimizer(c, stage.chunks), p2p_size=p2p_size,
+                             grad_sync=c.pricer.time(norms[0], norms[1], "tp") if norms else 0.0))
     return Lowered(stages=tuple(out), collectives=c.pricer.summary())
 
 
@@ -83,11 +85,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
     sequence-to-head all-to-alls of its scan instead (``mamba_cp_alltoall_bytes``), unhidden."""
     plan, t, m = c.plan, c.training, c.model
     tokens = plan.micro_batch * t.seq_len / plan.cp
-    size = tokens * m.hidden_size * t.activation_bytes
-    if plan.sp:
-        one = c.pricer.time("reduce_scatter", size, "tp") + c.pricer.time("all_gather", size, "tp")
-    else:
-        one = c.pricer.time("all_reduce", size, "tp")
+    one = sum(c.pricer.time(kind, size, "tp") for kind, size in tp_block_calls(c))
     tp = tp_blocks * one * (1.0 - plan.tp_comm_overlap)
     out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
     attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
@@ -119,6 +117,65 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
     return out
 
 
+TPCall = tuple[CollectiveKind, float]
+"""A tensor-parallel collective: (kind, bytes in the nccl-tests convention), on the tp axis."""
+
+LOSS_ALL_REDUCES = 3
+"""Per-token fp32 all-reduces of the vocabulary-parallel cross-entropy over tp: the max logit, the
+target's logit and the sum of exponentials (Megatron-LM ``_VocabParallelCrossEntropy``; torch's
+``loss_parallel`` issues the same three)."""
+
+
+def _tp_tokens_bytes(c: Costing) -> tuple[float, float]:
+    """(tokens of one micro-batch on one tp group, bytes of their full-width activations)."""
+    tokens = c.plan.micro_batch * c.training.seq_len / c.plan.cp
+    return tokens, tokens * c.model.hidden_size * c.training.activation_bytes
+
+
+def tp_block_calls(c: Costing) -> tuple[TPCall, ...]:
+    """The TP collectives of one tensor-parallel block (attention or MLP) in one direction: the
+    all-reduce of its row-parallel output, or with SP a reduce-scatter out and an all-gather in
+    (Megatron-LM; Korthikanti et al. 2022). Empty without tp."""
+    if c.plan.tp <= 1:
+        return ()
+    size = _tp_tokens_bytes(c)[1]
+    return (("reduce_scatter", size), ("all_gather", size)) if c.plan.sp else (("all_reduce", size),)
+
+
+def tp_end_calls(c: Costing, first: bool, last: bool) -> tuple[tuple[TPCall, ...], tuple[TPCall, ...]]:
+    """(forward, backward) TP collectives of one micro-batch outside the layers.
+
+    First chunk: the vocabulary-parallel embedding reduces its output (all-reduce; with SP a
+    reduce-scatter, whose backward all-gathers the gradient). Last chunk: the column-parallel
+    output layer's input (its gradient all-reduced in backward; with SP all-gathered forward and
+    reduce-scattered backward) and the loss's ``LOSS_ALL_REDUCES`` per-token fp32 all-reduces
+    (Megatron-LM ``VocabParallelEmbedding``, ``ColumnParallelLinear``; torch's ``RowwiseParallel``
+    embedding, ``ColwiseParallel`` output and ``loss_parallel`` do the same)."""
+    if c.plan.tp <= 1:
+        return (), ()
+    tokens, size = _tp_tokens_bytes(c)
+    fwd: list[TPCall] = []
+    bwd: list[TPCall] = []
+    if first:
+        fwd.append(("reduce_scatter" if c.plan.sp else "all_reduce", size))
+        bwd += [("all_gather", size)] if c.plan.sp else []
+    if last:
+        fwd += [("all_gather", size)] if c.plan.sp else []
+        bwd.append(("reduce_scatter" if c.plan.sp else "all_reduce", size))
+        fwd += [("all_reduce", tokens * 4.0)] * LOSS_ALL_REDUCES
+    return tuple(fwd), tuple(bwd)
+
+
+def sp_norm_grad_call(c: Costing, ops: list[Op]) -> TPCall | None:
+    """With SP, the one all-reduce over tp of the norms' gradients of ``ops`` (each tp rank saw only
+    its part of the sequence) after the backward, before the optimizer (Megatron-LM
+    ``finalize_model_grads``: ``_allreduce_layernorm_grads``, coalesced); None without SP."""
+    if c.plan.tp <= 1 or not c.plan.sp:
+        return None
+    params = sum(o.params for o in ops if o.kind == "norm")
+    return ("all_reduce", params * c.plan.grad_dtype_bytes) if params > 0 else None
+
+
 def flow_shop(compute: list[float], comm: list[float]) -> float:
     """Two streams, comm prefetching one item ahead: item i computes after comm i finishes.
 
@@ -142,10 +199,14 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
         blocks = 2 if model.layer_kind(layers[j]) == "transformer" else 1
         for k, v in _layer_comm(c, ops, moe, full, blocks).items():
             acc[k] += v
+    last = chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1
+    end_fwd, end_bwd = tp_end_calls(c, chunk == 0, last)
+    acc["tp_fwd"] += sum(c.pricer.time(kind, size, "tp") for kind, size in end_fwd)
+    acc["tp_bwd"] += sum(c.pricer.time(kind, size, "tp") for kind, size in end_bwd)
     recomputed = _recomputed(c, per_layer, n_full)
     recompute = sum(c.time(ops, "fwd") for ops in recomputed)
     rec_flops = sum(o.flops for ops in recomputed for o in ops)
-    dp_fwd, dp_bwd = _fsdp_exposed(c, per_layer)
+    dp_fwd, dp_bwd = _fsdp_exposed(c, ops_all, per_layer)
     gather, lead, gather_call = _param_gathers(c, ops_all, per_layer)
     return ChunkCost(
         chunk=chunk, fwd=c.time(ops_all, "fwd"), bwd_input=c.time(ops_all, "bwd_input"),
@@ -209,24 +270,38 @@ def _per_layer(c: Costing, chunk: int, layers: range) -> list[tuple[list[Op], bo
     return out
 
 
-def _fsdp_exposed(c: Costing, per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
-    """FSDP/ZeRO-3: gather each layer's weights before forward and backward, reduce-scatter grads."""
+def fsdp_calls(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, list[float]]:
+    """FSDP/ZeRO-3 units of one chunk: (parameters outside the layers, parameters of each layer).
+
+    Each layer is a unit (all-gathered before its forward and again before its backward, its
+    gradients reduce-scattered); the rest of the chunk (embedding, final norm, output layer) is the
+    root unit, gathered once before the forward and kept for the backward, its gradients
+    reduce-scattered once (torch FSDP2 ``fully_shard`` per block then the root). Sizes in the
+    nccl-tests convention are these counts times the parameter or gradient bytes."""
+    layers = [float(sum(o.params for o in ops)) for ops, _ in per_layer]
+    return max(float(sum(o.params for o in ops_all)) - sum(layers), 0.0), layers
+
+
+def _fsdp_exposed(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
+    """FSDP/ZeRO-3: gather each layer's weights before forward and backward, reduce-scatter grads;
+    the root unit (``fsdp_calls``) gathered before the first layer, reduce-scattered after the last."""
     plan = c.plan
     if plan.param_shard <= 1 or not per_layer:
         return 0.0, 0.0
     wbytes = c.training.param_bytes
+    root, layers = fsdp_calls(c, ops_all, per_layer)
     # nccl-tests convention: all-gather / reduce-scatter size is the full (gathered) layer buffer
-    gathers = [c.pricer.time("all_gather", sum(o.params for o in ops) * wbytes, "dp_shard")
-               for ops, _ in per_layer]
-    scatters = [c.pricer.time("reduce_scatter", sum(o.params for o in ops) * plan.grad_dtype_bytes, "dp_shard")
-                for ops, _ in per_layer]
+    gathers = [c.pricer.time("all_gather", p * wbytes, "dp_shard") for p in layers]
+    scatters = [c.pricer.time("reduce_scatter", p * plan.grad_dtype_bytes, "dp_shard") for p in layers]
+    root_gather = c.pricer.time("all_gather", root * wbytes, "dp_shard")
+    root_scatter = c.pricer.time("reduce_scatter", root * plan.grad_dtype_bytes, "dp_shard")
     fwd = [c.time(ops, "fwd") for ops, _ in per_layer]
     bwd = [c.time(ops, "bwd") for ops, _ in per_layer]
     if not plan.overlap_param_gather:
-        return sum(gathers), sum(gathers) + sum(scatters)
+        return root_gather + sum(gathers), sum(gathers) + sum(scatters) + root_scatter
     # backward: the comm stream carries the next layer's gather and the previous layer's scatter
     comm_b = [g + (scatters[i - 1] if i > 0 else 0.0) for i, g in enumerate(gathers)]
-    return flow_shop(fwd, gathers), flow_shop(bwd[::-1], comm_b) + scatters[-1]
+    return root_gather + flow_shop(fwd, gathers), flow_shop(bwd[::-1], comm_b) + scatters[-1] + root_scatter
 
 
 def _grad_axis(plan: ParallelPlan) -> tuple[CollectiveKind, Axis]:
@@ -251,16 +326,41 @@ def _buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
     expert = sum(o.params for o in ops if is_routed_expert(o))
     dense = sum(o.params for o in ops) - expert
     out: list[Bucket] = []
-    parts: tuple[tuple[float, Axis], ...] = ((dense * plan.grad_dtype_bytes, axis), (expert * plan.grad_dtype_bytes, "edp"))
-    for nbytes, ax in parts:
-        out += _split(c, kind, nbytes, ax)
+    out += _split(c, kind, dense * plan.grad_dtype_bytes, axis, _first_bucket(c, ops))
+    out += _split(c, kind, expert * plan.grad_dtype_bytes, "edp")
     return tuple(sorted(out, key=lambda b: b.at))
 
 
-def _split(c: Costing, kind: CollectiveKind, nbytes: float, axis: Axis) -> list[Bucket]:
-    """``nbytes`` of gradients in buckets of at most ``plan.bucket_size``, ready evenly through backward."""
+def _first_bucket(c: Costing, ops: list[Op]) -> float:
+    """Bytes of PyTorch DDP's first bucket: whole parameters in the order the backward makes their
+    gradients ready (the chunk's ops in reverse) until they reach ``plan.first_bucket_size``
+    (torch's reducer closes a bucket once it holds at least the cap); 0 when the plan sets none."""
+    cap = c.plan.first_bucket_size
+    total = 0.0
+    if cap <= 0:
+        return total
+    for o in reversed(ops):
+        if not is_routed_expert(o):
+            total += o.params * c.plan.grad_dtype_bytes
+            if total >= cap:
+                break
+    return total
+
+
+def _split(c: Costing, kind: CollectiveKind, nbytes: float, axis: Axis, first: float = 0.0) -> list[Bucket]:
+    """``nbytes`` of gradients in buckets of at most ``plan.bucket_size``, ready evenly through
+    backward; with ``first`` (PyTorch DDP) that many bytes in a bucket of their own first."""
     if nbytes <= 0:
         return []
+    if 0 < first < nbytes:  # PyTorch DDP: a small first bucket, then the rest
+        head = [Bucket(at=first / nbytes, time=c.pricer.time(kind, first, axis), call=Call(kind, first, axis))]
+        return head + [replace(b, at=(first + b.at * (nbytes - first)) / nbytes)
+                       for b in _even_buckets(c, kind, nbytes - first, axis)]
+    return _even_buckets(c, kind, nbytes, axis)
+
+
+def _even_buckets(c: Costing, kind: CollectiveKind, nbytes: float, axis: Axis) -> list[Bucket]:
+    """``nbytes`` in equal buckets of at most ``plan.bucket_size``, ready evenly through backward."""
     n = max(1, math.ceil(nbytes / c.plan.bucket_size))
     call = Call(kind, nbytes / n, axis)
     return [Bucket(at=(i + 1) / n, time=c.pricer.time(kind, nbytes / n, axis), call=call) for i in range(n)]
@@ -300,3 +400,54 @@ def _param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bo
     gathers = [c.pricer.time("all_gather", p * wbytes, axis) for p in items]
     fwd = ([0.0] if rest > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
     return total, flow_shop(fwd, gathers), call
+
+
+def step_calls(c: Costing, part: Partition | None = None) -> tuple[tuple[Call, ...], ...]:
+    """Per stage, every collective one device of it makes in one step as lowering prices them
+    (``Call.count`` of each): the TP calls of every layer and of the model's ends per micro-batch
+    and pass, the SP norms' gradient all-reduce, the FSDP/ZeRO-3 unit gathers and scatters, the DP
+    gradient buckets, the ZeRO-1/2 parameter gathers and the pipeline sends (``send_recv``: one per
+    micro-batch and direction to each neighbouring stage). Counts only: the engine times them.
+    CP, EP and the recompute's extra calls are not listed."""
+    plan, model = c.plan, c.model
+    part = part or partition_plan(model, c.training, plan)
+    m = num_microbatches(plan, c.training)
+    act = plan.micro_batch * c.training.seq_len / plan.cp * model.hidden_size * c.training.activation_bytes
+    p2p_size = act / (plan.tp if plan.sp else 1)
+    last_chunk = num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1
+    out = []
+    for stage in part.stages:
+        tally: dict[tuple[CollectiveKind, float, Axis], int] = {}
+
+        def add(kind: CollectiveKind, size: float, axis: Axis, n: int) -> None:
+            if size > 0 and n > 0:
+                tally[(kind, float(size), axis)] = tally.get((kind, float(size), axis), 0) + n
+
+        for ch in stage.chunks:
+            per_layer = _per_layer(c, ch.chunk, ch.layers)
+            blocks = sum(2 if model.layer_kind(i) == "transformer" else 1 for i in ch.layers)
+            for kind, size in tp_block_calls(c):
+                add(kind, size, "tp", 2 * blocks * m)  # forward and backward
+            for calls in tp_end_calls(c, ch.chunk == 0, ch.chunk == last_chunk):
+                for kind, size in calls:
+                    add(kind, size, "tp", m)
+            if plan.param_shard > 1 and per_layer:
+                root, layers = fsdp_calls(c, list(ch.ops), per_layer)
+                for p in layers:
+                    add("all_gather", p * c.training.param_bytes, "dp_shard", 2 * m)
+                    add("reduce_scatter", p * plan.grad_dtype_bytes, "dp_shard", m)
+                add("all_gather", root * c.training.param_bytes, "dp_shard", m)
+                add("reduce_scatter", root * plan.grad_dtype_bytes, "dp_shard", m)
+            for b in _buckets(c, list(ch.ops)):
+                if b.call is not None:
+                    add(b.call.kind, b.call.size, b.call.axis, b.call.count)
+            gather = _param_gathers(c, list(ch.ops), per_layer)[2]
+            if gather is not None:
+                add(gather.kind, gather.size, gather.axis, gather.count)
+        norms = sp_norm_grad_call(c, [o for ch in stage.chunks for o in ch.ops])
+        if norms is not None:
+            add(norms[0], norms[1], "tp", 1)
+        neighbours = int(stage.stage > 0) + int(stage.stage < plan.pp - 1) if plan.pp > 1 else 0
+        add("send_recv", p2p_size, "pp", 2 * m * neighbours * plan.vpp)
+        out.append(tuple(Call(k, s, a, n) for (k, s, a), n in sorted(tally.items())))
+    return tuple(out)

@@ -97,7 +97,12 @@ def test_predictions_of_the_recorded_runs_are_deterministic(profiles: dict[int, 
 # microbenchmark-only profile; recorded at load 10-15 on 2 cores, so the medians carry 3-5x of
 # other jobs' CPU time and the run-delay-corrected ("uncontended") statistic is the one compared.
 # (median |error| upper bound, Spearman lower bound) per folder; model changes that move them: say so.
-GUARDS = {"small": (0.27, 0.71), "holdout": (0.21, 0.64)}
+# Moved by the collective census (branch torch2): the simulator now prices the calls the current
+# backend issues (TP's ends and loss, the SP norms' all-reduce, FSDP2's root unit, DDP's first
+# bucket), which these recordings' older backend (before loss_parallel and one reduction of q/k/v's
+# input gradient) did not issue as such: small 26.1 -> 32.3 %, holdout 20.4 -> 34.1 % (tp2 +14 ->
+# +32 % and +31 -> +56 %). Replace with a quiet recording of the current backend.
+GUARDS = {"small": (0.33, 0.71), "holdout": (0.35, 0.64)}
 
 
 @pytest.mark.parametrize("name", sorted(GUARDS))

@@ -28,6 +28,10 @@ STATISTICS: tuple[Statistic, ...] = ("median", "best", "uncontended")
 DDP_BUCKET_BYTES = 25 * 2**20
 """torch DDP's default gradient bucket (``bucket_cap_mb=25``, torch.nn.parallel.DistributedDataParallel docs)."""
 
+DDP_FIRST_BUCKET_BYTES = 2**20
+"""torch DDP's first gradient bucket (``torch.distributed._DEFAULT_FIRST_BUCKET_BYTES``, 1 MiB):
+the gradients ready first are reduced alone, the rest in ``DDP_BUCKET_BYTES`` buckets."""
+
 
 @dataclass(frozen=True, kw_only=True)
 class CheckRow:
@@ -79,7 +83,7 @@ def parallel_plan(plan: BackendPlan, *, overlap: bool = True) -> ParallelPlan:
         tp=plan.tp, pp=plan.pp, dp=plan.dp, sp=plan.sp, micro_batch=plan.micro_batch,
         schedule=plan.schedule if plan.pp > 1 else "1f1b",
         fsdp="full" if plan.data_parallel == "fsdp" and plan.dp > 1 else "none",
-        bucket_size=float(DDP_BUCKET_BYTES), grad_dtype_bytes=4,
+        bucket_size=float(DDP_BUCKET_BYTES), first_bucket_size=float(DDP_FIRST_BUCKET_BYTES), grad_dtype_bytes=4,
         overlap_grad_reduce=overlap, overlap_param_gather=overlap,
     )
 

@@ -146,6 +146,18 @@ def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[Bac
     return records
 
 
+def census(cfg: GPTConfig, plans: Sequence[BackendPlan], *, timeout: float = 300.0) -> list[dict[str, object]]:
+    """What one real step of each plan puts on the wire, per rank (``runners.census_plan``): one
+    launch per world size, one thread per rank (nothing is timed, so the load does not matter)."""
+    out: list[dict[str, object]] = []
+    timing = asdict(TimingRecipe(threads_per_rank=1, pin_cores=False))
+    for world in sorted({p.world_size for p in plans}):
+        tasks = [{"kind": "census", "timing": timing, "plan": asdict(p), "model": asdict(cfg)}
+                 for p in plans if p.world_size == world]
+        out += launch(tasks, world, timeout=timeout, threads=1)
+    return out
+
+
 def load_steps(folder: str | os.PathLike[str]) -> list[StepRecord]:
     """The step records of a results folder."""
     return [record_from_dict(d) for d in json.loads((Path(folder) / "steps.json").read_text())]

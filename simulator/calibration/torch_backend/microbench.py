@@ -19,7 +19,7 @@ from torch.nn.parallel import DistributedDataParallel
 from clustersim.simulator.calibration.torch_backend import stats
 from clustersim.simulator.calibration.torch_backend.gpt import GPT
 from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, loss_backward, make_mesh
-from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, TimingRecipe
+from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, DataParallel, GPTConfig, TimingRecipe
 
 
 def framework_gpt(world: int) -> GPTConfig:
@@ -216,22 +216,25 @@ def collective_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str,
 
 
 def framework_calls(variant: str, layers: int) -> int:
-    """Collective calls of one forward+backward of the GPT under ``variant`` (torch's own count).
+    """Collective calls of one forward+backward of the GPT under ``variant`` (counted on the wire
+    by ``runners.census_plan``; ``tests/simulator/test_torch_census.py`` checks them live).
 
-    tp: per block 2 all-reduces forward (wo, w2) + 2 backward (inputs of the column-parallel
-    layers), plus the embedding's, the head's all-gather and its input-gradient all-reduce.
-    tp-sp: per block 2 all-gathers + 2 reduce-scatters forward and the same backward, plus 5 at
-    the ends. fsdp: per block all-gather forward and backward and a reduce-scatter; the root
-    all-gathers once and reduce-scatters once. ddp: one all-reduce per gradient bucket, and the
-    framework GPT's gradients fit DDP's first bucket (1 MiB).
+    tp: per block 2 all-reduces forward (wo, w2) + 2 backward (the inputs of q/k/v, reduced once,
+    and of w1), the embedding's forward all-reduce, the output layer's input-gradient all-reduce
+    and the loss's 3 per-token all-reduces (``loss_parallel``). tp-sp: per block 2 all-gathers +
+    2 reduce-scatters forward and the same backward, 2 at each end (embedding: reduce-scatter
+    forward, all-gather backward; output: all-gather forward, reduce-scatter backward), the loss's
+    3 and the one all-reduce of the SP norms' gradients. fsdp: per block an all-gather forward and
+    backward and a reduce-scatter; the root all-gathers once and reduce-scatters once. ddp: one
+    all-reduce per gradient bucket, and the framework GPT's gradients fit DDP's first (1 MiB).
     """
     match variant:
         case "ddp":
             return 1
         case "tp":
-            return 4 * layers + 3
+            return 4 * layers + 5
         case "tp-sp":
-            return 8 * layers + 5
+            return 8 * layers + 8
         case "fsdp":
             return 3 * layers + 2
     raise ValueError(f"framework variant {variant!r} unknown; use ddp, tp, tp-sp or fsdp")
@@ -241,15 +244,23 @@ FRAMEWORKS: tuple[str, ...] = ("ddp", "tp", "tp-sp", "fsdp")
 """The framework variants whose per-call overhead is measured."""
 
 
+def framework_plan(variant: str, world: int) -> BackendPlan:
+    """The plan of a framework variant on ``world`` ranks: one sequence per replica."""
+    if variant not in FRAMEWORKS:
+        raise ValueError(f"framework variant {variant!r} unknown; use one of {list(FRAMEWORKS)}")
+    dp = world if variant in ("ddp", "fsdp") else 1
+    data_parallel: DataParallel = "ddp" if variant == "ddp" else "fsdp" if variant == "fsdp" else "none"
+    return BackendPlan(name=variant, dp=dp, tp=world // dp, sp=variant == "tp-sp", data_parallel=data_parallel,
+                       global_batch=dp)
+
+
 def _framework_model(variant: str, cfg: GPTConfig, world: int) -> torch.nn.Module:
     model = GPT(cfg).to(_dev())
     if variant == "plain":
         return model
     if variant == "ddp":
         return DistributedDataParallel(model)
-    plan = BackendPlan(name=variant, dp=world if variant == "fsdp" else 1, tp=1 if variant == "fsdp" else world,
-                       sp=variant == "tp-sp", data_parallel="fsdp" if variant == "fsdp" else "none",
-                       global_batch=world)
+    plan = framework_plan(variant, world)
     mesh = make_mesh(plan)
     if variant == "fsdp":
         apply_fsdp(model, mesh["dp"])
@@ -265,7 +276,12 @@ def framework_entries(timing: TimingRecipe) -> list[dict[str, Any]]:
     times = {}
     for variant in ("plain", *FRAMEWORKS):
         model = _framework_model(variant, cfg, dist.get_world_size())
-        times[variant] = time_call(lambda: loss_backward(model(tokens), tokens), timing)
+
+        def call(m: torch.nn.Module = model) -> None:
+            m.zero_grad(set_to_none=True)  # each call's gradients fresh, as after an optimizer step
+            loss_backward(m(tokens), tokens, m)
+
+        times[variant] = time_call(call, timing)
     return [{"variant": v, "calls": float(framework_calls(v, cfg.num_layers)), "time_s": times[v],
              "plain_s": times["plain"],
              "per_call_s": max(times[v] - times["plain"], 0.0) / framework_calls(v, cfg.num_layers)}

@@ -53,10 +53,13 @@ def tp_block_plan(sp: bool) -> dict[str, ParallelStyle]:
         "feed_forward.w1": ColwiseParallel(),
         "feed_forward.w2": RowwiseParallel(output_layouts=out),
     }
+    # the block's input enters as one DTensor (torchtitan's PrepareModuleInput): the input
+    # gradients of q, k and v add up as Partial and are reduced once (SP: one reduce-scatter; no
+    # SP: one all-reduce, as Megatron's fused QKV does), not once per projection
+    gather = PrepareModuleInput(input_layouts=(Shard(1) if sp else Replicate(),), desired_input_layouts=(Replicate(),))
+    plan.update(attention=gather, feed_forward=gather)
     if sp:
-        gather = PrepareModuleInput(input_layouts=(Shard(1),), desired_input_layouts=(Replicate(),))
-        plan.update(attention_norm=SequenceParallel(), ffn_norm=SequenceParallel(),
-                    attention=gather, feed_forward=gather)
+        plan.update(attention_norm=SequenceParallel(), ffn_norm=SequenceParallel())
     return plan
 
 
@@ -76,13 +79,40 @@ def apply_tp(model: GPT, mesh: DeviceMesh, sp: bool) -> None:
         parallelize_module(block, mesh, tp_block_plan(sp))
 
 
-def loss_backward(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
-    """The loss of ``logits`` and its backward; TP's vocabulary-sharded logits (a DTensor) go
-    through ``loss_parallel``, forward and backward, so no rank gathers the whole vocabulary."""
+def loss_backward(logits: torch.Tensor, targets: torch.Tensor, model: torch.nn.Module) -> torch.Tensor:
+    """The loss of ``logits`` and its backward, then ``reduce_partial_grads(model)``; TP's
+    vocabulary-sharded logits (a DTensor) go through ``loss_parallel``, forward and backward, so no
+    rank gathers the whole vocabulary."""
     with loss_parallel() if isinstance(logits, DTensor) else contextlib.nullcontext():
         loss = lm_loss(logits, targets)
         loss.backward()
+    reduce_partial_grads(model)
     return loss
+
+
+def reduce_partial_grads(model: torch.nn.Module) -> int:
+    """Sum the gradients left ``Partial`` by the backward (the SP norms' weights: each TP rank saw
+    only its part of the sequence) in one all-reduce of one flat buffer, and store them
+    ``Replicate``; the number of gradients reduced.
+
+    Megatron-LM reduces them the same way, coalesced (``finalize_model_grads``:
+    ``_allreduce_layernorm_grads``). Left Partial, DTensor would all-reduce each one again at
+    every optimizer op that reads it (3 calls per parameter per Adam step)."""
+    partial = [p for p in model.parameters()
+               if isinstance(p.grad, DTensor) and any(pl.is_partial() for pl in p.grad.placements)]
+    if not partial:
+        return 0
+    grads = [p.grad for p in partial if isinstance(p.grad, DTensor)]
+    mesh = grads[0].device_mesh
+    flat = torch.cat([g.to_local().reshape(-1) for g in grads])
+    torch.distributed.all_reduce(flat, group=mesh.get_group())
+    offset = 0
+    for p, g in zip(partial, grads):
+        n = g.to_local().numel()
+        p.grad = DTensor.from_local(flat[offset:offset + n].view_as(g.to_local()), mesh, [Replicate()],
+                                    run_check=False)
+        offset += n
+    return len(partial)
 
 
 def apply_fsdp(model: GPT, mesh: DeviceMesh) -> None:

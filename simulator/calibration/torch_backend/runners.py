@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+from dataclasses import asdict
 import sys
 import time
 from pathlib import Path
@@ -63,7 +64,7 @@ def flat_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) ->
     weight = 1.0 if tp_rank == 0 else 0.0  # TP ranks hold the same loss: count it once
 
     def step() -> tuple[float, float]:
-        loss = loss_backward(wrapped(tokens), targets)
+        loss = loss_backward(wrapped(tokens), targets, model)
         opt.step()
         opt.zero_grad(set_to_none=True)
         synchronize()
@@ -75,6 +76,11 @@ def flat_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) ->
 
 def pipeline_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) -> Step:
     """PP with torch.distributed.pipelining (GPipe or 1F1B), one stage per rank."""
+    return _pipeline(plan, cfg, mesh, seed)[0]
+
+
+def _pipeline(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int) -> tuple[Step, PipelineStage]:
+    """The pipeline step and this rank's ``PipelineStage``."""
     rank, n = mesh["pp"].get_local_rank(), plan.pp
     stage_mod = build_stage(cfg, rank, n, seed=seed).to(device())
     stage = PipelineStage(stage_mod, rank, n, device(), group=mesh["pp"].get_group())
@@ -98,7 +104,7 @@ def pipeline_step(plan: BackendPlan, cfg: GPTConfig, mesh: DeviceMesh, seed: int
             return 0.0, 0.0
         return float(torch.stack(losses).mean()), 1.0
 
-    return step
+    return step, stage
 
 
 def global_loss(weighted: float, weight: float) -> float:
@@ -218,6 +224,73 @@ def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int 
                       threads_per_rank=torch.get_num_threads(), load_average=load)
 
 
+WIRE_PREFIXES: tuple[str, ...] = ("gloo:", "nccl:")
+"""Profiler events of the transport itself: one per call the backend puts on the wire."""
+
+
+def wire_calls(events: object) -> list[list[object]]:
+    """[transport op, elements] of every transport event of a torch.profiler record, in start order.
+
+    The transport's own events (``gloo:all_reduce``, ``gloo:send``, ...) count each call once
+    however it was issued (DDP's reducer, FSDP2, DTensor's functional collectives, pipelining);
+    the element count is the first input's (all-gather: the rank's shard; the backend's tensors
+    are fp32). ``events``: ``prof.events()``."""
+    out: list[tuple[float, str, int]] = []
+    for e in events:  # type: ignore[attr-defined]  # torch.profiler's EventList, iterable of FunctionEvent
+        name = str(e.name)
+        if name.startswith(WIRE_PREFIXES):
+            shapes = [s for s in e.input_shapes if s] or [[0]]
+            numel = 1
+            for d in shapes[0]:
+                numel *= int(d)
+            out.append((float(e.time_range.start), name.split(":", 1)[1], numel))
+    return [[op, n] for _, op, n in sorted(out, key=lambda x: x[0])]
+
+
+def watch_passes(stage: PipelineStage) -> list[list[object]]:
+    """The pipeline passes ``stage`` runs, in order, as [F or B, micro-batch] (the list fills as
+    the schedule calls the stage's ``forward_one_chunk`` and ``backward_one_chunk``)."""
+    seen: list[list[object]] = []
+    fwd, bwd = stage.forward_one_chunk, stage.backward_one_chunk
+
+    def forward(mb: int, *args: object, **kwargs: object) -> object:
+        seen.append(["F", mb])
+        return fwd(mb, *args, **kwargs)  # type: ignore[arg-type]  # the schedule's own arguments, passed through
+
+    def backward(mb: int, *args: object, **kwargs: object) -> object:
+        seen.append(["B", mb])
+        return bwd(mb, *args, **kwargs)  # type: ignore[arg-type]  # the schedule's own arguments, passed through
+
+    setattr(stage, "forward_one_chunk", forward)  # instrument this one instance, arguments passed through
+    setattr(stage, "backward_one_chunk", backward)
+    return seen
+
+
+def census_plan(plan: BackendPlan, cfg: GPTConfig, warmup: int = 2, seed: int = 0) -> dict[str, object]:
+    """What one training step of ``plan`` puts on the wire, per rank: every transport call
+    ([op, elements], in order) and, for pipelines, the passes in the order the schedule ran them.
+
+    ``warmup`` untimed steps first (DDP rebuilds its buckets after the first), then one step
+    under torch.profiler. Nothing is timed: the census does not depend on the host's load."""
+    mesh = make_mesh(plan)
+    passes: list[list[object]] = []
+    if plan.pp > 1:
+        step, stage = _pipeline(plan, cfg, mesh, seed)
+    else:
+        step = flat_step(plan, cfg, mesh, seed)
+    for _ in range(warmup):
+        step()
+    if plan.pp > 1:
+        passes = watch_passes(stage)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+        step()
+    mine = {"rank": dist.get_rank(), "calls": wire_calls(prof.events()), "passes": passes}
+    everyone: list[object] = [None] * dist.get_world_size()
+    dist.all_gather_object(everyone, mine)
+    return {"plan": asdict(plan), "model": asdict(cfg), "world_size": dist.get_world_size(),
+            "backend": dist.get_backend(), "ranks": everyone}
+
+
 def run_task(task: dict[str, object]) -> dict[str, object]:
     """Dispatch one task of the launcher's list."""
     timing = TimingRecipe(**task.get("timing", {}))  # type: ignore[arg-type]  # a JSON section of the launcher's task, keyed by field name
@@ -226,11 +299,15 @@ def run_task(task: dict[str, object]) -> dict[str, object]:
             plan = BackendPlan(**task["plan"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
             cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
             return {"kind": "step", **run_plan(plan, cfg, timing).to_dict()}
+        case "census":
+            plan = BackendPlan(**task["plan"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
+            cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
+            return {"kind": "census", **census_plan(plan, cfg)}
         case "compute":
             return {"kind": "compute", **microbench.compute_suite(task, timing)}
         case "collectives":
             return {"kind": "collectives", **microbench.collective_suite(task, timing)}
-    raise ValueError(f"unknown task kind {task['kind']!r}; use step, compute or collectives")
+    raise ValueError(f"unknown task kind {task['kind']!r}; use step, census, compute or collectives")
 
 
 def main(argv: list[str]) -> int:
