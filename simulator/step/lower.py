@@ -447,7 +447,9 @@ def step_calls(c: Costing, part: Partition | None = None) -> tuple[tuple[Call, .
         norms = sp_norm_grad_call(c, [o for ch in stage.chunks for o in ch.ops])
         if norms is not None:
             add(norms[0], norms[1], "tp", 1)
-        neighbours = int(stage.stage > 0) + int(stage.stage < plan.pp - 1) if plan.pp > 1 else 0
-        add("send_recv", p2p_size, "pp", 2 * m * neighbours * plan.vpp)
+        # each chunk receives its input and sends its output (forward), the gradients the other
+        # way (backward), except at the model's two ends
+        ends = sum(int(ch.chunk > 0) + int(ch.chunk < last_chunk) for ch in stage.chunks) if plan.pp > 1 else 0
+        add("send_recv", p2p_size, "pp", 2 * m * ends)
         out.append(tuple(Call(k, s, a, n) for (k, s, a), n in sorted(tally.items())))
     return tuple(out)
