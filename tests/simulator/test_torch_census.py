@@ -128,6 +128,19 @@ def test_ddp_buckets_are_torchs_first_bucket_then_the_rest() -> None:
     assert sizes[0] == DDP_FIRST_BUCKET_BYTES and sum(sizes) == pytest.approx(grads)
 
 
+@pytest.mark.parametrize("first", [-1.0, 2.0 * 25 * 2**20, float("inf")])
+def test_a_first_bucket_outside_zero_to_the_bucket_size_is_refused(first: float) -> None:
+    import dataclasses
+
+    from clustersim.simulator.errors import PlanError
+    from clustersim.simulator.plan.checks import check_plan
+    plan, cfg = PLANS["dp2-ddp"], SMALL_GPT
+    pplan = dataclasses.replace(parallel_plan(plan), first_bucket_size=first)
+    cluster = machine_cluster(CalibrationProfile(name="census", machine=dict(COUNTING_MACHINE)), 2)
+    with pytest.raises(PlanError, match="plan.first_bucket_size"):
+        check_plan(model_spec(cfg), training_spec(cfg, plan), cluster, pplan)
+
+
 def _partition_ops(plan: BackendPlan, cfg: GPTConfig) -> list[Any]:
     from clustersim.simulator.step.partition import partition_plan
     return [o for st in partition_plan(model_spec(cfg), training_spec(cfg, plan), parallel_plan(plan)).stages
