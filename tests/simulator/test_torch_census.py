@@ -88,6 +88,25 @@ def test_the_recorded_pipelines_ran_in_the_simulators_order() -> None:
                 assert seen == sim, (model, plan.name, rank)
 
 
+def test_the_recorded_pipelines_hold_as_many_activations_as_the_simulator_stores() -> None:
+    """The memory consequence of the order: the most micro-batches whose forward ran and whose
+    backward has not (their activations live), counted from the real pass order, is the
+    simulator's in-flight peak: GPipe all m on every stage, 1F1B pp - stage (torch's warm-up)."""
+    from clustersim.simulator.plan.schedules import stage_in_flight_peak
+    for model in ("small", "holdout"):
+        for c in _recorded(model):
+            plan = BackendPlan(**c["plan"])
+            if plan.pp == 1:
+                continue
+            for rank, seen in passes(c).items():
+                live = peak = 0
+                for kind, _ in seen:
+                    live += 1 if kind == "F" else -1
+                    peak = max(peak, live)
+                assert peak == stage_in_flight_peak(plan.schedule, rank, plan.pp, plan.micro_batches)
+                assert peak == (plan.micro_batches if plan.schedule == "gpipe" else plan.pp - rank)
+
+
 def test_tp_calls_per_step_have_the_closed_form_counts() -> None:
     """Per step on the CI GPT: 4 calls per layer and micro-batch (2 blocks, forward and backward),
     plus the ends (TP: embedding 1, output 1; SP: 2 each) and the loss's 3 all-reduces."""
