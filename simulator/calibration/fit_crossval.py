@@ -25,7 +25,7 @@ import pandas as pd
 
 from clustersim.simulator.calibration.fit_defaults import profile_key
 from clustersim.simulator.calibration.fit_first_order import (
-    FLASH2_FACTOR, GEMM_POINTS, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
+    FLASH2_FACTOR, GEMM_POINTS, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
     predict, row_weights,
 )
 from clustersim.simulator.calibration.profile import CalibrationProfile
@@ -49,9 +49,9 @@ PRIORS: Mapping[str, tuple[str, float]] = {
 1.0, i.e. expert GEMMs on the dense GEMM curve and FP8/FP4 GEMMs at the same fraction of their
 datasheet peak as BF16. Never the value fitted on the held-out rows."""
 
-SHARED_PARAMS: int = GEMM_POINTS + 2
-"""Parameters shared by every GPU type: the GEMM curve shape (one scale per point), kernel overhead
-and memory efficiency."""
+SHARED_PARAMS: int = GEMM_POINTS + 3
+"""Parameters shared by every GPU type: the GEMM curve shape (one scale per point), kernel overhead,
+memory efficiency and the sync jitter (``sync_jitter_cv``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -100,6 +100,8 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
                                   ("fp4", profile.precision_efficiency.get("fp4", 1.0), bounds.fp4)):
         if value <= lo + tol or value >= up - tol:
             out.append(f"{name} = {value:.3f} (bounds {lo}..{up})")
+    if profile.sync_jitter_cv >= bounds.jitter[1] - tol:
+        out.append(f"sync_jitter_cv = {profile.sync_jitter_cv:.3f} (bound {bounds.jitter[1]})")
     return out
 
 
@@ -127,6 +129,8 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
         counts[g] = len(have)
         notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
         fitted[g] = prof
+    if fitted:
+        notes.append(f"sync_jitter_cv = {next(iter(fitted.values())).sync_jitter_cv} (shared by every GPU type)")
     out = dict(fitted)
     for g in sorted(profiles):
         if g in out:
@@ -229,9 +233,9 @@ def same_fit(full: FoldFit, fitted: Mapping[str, CalibrationProfile]) -> bool:
     """Whether ``fitted`` holds the fitted values of ``full`` for every GPU type with training rows."""
     def key(p: CalibrationProfile) -> tuple[object, ...]:
         return (p.gemm_efficiency, p.attention_efficiency, p.link_efficiency, p.memory_efficiency, p.kernel_overhead,
-                p.expert_efficiency, p.precision_efficiency, p.attention_kernel_efficiency)
+                p.sync_jitter_cv, p.expert_efficiency, p.precision_efficiency, p.attention_kernel_efficiency)
     own = [g for g, n in full.fitted_params.items() if n > 0]
-    return all(g in fitted and key(full.profiles[g])[:5] == key(fitted[g])[:5] for g in own)
+    return all(g in fitted and key(full.profiles[g])[:6] == key(fitted[g])[:6] for g in own)
 
 
 def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], ff: FoldFit) -> np.ndarray:
@@ -251,6 +255,7 @@ def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, Calibratio
             t[rows] += pb.slopes.get(p, np.zeros_like(t))[rows] * (v0 / v1 - 1.0)
         if base.kernel_overhead > 0:
             t[rows] += pb.slopes.get("kern", np.zeros_like(t))[rows] * (new.kernel_overhead / base.kernel_overhead - 1.0)
+        t[rows] += pb.slopes.get("jit", np.zeros_like(t))[rows] * (new.sync_jitter_cv - base.sync_jitter_cv) / JITTER_STEP
     return t
 
 

@@ -22,11 +22,11 @@ import pandas as pd
 import yaml
 
 from clustersim.files import write_atomic
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.calibration.profile import SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.network.pricing import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
-    FLASH2_FACTOR, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors, first_order_problem, fit_scales,
+    FLASH2_FACTOR, JITTER_STEP, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors, first_order_problem, fit_scales,
     held_out_folds, measured_times, row_weights,
 )
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row
@@ -65,10 +65,18 @@ def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FAC
             return profile.replace(expert_efficiency=profile.expert_efficiency * factor)
         case "fp8" | "fp4":
             return profile.replace(precision_efficiency={**prec, param: prec.get(param, 1.0) * factor})
+        case "jit":
+            return profile.replace(sync_jitter_cv=min(profile.sync_jitter_cv + JITTER_STEP, SYNC_JITTER_MAX))
         case "ak":
             kern = profile.attention_kernel_efficiency
             return profile.replace(attention_kernel_efficiency={**kern, "flash2": kern.get("flash2", 1.0) * factor})
     raise CalibrationError(f"parameter {param!r} unknown; use one of {list(PARAMS)}")
+
+
+def _num(row: Mapping[str, Any], key: str) -> float:
+    """A numeric column of ``row``; 1 where it is missing (an unpublished degree is inferred >= 1)."""
+    v = row.get(key)
+    return float(v) if v is not None and pd.notna(v) else 1.0
 
 
 def _relevant(param: str, row: Mapping[str, Any]) -> bool:
@@ -90,6 +98,8 @@ def _relevant(param: str, row: Mapping[str, Any]) -> bool:
             return moe
         case "ak":
             return attention_kernel(dict(row), []) == "flash2"
+        case "jit":  # no wait for a slowest rank without data (or context) parallelism: dp x cp = 1
+            return _num(row, "num_gpus") > _num(row, "tp") * _num(row, "pp")
     return True
 
 

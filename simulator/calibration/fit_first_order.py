@@ -8,7 +8,8 @@ weighted MAPE within ``Bounds`` (``fit``, ``fit_scales``); its k-fold held-out c
 scale, attention, link (NVLink and NIC) and expert scales, FP8 and FP4 factors (the flash2
 attention factor is the cited constant ``FLASH2_FACTOR``, not fitted); rows weighted equally per
 publication family (``row_weights``);
-shared by all GPU types: the GEMM curve shape, kernel overhead and memory efficiency. numpy only
+shared by all GPU types: the GEMM curve shape, kernel overhead, memory efficiency and the sync
+jitter (``sync_jitter_cv``, within ``Bounds.jitter``). numpy only
 (no scipy): a deterministic bounded coordinate search on a grid, then on shrinking local steps.
 It simulates nothing (``clustersim.simulator.calibration.fit_defaults``).
 """
@@ -21,7 +22,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.calibration.profile import SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.validate import family_of
 
@@ -29,10 +30,13 @@ PERTURB_FACTOR = 0.85
 """Efficiencies are multiplied by this factor to measure a sensitivity (kernel overhead doubles)."""
 GEMM_POINTS = 6
 """Points of the GEMM efficiency curve (1e8 ... 1e13 FLOP per call in the bundled profiles)."""
+JITTER_STEP = 0.1
+"""``sync_jitter_cv`` is raised by this much (not scaled: its default is 0) to measure its sensitivity."""
 PARAMS: tuple[str, ...] = tuple(f"g{j}" for j in range(GEMM_POINTS)) + (
-    "attn", "link", "mem", "kern", "exp", "fp8", "fp4")
+    "attn", "link", "mem", "kern", "exp", "fp8", "fp4", "jit")
 """Perturbed parameters: GEMM curve point j, attention curve, NVLink+NIC link efficiency, memory
-efficiency, kernel overhead, expert_efficiency, precision_efficiency fp8 and fp4. The flash2
+efficiency, kernel overhead, expert_efficiency, precision_efficiency fp8 and fp4, sync_jitter_cv
+(shared by every GPU type: T = T0 + A_jit (x - 1), cv = cv0 + JITTER_STEP (x - 1)). The flash2
 attention-kernel factor is not fitted (its only rows are one publication family): ``FLASH2_FACTOR``."""
 PER_GROUP: tuple[str, ...] = ("gemm", "attn", "link", "exp", "fp8", "fp4")
 """Scales fitted per GPU type, the same set for every type; ``curve`` (one per GEMM point),
@@ -63,6 +67,8 @@ class Bounds:
     """Range of ``precision_efficiency["fp4"]``."""
     expert: tuple[float, float] = (0.1, 1.0)
     """Range of ``expert_efficiency``."""
+    jitter: tuple[float, float] = (0.0, SYNC_JITTER_MAX)
+    """Range of ``sync_jitter_cv`` (``profile.SYNC_JITTER_MAX``)."""
 
 
 # ---------------------------------------------------------------- first-order model and fit
@@ -88,7 +94,7 @@ def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationPr
     groups = tuple(sorted(ok.group.unique()))
     f = 1.0 / PERTURB_FACTOR - 1.0
     t0 = ok.base.to_numpy(float)
-    slopes = {p: (ok[p].to_numpy(float) - t0) / (1.0 if p == "kern" else f) for p in PARAMS if p in ok}
+    slopes = {p: (ok[p].to_numpy(float) - t0) / (1.0 if p in ("kern", "jit") else f) for p in PARAMS if p in ok}
     return _Problem(groups=groups, gi=ok.group.map({g: i for i, g in enumerate(groups)}).to_numpy(int),
                     t0=t0, slopes=slopes, base=_base_values([profiles[g] for g in groups]))
 
@@ -106,11 +112,13 @@ def _base_values(profs: list[CalibrationProfile]) -> dict[str, np.ndarray]:
             "exp": arr(lambda p: p.expert_efficiency), "mem": arr(lambda p: p.memory_efficiency),
             "fp8": arr(lambda p: p.precision_efficiency.get("fp8", 1.0)),
             "fp4": arr(lambda p: p.precision_efficiency.get("fp4", 1.0)),
-            "ak": arr(lambda p: p.attention_kernel_efficiency.get("flash2", 1.0))}
+            "ak": arr(lambda p: p.attention_kernel_efficiency.get("flash2", 1.0)),
+            "jit": arr(lambda p: p.sync_jitter_cv)}
 
 
 def _initial(n: int) -> dict[str, np.ndarray]:
-    return {**{k: np.ones(n) for k in PER_GROUP}, "curve": np.ones(GEMM_POINTS), "kern": np.ones(1), "mem": np.ones(1)}
+    return {**{k: np.ones(n) for k in PER_GROUP}, "curve": np.ones(GEMM_POINTS), "kern": np.ones(1), "mem": np.ones(1),
+            "jit": np.ones(1)}
 
 
 def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -122,7 +130,13 @@ def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
     for p, k in (("attn", "attn"), ("link", "link"), ("exp", "exp"), ("fp8", "fp8"), ("fp4", "fp4")):
         t += s.get(p, zero) * (1.0 / x[k][g] - 1.0)
     t += s.get("mem", zero) * (1.0 / x["mem"][0] - 1.0) + s.get("kern", zero) * (x["kern"][0] - 1.0)
+    t += s.get("jit", zero) * (x.get("jit", np.ones(1))[0] - 1.0)
     return t
+
+
+def jitter_value(base: float, x: float) -> float:
+    """``sync_jitter_cv`` at fit coordinate ``x`` (1 = the base value): base + JITTER_STEP (x - 1)."""
+    return base + JITTER_STEP * (x - 1.0)
 
 
 def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
@@ -133,7 +147,8 @@ def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
               np.all(b["nvlink"] * x["link"] <= hi), np.all(b["nic"] * x["link"] <= bounds.max_nic_efficiency + 1e-12),
               np.all(b["mem"] * x["mem"][0] <= hi), _within(b["exp"] * x["exp"], bounds.expert),
               _within(b["fp8"] * x["fp8"], bounds.fp8), _within(b["fp4"] * x["fp4"], bounds.fp4),
-              np.all(b["attn_max"] * x["attn"] * b["ak"] <= hi))
+              np.all(b["attn_max"] * x["attn"] * b["ak"] <= hi),
+              _within(jitter_value(b["jit"], x.get("jit", np.ones(1))[0]), bounds.jitter))
     return bool(all(checks))
 
 
@@ -165,18 +180,22 @@ def row_weights(sens: pd.DataFrame) -> np.ndarray:
     return (len(fam) / fam.nunique() / counts).to_numpy(float)
 
 
-def _candidates(v: float, step: float | None) -> np.ndarray:
-    """The coarse grid 0.5 ... 1.6 (step None), else v x (1 + step k), k = -4 ... 4."""
+def _candidates(v: float, step: float | None, name: str = "") -> np.ndarray:
+    """The coarse grid 0.5 ... 1.6 (step None), else v x (1 + step k), k = -4 ... 4; for ``jit``
+    (an offset, not a scale) the coarse grid spans cv0 - JITTER_STEP ... cv0 + 2 JITTER_STEP and the
+    local steps move it by step x JITTER_STEP x k."""
+    if name == "jit":
+        return np.linspace(0.0, 3.0, 151) if step is None else v + step * np.arange(-4, 5)
     return np.linspace(0.5, 1.6, 111) if step is None else v * (1.0 + step * np.arange(-4, 5))
 
 
 def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.ndarray]], float],
            best: float, step: float | None, bounds: Bounds) -> float:
     """One pass over every coordinate; keeps a candidate only if feasible and strictly better."""
-    for name in (*PER_GROUP, "curve", "kern", "mem"):
+    for name in (*PER_GROUP, "curve", "kern", "mem", "jit"):
         for i in range(len(x[name])):
             start = x[name][i]
-            for v in _candidates(start, step):
+            for v in _candidates(start, step, name):
                 old = x[name][i]
                 x[name][i] = v
                 if feasible(pb, x, bounds) and (o := obj(x)) < best - 1e-9:
@@ -228,7 +247,9 @@ def apply_scales(profile: CalibrationProfile, i: int, x: Mapping[str, np.ndarray
         precision_efficiency={"fp8": _r3(prec.get("fp8", 1.0) * x["fp8"][i]),
                               "fp4": _r3(prec.get("fp4", 1.0) * x["fp4"][i])},
         memory_efficiency=_r3(profile.memory_efficiency * x["mem"][0]),
-        kernel_overhead=float(round(profile.kernel_overhead * x["kern"][0], 9)))
+        kernel_overhead=float(round(profile.kernel_overhead * x["kern"][0], 9)),
+        sync_jitter_cv=float(round(min(max(jitter_value(profile.sync_jitter_cv, x.get("jit", np.ones(1))[0]), 0.0),
+                                       SYNC_JITTER_MAX), 4)))
 
 
 def measured_times(sens: pd.DataFrame, measured: pd.Series | np.ndarray | None) -> np.ndarray:

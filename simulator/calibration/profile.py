@@ -46,6 +46,12 @@ the mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_ba
 profile's ``pipeline_fill_bytes`` sets it."""
 
 
+SYNC_JITTER_MAX = 0.15
+"""Upper bound of ``sync_jitter_cv``: at 0.15 the slowest of 512 ranks already waits 42 % of its
+compute (``step.jitter.sync_wait_fraction``), more than any weak-scaling loss the bundled table
+publishes (MosaicML, +2-11 % from 128 to 512 GPUs)."""
+
+
 class CalibrationProfile(BaseModel):
     """Efficiencies and overheads of one kind of system, measured or defaulted."""
 
@@ -105,6 +111,11 @@ class CalibrationProfile(BaseModel):
     ``ddp``, ``fsdp`` (FSDP2), ``tp`` and ``tp-sp`` (DTensor): hooks, DTensor dispatch and
     redistribution plus the transport's alpha, measured by a microbenchmark of the API calls
     (``calibrate measure``), never fitted to step times. Empty for datasheet profiles."""
+    sync_jitter_cv: float = Field(default=0.0, ge=0, le=SYNC_JITTER_MAX)
+    """Coefficient of variation of one rank's compute between two synchronisation points (the
+    lognormal of the straggler model, folded at 1): every pass waits for the slowest of the dp x cp
+    ranks that synchronise with it, E[max of n] / E[one] - 1 of its compute
+    (``clustersim.simulator.step.jitter``). 0 (the default): no waiting for stragglers."""
     step_overhead: float = Field(default=0.0, ge=0)
     """Seconds per training step outside the modelled phases (data loading, logging)."""
     machine: dict[str, float] = Field(default={})

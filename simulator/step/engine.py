@@ -52,6 +52,9 @@ class EngineInput:
     step_overhead: float = 0.0
     flows: StreamTransfers | None = None
     """The streams' calls as transfers sharing the fabric (symmetric mode); None: priced times."""
+    sync_wait: float = 0.0
+    """Seconds each pass waits for the slowest rank it synchronises with, per second of its compute
+    (``clustersim.simulator.step.jitter.sync_wait_fraction``); logged as exposed DP after the compute."""
 
 
 @dataclass
@@ -258,6 +261,8 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
                 d = secs * float(st.inp.scale[r, s]) if cat == "compute" else secs
                 st.log.append(Interval(r, s, "compute", cat, t, t + d, f"{kind}{mb}.{v}"))
                 t += d
+                if cat == "compute":
+                    t = _sync_wait(st, r, s, d, t, f"{kind}{mb}.{v}")
         done.append(max(t, start + comm))
     end = done[-1]
     label = "+".join(f"{k}{mb}.{v}" for k, mb, v in pair)
@@ -297,7 +302,19 @@ def _record_pass(st: _Run, r: int, s: int, chunk: ChunkCost, action: Action, sta
             d = secs * scale if cat == "compute" else secs
             st.log.append(Interval(r, s, "compute", cat, t, t + d, f"{kind}{mb}.{v}"))
             t += d
+            if cat == "compute":
+                t = _sync_wait(st, r, s, d, t, f"{kind}{mb}.{v}")
     return t - start
+
+
+def _sync_wait(st: _Run, r: int, s: int, compute: float, t: float, label: str) -> float:
+    """After ``compute`` seconds ending at ``t``: the wait for the slowest synchronising rank
+    (``EngineInput.sync_wait`` of it), logged as exposed DP; returns when the wait ends."""
+    wait = compute * st.inp.sync_wait
+    if wait <= 0:
+        return t
+    st.log.append(Interval(r, s, "compute", "exposed_dp", t, t + wait, f"wait slowest rank {label}"))
+    return t + wait
 
 
 def _log_wait(st: _Run, r: int, s: int, action: Action, t0: float) -> None:

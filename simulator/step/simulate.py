@@ -22,6 +22,7 @@ from clustersim.simulator.network.pricing import CommPricer, Fidelity
 from clustersim.simulator.network.sharing import FabricLoad
 from clustersim.simulator.step.compute import peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
+from clustersim.simulator.step.jitter import sync_wait_fraction
 from clustersim.simulator.step.costs import StageCost
 from clustersim.simulator.step.lower import Costing, compute_parts, lower
 from clustersim.simulator.step.partition import StageMemory, partition
@@ -76,6 +77,7 @@ def simulate(
         stages=stages, schedule=plan.schedule, microbatches=m, vpp=chunks_per_stage(plan.schedule, plan.vpp),
         overlap_grad_reduce=plan.overlap_grad_reduce, overlap_param_gather=plan.overlap_param_gather,
         scale=unit_scale, step_overhead=prof.step_overhead, flows=flows,
+        sync_wait=sync_wait_fraction(plan.dp * plan.cp, prof.sync_jitter_cv),
     )
     intervals, step = run(inp)
     inputs = _inputs_doc(model, training, cluster, plan, prof, mode, seed, fidelity, rank_scale)

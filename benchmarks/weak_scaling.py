@@ -1,0 +1,82 @@
+"""Weak scaling: the bundled weak-scaling series re-predicted, predicted growth against published.
+
+    .venv/bin/python benchmarks/weak_scaling.py [--jitter CV ...] [--cv-dir DIR]
+
+A series is one source, model, GPU type, per-GPU batch and parallel shape at >= 3 GPU counts
+spanning >= 4x (``fidelity_sharing._weak_series``, all MosaicML llm-foundry tables). For each
+``--jitter`` value (``sync_jitter_cv`` set on the default profile of the row's GPU type) and, with
+``--cv-dir``, at each series' held-out fold profile (``cv_params.csv`` of
+``clustersim validate --cross-validate family``: the mosaicml fold's fitted value, never one
+fitted on these rows), prints the growth in step time from the smallest to the largest count,
+published and predicted, and whether the prediction is within a factor of 2.
+
+Not part of the test run (a few minutes: two rows per series and value).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import time
+from pathlib import Path
+
+import pandas as pd
+
+from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, load_runs, part_of_row, validate_row
+
+import fidelity_sharing  # the series definition, one place
+
+
+def _predict(row: dict[str, object], cv: float, cache: dict) -> tuple[float, float]:
+    """(predicted, measured) step time of ``row`` at its default profile with ``sync_jitter_cv``."""
+    prof = default_profile(SYSTEM_OF_PART[part_of_row(row)][1])
+    rec = validate_row(row, profile=prof.replace(sync_jitter_cv=cv), fidelity="flow", cache=cache)
+    if rec["status"] != "ok":
+        return float("nan"), float("nan")
+    return float(rec["predicted_step_time_s"]), float(rec["measured_step_time_s"])
+
+
+def _fold_cv(cv_dir: Path | None) -> float | None:
+    """The mosaicml fold's fitted ``sync_jitter_cv`` (``cv_params.csv``), or None."""
+    if cv_dir is None:
+        return None
+    params = pd.read_csv(cv_dir / "cv_params.csv")
+    rows = params[(params.family == "mosaicml") & (params.param == "sync_jitter_cv")]
+    return float(rows.value.iloc[0]) if len(rows) else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--jitter", type=float, nargs="*", default=[0.0, 0.05, 0.1])
+    ap.add_argument("--cv-dir", type=Path, default=None)
+    args = ap.parse_args()
+    print(f"load average (1, 5, 15 min): {os.getloadavg()}, {os.cpu_count()} CPUs")
+    table = load_runs()
+    by_id = {int(r["row_id"]): {str(k): v for k, v in r.items()} for r in table.to_dict("records")}
+    values = list(args.jitter)
+    fold = _fold_cv(args.cv_dir)
+    if fold is not None:
+        values.append(fold)
+        print(f"mosaicml fold's fitted sync_jitter_cv: {fold}")
+    cache: dict = {}
+    t0 = time.perf_counter()
+    within = dict.fromkeys(values, 0)
+    series = fidelity_sharing._weak_series(table)
+    for ids in series:
+        a, b = by_id[ids[0]], by_id[ids[-1]]
+        cells, published = [], float("nan")
+        for cv in values:
+            (pb, mb), (pa, ma) = _predict(b, cv, cache), _predict(a, cv, cache)
+            published, grow = (mb / ma - 1) * 100, (pb / pa - 1) * 100
+            ok = grow > 0 and published / 2 <= grow <= published * 2
+            within[cv] += ok
+            cells.append(f"cv {cv:.3f}: {grow:+6.2f} %{' *' if ok else '  '}")
+        print(f"{a['model']!s:10s} {a['gpu_type']!s:5s} {int(a['num_gpus']):4d} -> {int(b['num_gpus']):4d}: "
+              f"published {published:+5.1f} % | " + " | ".join(cells))
+    print("within a factor of 2 (*): " + ", ".join(f"cv {cv:.3f}: {n}/{len(series)}" for cv, n in within.items()))
+    print(f"{time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
