@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Mapping
+from typing import Literal, Mapping
 
 import numpy as np
 import yaml
@@ -111,6 +111,11 @@ class CalibrationProfile(BaseModel):
     ``ddp``, ``fsdp`` (FSDP2), ``tp`` and ``tp-sp`` (DTensor): hooks, DTensor dispatch and
     redistribution plus the transport's alpha, measured by a microbenchmark of the API calls
     (``calibrate measure``), never fitted to step times. Empty for datasheet profiles."""
+    ecmp_routing: Literal["adaptive", "hash"] = "adaptive"
+    """How switches spread flows over equal-cost uplinks: ``adaptive`` splits every flow ideally
+    (adaptive routing / packet spraying, InfiniBand with AR as in DGX SuperPOD); ``hash`` pins each
+    flow to one uplink by its header hash (RoCE ECMP, static IB routes), so the busiest edge-tier
+    port gates a step (``clustersim.simulator.network.ecmp``; flow fidelity only)."""
     sync_jitter_cv: float = Field(default=0.0, ge=0, le=SYNC_JITTER_MAX)
     """Coefficient of variation of one rank's compute between two synchronisation points (the
     lognormal of the straggler model, folded at 1): every pass waits for the slowest of the dp x cp

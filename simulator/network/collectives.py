@@ -30,6 +30,7 @@ from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABLE, CollectiveKind, Step, applicable, build_steps
 from clustersim.simulator.network.algorithms import pairwise_flows
 from clustersim.simulator.errors import ClusterSimError
+from clustersim.simulator.network.ecmp import hashed_loads
 from clustersim.simulator.network.routing import Fabric, fabric_of
 
 MEMO_LIMIT: int = 256
@@ -152,15 +153,17 @@ def _check(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]], n
     return arr
 
 
-def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndarray, np.ndarray]:
-    """(alpha, beta_rep, beta_full, loads, links of the representative group) of one run of ``step``."""
+def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndarray, np.ndarray, np.ndarray]:
+    """(alpha, beta_rep, beta_full, loads, loads as priced, links of the representative group) of one
+    run of ``step``; the priced loads raise the edge-tier fabric links to the busiest ECMP-hashed
+    port's (``network.ecmp``), the plain ones split flows ideally (bytes per link, for reports)."""
     if step.dense is not None:
         dense = fabric.all_to_all(step.dense, step.dense_weight)
         if dense is not None:
             all_loads, rep_used, longest = dense
             util = all_loads / fabric.capacity
             return (longest, float(util[rep_used > 0].max(initial=0.0)), float(util.max(initial=0.0)), all_loads,
-                    np.flatnonzero(rep_used > 0))
+                    all_loads, np.flatnonzero(rep_used > 0))
         step = pairwise_flows(step.dense)
     loads, lat = fabric.loads(step.src, step.dst, step.weight)
     rep_loads, _ = fabric.loads(step.src[step.rep], step.dst[step.rep], step.weight[step.rep])
@@ -169,7 +172,8 @@ def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndar
         loads += np.bincount(edges, weights=w, minlength=len(loads))
         rep = step.switch_rep if up else step.switch_rep_down
         rep_loads += np.bincount(edges[rep], weights=w[rep], minlength=len(loads))
-    ratio = loads / fabric.capacity
+    priced = hashed_loads(fabric, step.src, step.dst, loads)  # fabric edges only; the local ones as they are
+    ratio = priced / fabric.capacity
     beta_rep = float(ratio[rep_loads > 0].max(initial=0.0))
     alpha = 0.0
     for mask, hops in step.latency_phases:
@@ -178,7 +182,7 @@ def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndar
     if step.switch_hops:
         g = step.up_gpu[step.switch_rep]
         alpha += step.switch_hops * float((fabric.latency[fabric.local_up[g]] + fabric.latency[fabric.local_down[g]]).max(initial=0.0))
-    return alpha, beta_rep, float(ratio.max(initial=0.0)), loads, np.flatnonzero(rep_loads > 0)
+    return alpha, beta_rep, float(ratio.max(initial=0.0)), loads, priced, np.flatnonzero(rep_loads > 0)
 
 
 def _pattern(fabric: Fabric, kind: CollectiveKind, algorithm: str, groups: np.ndarray, eff_switch: float) -> _Pattern:
@@ -191,11 +195,11 @@ def _pattern(fabric: Fabric, kind: CollectiveKind, algorithm: str, groups: np.nd
         total = np.zeros(fabric.num_edges)
         steps = []
         for step in build_steps(kind, algorithm, groups, fabric, eff_switch):
-            a, b, bf, loads, rep = _step_cost(fabric, step)
+            a, b, bf, loads, priced, rep = _step_cost(fabric, step)
             alpha, beta, beta_full = alpha + step.repeat * a, beta + step.repeat * b, beta_full + step.repeat * bf
             total += step.repeat * loads
             sent += step.repeat * step.sent_per_rank
-            steps.append(StepLoad(edges=rep, load=loads[rep], repeat=step.repeat))
+            steps.append(StepLoad(edges=rep, load=priced[rep], repeat=step.repeat))
         memo[key] = _Pattern(alpha=alpha, beta=beta, beta_full=beta_full, sent=sent, loads=total, steps=tuple(steps))
     pattern = memo[key]
     assert isinstance(pattern, _Pattern)

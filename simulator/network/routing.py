@@ -15,8 +15,9 @@ Routing model:
   uses its nearest NIC, no PXN detour over NVLink), crosses the switch fabric (kinds leaf, spine,
   core, router) on hop-count shortest paths, and enters through the destination GPU's NIC.
 - Equal-cost paths are split per hop: every switch divides a flow evenly over its next hops on
-  shortest paths (ECMP with ideal spraying / adaptive routing, no hash collisions). A flow keeps
-  one rate; link ``l`` carries the fraction ``a[f, l]`` of it.
+  shortest paths (ECMP with ideal spraying / adaptive routing). A flow keeps one rate; link ``l``
+  carries the fraction ``a[f, l]`` of it. With ``profile.ecmp_routing = "hash"`` the pricing
+  raises the edge-tier links to the busiest hashed port's load (``network.ecmp``).
 - Graphs outside these shapes (GPUs wired straight to each other) fall back to the same per-hop
   ECMP on the whole graph, computed per pair (slow, for small graphs only).
 Capacities are ``bandwidth * profile.link_eff(link_class)``; per-hop latency is the edge
@@ -99,6 +100,8 @@ class Fabric:
         classes, inv = np.unique(wiring.link_class, return_inverse=True)
         eff = np.array([profile.link_eff(str(c)) for c in classes])[inv.ravel()]
         self.capacity: np.ndarray = self.bandwidth * eff
+        self.ecmp_hashing: bool = profile.ecmp_routing == "hash"
+        """Flows are pinned to one equal-cost uplink each (``network.ecmp`` prices the collisions)."""
         override = np.array([profile.link_latency.get(str(c), np.nan) for c in classes])[inv.ravel()]
         self.latency: np.ndarray = np.where(np.isnan(override), wiring.latency, override)
         self._code = np.array([_CODES.get(k, 0) for k in self.kind], dtype=np.int8)
