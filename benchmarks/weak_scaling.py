@@ -1,13 +1,12 @@
 """Weak scaling: the bundled weak-scaling series re-predicted, predicted growth against published.
 
-    .venv/bin/python benchmarks/weak_scaling.py [--jitter CV ...] [--cv-dir DIR]
+    .venv/bin/python benchmarks/weak_scaling.py [--jitter CV ...] [--cv-dir DIR] [--ecmp adaptive|hash] [--overlap F]
 
 A series is one source, model, GPU type, per-GPU batch and parallel shape at >= 3 GPU counts
 spanning >= 4x (``fidelity_sharing._weak_series``, all MosaicML llm-foundry tables). For each
 ``--jitter`` value (``sync_jitter_cv`` set on the default profile of the row's GPU type) and, with
-``--cv-dir``, at each series' held-out fold profile (``cv_params.csv`` of
-``clustersim validate --cross-validate family``: the mosaicml fold's fitted value, never one
-fitted on these rows), prints the growth in step time from the smallest to the largest count,
+``--cv-dir``, at the value the mosaicml fold fitted (``cv_notes.txt`` of
+``clustersim validate --cross-validate family``: fitted without any MosaicML row), prints the growth in step time from the smallest to the largest count,
 published and predicted, and whether the prediction is within a factor of 2.
 
 Not part of the test run (a few minutes: two rows per series and value).
@@ -20,36 +19,39 @@ import os
 import time
 from pathlib import Path
 
-import pandas as pd
-
 from clustersim.simulator.calibration.profile import default_profile
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, load_runs, part_of_row, validate_row
 
 import fidelity_sharing  # the series definition, one place
 
 
-def _predict(row: dict[str, object], cv: float, cache: dict) -> tuple[float, float]:
-    """(predicted, measured) step time of ``row`` at its default profile with ``sync_jitter_cv``."""
-    prof = default_profile(SYSTEM_OF_PART[part_of_row(row)][1])
-    rec = validate_row(row, profile=prof.replace(sync_jitter_cv=cv), fidelity="flow", cache=cache)
+def _predict(row: dict[str, object], cv: float, cache: dict, ecmp: str, overlap: float) -> tuple[float, float]:
+    """(predicted, measured) step time of ``row`` at its default profile with ``sync_jitter_cv``,
+    ``ecmp_routing`` and ``overlap_slowdown`` (all_gather and reduce_scatter) set."""
+    prof = default_profile(SYSTEM_OF_PART[part_of_row(row)][1]).replace(
+        sync_jitter_cv=cv, ecmp_routing=ecmp, overlap_slowdown={"all_gather": overlap, "reduce_scatter": overlap})
+    rec = validate_row(row, profile=prof, fidelity="flow", cache=cache)
     if rec["status"] != "ok":
         return float("nan"), float("nan")
     return float(rec["predicted_step_time_s"]), float(rec["measured_step_time_s"])
 
 
 def _fold_cv(cv_dir: Path | None) -> float | None:
-    """The mosaicml fold's fitted ``sync_jitter_cv`` (``cv_params.csv``), or None."""
+    """The mosaicml fold's fitted ``sync_jitter_cv`` (its line of ``cv_notes.txt``), or None."""
     if cv_dir is None:
         return None
-    params = pd.read_csv(cv_dir / "cv_params.csv")
-    rows = params[(params.family == "mosaicml") & (params.param == "sync_jitter_cv")]
-    return float(rows.value.iloc[0]) if len(rows) else None
+    for line in (cv_dir / "cv_notes.txt").read_text().splitlines():
+        if line.startswith("[mosaicml] sync_jitter_cv = "):
+            return float(line.split("=")[1].split()[0])
+    return None
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--jitter", type=float, nargs="*", default=[0.0, 0.05, 0.1])
     ap.add_argument("--cv-dir", type=Path, default=None)
+    ap.add_argument("--ecmp", choices=("adaptive", "hash"), default="adaptive", help="profile ecmp_routing")
+    ap.add_argument("--overlap", type=float, default=0.0, help="profile overlap_slowdown (both kinds)")
     args = ap.parse_args()
     print(f"load average (1, 5, 15 min): {os.getloadavg()}, {os.cpu_count()} CPUs")
     table = load_runs()
@@ -67,7 +69,7 @@ def main() -> None:
         a, b = by_id[ids[0]], by_id[ids[-1]]
         cells, published = [], float("nan")
         for cv in values:
-            (pb, mb), (pa, ma) = _predict(b, cv, cache), _predict(a, cv, cache)
+            (pb, mb), (pa, ma) = _predict(b, cv, cache, args.ecmp, args.overlap), _predict(a, cv, cache, args.ecmp, args.overlap)
             published, grow = (mb / ma - 1) * 100, (pb / pa - 1) * 100
             ok = grow > 0 and published / 2 <= grow <= published * 2
             within[cv] += ok

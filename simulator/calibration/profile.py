@@ -46,6 +46,12 @@ the mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_ba
 profile's ``pipeline_fill_bytes`` sets it."""
 
 
+OVERLAP_SLOWDOWN_MEASURED = 0.189
+"""Mean computational slowdown of GPT and Llama layers when their compute overlaps collective
+communication, against the same compute alone, on 4x A100, H100, MI250 and MI210: 18.9 % (at most
+40.0 %). Source: "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
+Learning: Performance and Power Implications", arXiv:2507.03114 (July 2025), abstract. One figure
+for every collective kind (the abstract gives no split by kind)."""
 SYNC_JITTER_MAX = 0.15
 """Upper bound of ``sync_jitter_cv``: at 0.15 the slowest of 512 ranks already waits 42 % of its
 compute (``step.jitter.sync_wait_fraction``), more than any weak-scaling loss the bundled table
@@ -116,6 +122,13 @@ class CalibrationProfile(BaseModel):
     (adaptive routing / packet spraying, InfiniBand with AR as in DGX SuperPOD); ``hash`` pins each
     flow to one uplink by its header hash (RoCE ECMP, static IB routes), so the busiest edge-tier
     port gates a step (``clustersim.simulator.network.ecmp``; flow fidelity only)."""
+    overlap_slowdown: dict[str, float] = Field(default={})
+    """Fraction by which compute slows while a prefetched collective of that kind runs beside it
+    (keys ``all_gather``, ``reduce_scatter``; Calculon's "processor usage": NCCL's kernels take SMs
+    and HBM bandwidth), applied to the FSDP/ZeRO-3 layer gathers and scatters and the ZeRO-1/2
+    parameter gathers that run ahead of the forward (``step.lower.flow_shop``). Absent: 0.
+    Measured size: 18.9 % mean compute slowdown under overlapped communication, 40 % at most
+    (``OVERLAP_SLOWDOWN_MEASURED``)."""
     sync_jitter_cv: float = Field(default=0.0, ge=0, le=SYNC_JITTER_MAX)
     """Coefficient of variation of one rank's compute between two synchronisation points (the
     lognormal of the straggler model, folded at 1): every pass waits for the slowest of the dp x cp
@@ -142,6 +155,14 @@ class CalibrationProfile(BaseModel):
         bad = {k: x for k, x in v.items() if k not in keys or not 0 < x <= 2}
         if bad:
             raise ValueError(f"{name}: keys {'/'.join(keys)} with values in (0, 2], got {bad}")
+        return v
+
+    @field_validator("overlap_slowdown")
+    @classmethod
+    def _slowdowns(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if k not in ("all_gather", "reduce_scatter") or not 0 <= x <= 1}
+        if bad:
+            raise ValueError(f"overlap_slowdown: keys all_gather/reduce_scatter with values in [0, 1], got {bad}")
         return v
 
     @field_validator("link_efficiency")

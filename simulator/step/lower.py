@@ -176,17 +176,32 @@ def sp_norm_grad_call(c: Costing, ops: list[Op]) -> TPCall | None:
     return ("all_reduce", params * c.plan.grad_dtype_bytes) if params > 0 else None
 
 
-def flow_shop(compute: list[float], comm: list[float]) -> float:
+def flow_shop(compute: list[float], comm: list[float], slowdown: float = 0.0) -> float:
     """Two streams, comm prefetching one item ahead: item i computes after comm i finishes.
 
-    Returns the extra seconds over sum(compute) that waiting for comm costs.
+    Returns the extra seconds over sum(compute) that waiting for comm costs, and, with
+    ``slowdown`` f > 0, what the overlap costs: while comm i + 1 runs (from the start of compute i)
+    compute advances at 1 / (1 + f) (NCCL's kernels take SMs and HBM bandwidth), so compute i of
+    cp seconds beside a comm of cm seconds lasts cp (1 + f) if that ends within cm, else
+    cp + cm f / (1 + f). f = 0: the plain flow shop; nothing overlapping: no slowdown.
     """
     comm_end = c_start = c_end = 0.0
     for i, (cp, cm) in enumerate(zip(compute, comm)):
         comm_end = max(comm_end, c_start if i > 0 else 0.0) + cm
         c_start = max(c_end, comm_end)
-        c_end = c_start + cp
+        beside = comm[i + 1] if slowdown > 0 and i + 1 < len(comm) else 0.0  # the prefetch during compute i
+        c_end = c_start + overlapped_duration(cp, beside, slowdown)
     return c_end - sum(compute)
+
+
+def overlapped_duration(compute: float, comm: float, slowdown: float) -> float:
+    """Seconds ``compute`` seconds of work take when a collective of ``comm`` seconds starts with it
+    and slows it by 1 + ``slowdown`` while both run (the collective's own time unchanged)."""
+    if slowdown <= 0 or comm <= 0:
+        return compute
+    if compute * (1.0 + slowdown) <= comm:
+        return compute * (1.0 + slowdown)
+    return compute + comm * slowdown / (1.0 + slowdown)
 
 
 def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> ChunkCost:
@@ -301,7 +316,11 @@ def _fsdp_exposed(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op],
         return root_gather + sum(gathers), sum(gathers) + sum(scatters) + root_scatter
     # backward: the comm stream carries the next layer's gather and the previous layer's scatter
     comm_b = [g + (scatters[i - 1] if i > 0 else 0.0) for i, g in enumerate(gathers)]
-    return root_gather + flow_shop(fwd, gathers), flow_shop(bwd[::-1], comm_b) + scatters[-1] + root_scatter
+    slow = c.profile.overlap_slowdown
+    f_ag, f_rs = slow.get("all_gather", 0.0), slow.get("reduce_scatter", 0.0)
+    f_b = (f_ag * sum(gathers) + f_rs * sum(scatters[:-1])) / max(sum(gathers) + sum(scatters[:-1]), 1e-300)
+    return (root_gather + flow_shop(fwd, gathers, f_ag),
+            flow_shop(bwd[::-1], comm_b, f_b) + scatters[-1] + root_scatter)
 
 
 def _grad_axis(plan: ParallelPlan) -> tuple[CollectiveKind, Axis]:
@@ -399,7 +418,7 @@ def _param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bo
     items = ([rest] if rest > 0 else []) + layers
     gathers = [c.pricer.time("all_gather", p * wbytes, axis) for p in items]
     fwd = ([0.0] if rest > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
-    return total, flow_shop(fwd, gathers), call
+    return total, flow_shop(fwd, gathers, c.profile.overlap_slowdown.get("all_gather", 0.0)), call
 
 
 def step_calls(c: Costing, part: Partition | None = None) -> tuple[tuple[Call, ...], ...]:
