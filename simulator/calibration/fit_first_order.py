@@ -148,7 +148,7 @@ def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
               np.all(b["mem"] * x["mem"][0] <= hi), _within(b["exp"] * x["exp"], bounds.expert),
               _within(b["fp8"] * x["fp8"], bounds.fp8), _within(b["fp4"] * x["fp4"], bounds.fp4),
               np.all(b["attn_max"] * x["attn"] * b["ak"] <= hi),
-              _within(jitter_value(b["jit"], x.get("jit", np.ones(1))[0]), bounds.jitter))
+              _within(b["jit"] + JITTER_STEP * (x.get("jit", np.ones(1))[0] - 1.0), bounds.jitter))
     return bool(all(checks))
 
 
