@@ -9,10 +9,9 @@ import numpy as np
 import pytest
 
 from clustersim.simulator.calibration.fit_defaults import perturb
-from clustersim.simulator.calibration.fit_first_order import JITTER_STEP, PARAMS
-from clustersim.simulator.calibration.profile import SYNC_JITTER_MAX, CalibrationProfile, default_profile
+from clustersim.simulator.calibration.fit_first_order import JITTER_STEP, PARAMS, fit
+from clustersim.simulator.calibration.profile import SYNC_JITTER_MAX, CalibrationProfile, default_profile, load_profile
 from clustersim.simulator.errors import CalibrationError
-from clustersim.simulator.calibration.profile import load_profile
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.engine import EngineInput, run
 from clustersim.simulator.step.jitter import (expected_max_multiplier, lognormal_sigma, mean_multiplier,
@@ -22,6 +21,7 @@ from clustersim.topologies import get_cluster
 from clustersim.workloads import TrainingSpec, get_model
 
 from tests.simulator.test_engine import stages
+from tests.simulator.test_fit_defaults import BASE, TRUTH, _synthetic
 
 
 @pytest.mark.parametrize("n,cv", [(1, 0.1), (8, 0.05), (128, 0.1), (512, 0.15), (4096, 0.08)])
@@ -105,3 +105,19 @@ def test_the_fit_perturbs_the_jitter_by_a_step_within_its_bound() -> None:
 def test_a_jitter_outside_its_bound_names_the_field() -> None:
     with pytest.raises(CalibrationError, match="sync_jitter_cv"):
         load_profile({"sync_jitter_cv": 0.5})
+
+
+def test_the_first_order_fit_recovers_a_known_jitter() -> None:
+    # synthetic rows linear in the jitter (T = T0 + A (cv / JITTER_STEP)) on top of the efficiency
+    # closed form of test_fit_defaults: the fit must return the cv the measured times were made with
+    rng = np.random.default_rng(5)
+    sens = _synthetic(TRUTH, rng)
+    a_jit = rng.uniform(0.05, 0.3, size=len(sens))
+    sens["jit"] = sens.base + a_jit  # the step time at cv = JITTER_STEP
+    true_cv = 0.04
+    sens["measured"] = sens.measured + a_jit * true_cv / JITTER_STEP
+    got = fit(sens, profiles={"h100": BASE})["h100"]
+    assert got.sync_jitter_cv == pytest.approx(true_cv, abs=0.004)
+    # and a truth beyond the bound stops at the bound
+    sens["measured"] = sens.measured + a_jit * 1.0
+    assert fit(sens, profiles={"h100": BASE})["h100"].sync_jitter_cv <= SYNC_JITTER_MAX
