@@ -85,3 +85,23 @@ def test_mqa_with_tp_above_kv_heads_replicates_kv() -> None:
     w1, w4 = r1.memory[0].weights, r4.memory[0].weights
     assert w1 / 4 < w4 < w1 / 3.5
     assert r4.model_flops == pytest.approx(r1.model_flops)
+
+
+def test_moe_row_is_simulated_with_its_printed_shape() -> None:
+    notes: list[str] = []
+    base = {"model": "mistralai/Mixtral-8x7B-v0.1", "arch_type": "moe"}
+    assert model_for_row(base, notes) == get_model("mixtral-8x7b") and notes == []
+    # a row that prints another expert count, top-k and FFN width runs with them, and says so
+    m = model_for_row({**base, "num_experts": 16, "moe_topk": 4, "ffn_hidden_size": 7168, "num_layers": 16}, notes)
+    assert (m.num_experts, m.top_k, m.moe_ffn_hidden_size, m.ffn_hidden_size, m.num_layers) == (16, 4, 7168, 7168, 16)
+    assert "MoE preset mixtral-8x7b" in notes[-1] and "top_k" in notes[-1]
+    want = get_model("mixtral-8x7b")
+    assert m.num_params() - dataclasses.replace(want, num_layers=16).num_params() == pytest.approx(
+        16 * (16 * 3 * want.hidden_size * 7168 - 8 * 3 * want.hidden_size * want.ffn_hidden_size)
+        + 16 * (16 - 8) * want.hidden_size, rel=1e-9)  # gated experts (3 matrices each) and the router's extra logits
+    # a dense-prefix MoE (DeepSeek-V3: dense FFN 18432, experts 2048): a printed ffn_hidden_size is ambiguous
+    with pytest.raises(SkipRow, match="ffn_hidden_size = 4096 on an MoE row of preset deepseek-v3"):
+        model_for_row({"model": "DeepSeekV3", "arch_type": "moe", "ffn_hidden_size": 4096}, [])
+    # an MoE without a preset is a skip naming the facts the table cannot print
+    with pytest.raises(SkipRow, match="expert FFN width, shared experts, dense layers"):
+        model_for_row({"model": "DeepSeekV4 Flash", "arch_type": "moe", "num_experts": 256, "moe_topk": 6}, [])
