@@ -193,7 +193,8 @@ def _kernel_candidates(v: float, step: float | None, bounds: Bounds) -> np.ndarr
     top = bounds.max_kernel_overhead
     if step is None:
         return np.linspace(0.0, top, int(round(top / 0.5e-6)) + 1)
-    return np.clip(v + step * top * np.arange(-4, 5), 0.0, top)
+    grid: np.ndarray = np.clip(v + step * top * np.arange(-4, 5), 0.0, top)
+    return grid
 
 
 def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.ndarray]], float],

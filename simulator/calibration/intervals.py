@@ -112,7 +112,8 @@ def family_weights(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
     families' empirical CDFs with equal weight). Row weights let 139 MosaicML A100 rows decide the
     dense/ampere interval for every other family."""
     fam = frame.family.astype(str)
-    weights: npt.NDArray[np.float64] = (1.0 / fam.map(fam.value_counts())).to_numpy(float)
+    counts = fam.map(fam.value_counts()).to_numpy(dtype=np.float64)
+    weights: npt.NDArray[np.float64] = np.divide(1.0, counts)
     return weights
 
 
