@@ -4,7 +4,7 @@ Owns the field mapping per ``model_type`` (``ARCHITECTURES``): the shape fields 
 config shares (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
 ``num_key_value_heads``, ``intermediate_size``, ``vocab_size``, ``head_dim``,
 ``max_position_embeddings``, ``tie_word_embeddings``) and each family's own (MoE experts, MLA ranks,
-GeGLU vs plain MLP, LayerNorm and biases, sliding-window layers). An unknown ``model_type`` or a
+GeGLU vs plain MLP, LayerNorm and biases, sliding-window layers from ``layer_types``). An unknown ``model_type`` or a
 feature the ModelSpec cannot express (Qwen3-MoE ``mlp_only_layers``) is an error naming it, never a
 fallback. What is knowingly left out is said per family (``NOT_MODELLED``). It reads files and
 builds a ModelSpec; it simulates nothing.
@@ -89,6 +89,89 @@ def _gpt_neox(cfg: Config, where: str) -> dict[str, Any]:
     return {**_common(cfg, where), "gated_mlp": False, "norm": "layernorm", "linear_bias": True}
 
 
+def _window(cfg: Config, where: str, num_layers: int) -> dict[str, Any]:
+    """Sliding-window layers from ``sliding_window`` and the layer schedule: HF ``layer_types``
+    (each "sliding_attention" or "full_attention") or ``sliding_window_pattern`` (every n-th layer
+    full). The schedule must be ModelSpec's: layer i full when (i + 1) % f == 0, else an error
+    naming it. No window, or no schedule: every layer full ({})."""
+    window = cfg.get("sliding_window")
+    types = cfg.get("layer_types")
+    if not window:
+        return {}
+    if types:
+        unknown = sorted(set(types) - {"sliding_attention", "full_attention"})
+        if unknown or len(types) != num_layers:
+            raise WorkloadError(f"hf_config {where}: layer_types has {len(types)} entries {unknown or ''} for "
+                                f"{num_layers} layers; need one 'sliding_attention' or 'full_attention' per layer")
+        full = [i for i, t in enumerate(types) if t == "full_attention"]
+        if not full:
+            raise WorkloadError(f"hf_config {where}: layer_types slides on every layer (window {window}); "
+                                "ModelSpec needs at least one full-attention layer per period")
+        freq = full[0] + 1
+        if full != [i for i in range(num_layers) if (i + 1) % freq == 0]:
+            raise WorkloadError(f"hf_config {where}: layer_types full-attention layers {full} are not every "
+                                f"{freq}-th layer; ModelSpec cannot express this schedule")
+        return {"sliding_window": int(window), "full_attention_freq": freq}
+    pattern = cfg.get("sliding_window_pattern") or cfg.get("_sliding_window_pattern")
+    return {"sliding_window": int(window), "full_attention_freq": int(pattern)} if pattern else {}
+
+
+def _gpt_oss(cfg: Config, where: str) -> dict[str, Any]:
+    """GPT-OSS: every layer MoE (``num_local_experts`` experts of ``intermediate_size``, top
+    ``num_experts_per_tok``), attention and expert biases (``attention_bias``), sliding-window
+    layers from ``layer_types``."""
+    out = _common(cfg, where)
+    top_k = cfg.get("num_experts_per_tok") or _req(cfg, "experts_per_token", where)
+    return {**out, "num_experts": int(_req(cfg, "num_local_experts", where)), "top_k": int(top_k),
+            "moe_ffn_hidden_size": out["ffn_hidden_size"], "linear_bias": bool(cfg.get("attention_bias", False)),
+            **_window(cfg, where, out["num_layers"])}
+
+
+def _olmo2(cfg: Config, where: str) -> dict[str, Any]:
+    """OLMo 2: the Llama shape (SwiGLU, RMSNorm, no biases), norms after attention and MLP and on
+    queries and keys."""
+    if cfg.get("attention_bias"):
+        raise WorkloadError(f"hf_config {where}: attention_bias = true is not an OLMo 2 shape; check model_type")
+    return _common(cfg, where)
+
+
+def _phi3(cfg: Config, where: str) -> dict[str, Any]:
+    """Phi-3: the Llama shape with fused qkv and gate_up projections (same GEMM FLOPs)."""
+    return _common(cfg, where)
+
+
+def _falcon(cfg: Config, where: str) -> dict[str, Any]:
+    """Falcon: plain GELU MLP (``ffn_hidden_size``, else 4 x hidden), LayerNorm, biases from
+    ``bias``, tied embeddings; KV heads ``num_kv_heads`` with ``new_decoder_architecture``
+    (Falcon-40B/180B), else 1 with ``multi_query`` (Falcon-7B), else one per head."""
+    heads, hidden = int(_req(cfg, "num_attention_heads", where)), int(_req(cfg, "hidden_size", where))
+    if cfg.get("new_decoder_architecture"):
+        kv = int(_req(cfg, "num_kv_heads", where))
+    else:
+        kv = 1 if cfg.get("multi_query", True) else heads
+    ffn = int(cfg.get("ffn_hidden_size") or 4 * hidden)
+    out: dict[str, Any] = {
+        "num_layers": int(_req(cfg, "num_hidden_layers", where)), "hidden_size": hidden, "num_heads": heads,
+        "num_kv_heads": kv, "ffn_hidden_size": ffn, "vocab_size": int(_req(cfg, "vocab_size", where)),
+        "tied_embeddings": bool(cfg.get("tie_word_embeddings", True)), "gated_mlp": False, "norm": "layernorm",
+        "linear_bias": bool(cfg.get("bias", False))}
+    if cfg.get("max_position_embeddings"):
+        out["max_seq_len"] = int(cfg["max_position_embeddings"])
+    return out
+
+
+def _gemma3(cfg: Config, where: str) -> dict[str, Any]:
+    """Gemma 3 (``gemma3_text``, or the ``gemma3`` image-text wrapper read through its
+    ``text_config``): GeGLU, tied embeddings, sliding-window layers from ``layer_types`` or
+    ``sliding_window_pattern`` (5 local : 1 global)."""
+    text = cfg.get("text_config") if cfg.get("model_type") == "gemma3" else cfg
+    if not isinstance(text, Mapping):
+        raise WorkloadError(f"hf_config {where}: model_type gemma3 without a text_config mapping; give the gemma3_text config")
+    text = {"model_type": "gemma3_text", **text}
+    out = _common(text, where, tied_default=True)
+    return {**out, **_window(text, where, out["num_layers"])}
+
+
 def _gemma2(cfg: Config, where: str) -> dict[str, Any]:
     """Gemma 2: GeGLU (gated), tied embeddings, every second layer a sliding window (HF Gemma2:
     layer i slides when i is even, so (i + 1) % 2 == 0 attends fully)."""
@@ -101,7 +184,8 @@ def _gemma2(cfg: Config, where: str) -> dict[str, Any]:
 ARCHITECTURES: Mapping[str, Callable[[Config, str], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama, "mixtral": _mixtral,
     "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen3_moe, "deepseek_v3": _deepseek, "deepseek_v2": _deepseek,
-    "gpt_neox": _gpt_neox, "gemma2": _gemma2,
+    "gpt_neox": _gpt_neox, "gemma2": _gemma2, "gpt_oss": _gpt_oss, "olmo2": _olmo2, "phi3": _phi3, "falcon": _falcon,
+    "gemma3": _gemma3, "gemma3_text": _gemma3,
 }
 """``model_type`` -> field mapping."""
 
@@ -111,6 +195,12 @@ NOT_MODELLED: Mapping[str, str] = {
     "gpt_neox": "the parallel attention+MLP residual (same FLOPs and bytes, one fewer norm dependency)",
     "gemma2": "logit soft-capping and the pre/post feed-forward norms' extra elementwise passes",
     "deepseek_v3": "the multi-token-prediction module (num_nextn_predict_layers); use the -mtp preset",
+    "gpt_oss": "the attention sinks (one learned logit per head) and the SwiGLU clamp (swiglu_limit)",
+    "olmo2": "the query/key RMSNorms and the post-attention/post-MLP norm placement (elementwise passes, no GEMM)",
+    "phi3": "a sliding window on every layer (sliding_window 2047 in Phi-3-mini-4k): attention is taken as full",
+    "falcon": "the parallel attention+MLP block and its second LayerNorm (new_decoder_architecture); ALiBi",
+    "gemma3": "the vision tower of the image-text wrapper (text decoder only), query/key norms, pre/post feed-forward norms",
+    "gemma3_text": "query/key norms and the pre/post feed-forward norms' extra elementwise passes",
 }
 """What each mapping knowingly leaves out."""
 

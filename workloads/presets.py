@@ -50,6 +50,13 @@ MODEL_ALIASES: dict[str, str] = {
     "llama-4-scout": "llama4-scout",
     "llama4-scout-17b-16e": "llama4-scout",
     "llama3.3-70b": "llama3-70b",  # Llama 3.3 70B: the Llama 3.1 70B architecture (same config.json shape)
+    "olmo-2-0425-1b": "olmo2-1b",
+    "olmo2-0425-1b": "olmo2-1b",
+    "gemma-2-9b": "gemma2-9b",
+    "gemma-3-12b": "gemma3-12b",
+    "gemma-3-12b-pt": "gemma3-12b",
+    "phi-3-mini-4k": "phi3-mini",
+    "phi-3-mini": "phi3-mini",
 }
 
 MODEL_SPELLING_RULES: tuple[tuple[str, str, str], ...] = (

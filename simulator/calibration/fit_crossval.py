@@ -95,6 +95,8 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
         out.append(f"link nic = {profile.link_eff('nic'):.3f} (bound {bounds.max_nic_efficiency})")
     if profile.link_eff("nvlink") >= hi - tol:
         out.append(f"link nvlink = {profile.link_eff('nvlink'):.3f} (bound {hi})")
+    if profile.kernel_overhead >= bounds.max_kernel_overhead - 1e-7:
+        out.append(f"kernel_overhead = {profile.kernel_overhead:.2e} s (bound {bounds.max_kernel_overhead:.0e})")
     for name, value, (lo, up) in (("expert_efficiency", profile.expert_efficiency, bounds.expert),
                                   ("fp8", profile.precision_efficiency.get("fp8", 1.0), bounds.fp8),
                                   ("fp4", profile.precision_efficiency.get("fp4", 1.0), bounds.fp4)):
@@ -253,8 +255,7 @@ def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, Calibratio
                  "fp4": (base.precision_efficiency.get("fp4", 1.0), new.precision_efficiency.get("fp4", 1.0))}
         for p, (v0, v1) in pairs.items():
             t[rows] += pb.slopes.get(p, np.zeros_like(t))[rows] * (v0 / v1 - 1.0)
-        if base.kernel_overhead > 0:
-            t[rows] += pb.slopes.get("kern", np.zeros_like(t))[rows] * (new.kernel_overhead / base.kernel_overhead - 1.0)
+        t[rows] += pb.slopes.get("kern", np.zeros_like(t))[rows] * (new.kernel_overhead - base.kernel_overhead)
         t[rows] += pb.slopes.get("jit", np.zeros_like(t))[rows] * (new.sync_jitter_cv - base.sync_jitter_cv) / JITTER_STEP
     return t
 

@@ -26,7 +26,8 @@ from clustersim.simulator.calibration.profile import SYNC_JITTER_MAX, Calibratio
 from clustersim.simulator.network.pricing import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
-    FLASH2_FACTOR, JITTER_STEP, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors, first_order_problem, fit_scales,
+    FLASH2_FACTOR, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors,
+    first_order_problem, fit_scales,
     held_out_folds, measured_times, row_weights,
 )
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row
@@ -44,7 +45,7 @@ def profile_key(gpu_type: str, keys: Sequence[str]) -> str | None:
 
 
 def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FACTOR) -> CalibrationProfile:
-    """``profile`` with one parameter scaled by ``factor`` (kernel overhead doubled)."""
+    """``profile`` with one parameter scaled by ``factor`` (kernel overhead: ``KERNEL_OVERHEAD_PROBE`` seconds added)."""
     if param.startswith("g") and param[1:].isdigit():
         j = int(param[1:])
         return profile.replace(gemm_efficiency=[(x, e * factor if i == j else e)
@@ -60,7 +61,7 @@ def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FAC
         case "mem":
             return profile.replace(memory_efficiency=profile.memory_efficiency * factor)
         case "kern":
-            return profile.replace(kernel_overhead=profile.kernel_overhead * 2.0)
+            return profile.replace(kernel_overhead=profile.kernel_overhead + KERNEL_OVERHEAD_PROBE)
         case "exp":
             return profile.replace(expert_efficiency=profile.expert_efficiency * factor)
         case "fp8" | "fp4":

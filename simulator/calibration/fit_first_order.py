@@ -27,7 +27,11 @@ from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.validate import family_of
 
 PERTURB_FACTOR = 0.85
-"""Efficiencies are multiplied by this factor to measure a sensitivity (kernel overhead doubles)."""
+"""Efficiencies are multiplied by this factor to measure a sensitivity."""
+KERNEL_OVERHEAD_PROBE = 2e-6
+"""Seconds added to the per-op kernel overhead to measure its sensitivity. Added, not multiplied:
+the overhead is a time that may be zero, and a multiplicative probe of zero moves nothing (the
+bundled profiles sat at 0.0, so the fit could never move it off zero)."""
 GEMM_POINTS = 6
 """Points of the GEMM efficiency curve (1e8 ... 1e13 FLOP per call in the bundled profiles)."""
 JITTER_STEP = 0.1
@@ -35,8 +39,8 @@ JITTER_STEP = 0.1
 PARAMS: tuple[str, ...] = tuple(f"g{j}" for j in range(GEMM_POINTS)) + (
     "attn", "link", "mem", "kern", "exp", "fp8", "fp4", "jit")
 """Perturbed parameters: GEMM curve point j, attention curve, NVLink+NIC link efficiency, memory
-efficiency, kernel overhead, expert_efficiency, precision_efficiency fp8 and fp4, sync_jitter_cv
-(shared by every GPU type: T = T0 + A_jit (x - 1), cv = cv0 + JITTER_STEP (x - 1)). The flash2
+efficiency, kernel overhead (by ``KERNEL_OVERHEAD_PROBE`` seconds), expert_efficiency, precision_efficiency
+fp8 and fp4, sync_jitter_cv (shared by every GPU type: T = T0 + A_jit (x - 1), cv = cv0 + JITTER_STEP (x - 1)). The flash2
 attention-kernel factor is not fitted (its only rows are one publication family): ``FLASH2_FACTOR``."""
 PER_GROUP: tuple[str, ...] = ("gemm", "attn", "link", "exp", "fp8", "fp4")
 """Scales fitted per GPU type, the same set for every type; ``curve`` (one per GEMM point),
@@ -69,6 +73,12 @@ class Bounds:
     """Range of ``expert_efficiency``."""
     jitter: tuple[float, float] = (0.0, SYNC_JITTER_MAX)
     """Range of ``sync_jitter_cv`` (``profile.SYNC_JITTER_MAX``)."""
+    max_kernel_overhead: float = 25e-6
+    """Upper bound of the per-op kernel overhead (s, lower bound 0): the CPU-side cost of one eager
+    PyTorch op before its kernel runs (Python, autograd and ATen dispatch, cudaLaunchKernel) is
+    ~5-25 us (J. Lin, "From PyTorch op to kernel launch",
+    https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, table "What
+    each layer actually does"); the upper end, since one simulated op may be a few kernels."""
 
 
 # ---------------------------------------------------------------- first-order model and fit
@@ -83,9 +93,10 @@ class _Problem:
     t0: np.ndarray
     """Base predicted step time per row (s)."""
     slopes: dict[str, np.ndarray]
-    """A_k per parameter per row (s): the step time added by 1/s_k - 1 (kern: by s_k - 1)."""
+    """A_k per parameter per row (s): the step time added by 1/s_k - 1 (kern: seconds of step per
+    second of per-op overhead)."""
     base: dict[str, np.ndarray]
-    """Current profile values per group: gemm (n x points), attn_max, nvlink, nic, exp, fp8, fp4, mem."""
+    """Current profile values per group: gemm (n x points), attn_max, nvlink, nic, exp, fp8, fp4, mem, kern."""
 
 
 def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile]) -> _Problem:
@@ -94,7 +105,8 @@ def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationPr
     groups = tuple(sorted(ok.group.unique()))
     f = 1.0 / PERTURB_FACTOR - 1.0
     t0 = ok.base.to_numpy(float)
-    slopes = {p: (ok[p].to_numpy(float) - t0) / (1.0 if p in ("kern", "jit") else f) for p in PARAMS if p in ok}
+    slopes = {p: (ok[p].to_numpy(float) - t0) / (KERNEL_OVERHEAD_PROBE if p == "kern" else 1.0 if p == "jit" else f)
+              for p in PARAMS if p in ok}
     return _Problem(groups=groups, gi=ok.group.map({g: i for i, g in enumerate(groups)}).to_numpy(int),
                     t0=t0, slopes=slopes, base=_base_values([profiles[g] for g in groups]))
 
@@ -113,12 +125,16 @@ def _base_values(profs: list[CalibrationProfile]) -> dict[str, np.ndarray]:
             "fp8": arr(lambda p: p.precision_efficiency.get("fp8", 1.0)),
             "fp4": arr(lambda p: p.precision_efficiency.get("fp4", 1.0)),
             "ak": arr(lambda p: p.attention_kernel_efficiency.get("flash2", 1.0)),
+            "kern": arr(lambda p: p.kernel_overhead),
             "jit": arr(lambda p: p.sync_jitter_cv)}
 
 
-def _initial(n: int) -> dict[str, np.ndarray]:
-    return {**{k: np.ones(n) for k in PER_GROUP}, "curve": np.ones(GEMM_POINTS), "kern": np.ones(1), "mem": np.ones(1),
-            "jit": np.ones(1)}
+def _initial(pb: _Problem) -> dict[str, np.ndarray]:
+    """Scales 1 and the kernel overhead (a shared value in seconds, not a scale) at its base, the
+    mean of the groups' (one value in every bundled profile)."""
+    n = len(pb.groups)
+    return {**{k: np.ones(n) for k in PER_GROUP}, "curve": np.ones(GEMM_POINTS),
+            "kern": np.array([float(np.mean(pb.base["kern"]))]), "mem": np.ones(1), "jit": np.ones(1)}
 
 
 def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
@@ -129,7 +145,7 @@ def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
         t += s.get(f"g{j}", zero) * (1.0 / (x["gemm"][g] * x["curve"][j]) - 1.0)
     for p, k in (("attn", "attn"), ("link", "link"), ("exp", "exp"), ("fp8", "fp8"), ("fp4", "fp4")):
         t += s.get(p, zero) * (1.0 / x[k][g] - 1.0)
-    t += s.get("mem", zero) * (1.0 / x["mem"][0] - 1.0) + s.get("kern", zero) * (x["kern"][0] - 1.0)
+    t += s.get("mem", zero) * (1.0 / x["mem"][0] - 1.0) + s.get("kern", zero) * (x["kern"][0] - pb.base["kern"][g])
     t += s.get("jit", zero) * (x.get("jit", np.ones(1))[0] - 1.0)
     return t
 
@@ -148,7 +164,8 @@ def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
               np.all(b["mem"] * x["mem"][0] <= hi), _within(b["exp"] * x["exp"], bounds.expert),
               _within(b["fp8"] * x["fp8"], bounds.fp8), _within(b["fp4"] * x["fp4"], bounds.fp4),
               np.all(b["attn_max"] * x["attn"] * b["ak"] <= hi),
-              _within(b["jit"] + JITTER_STEP * (x.get("jit", np.ones(1))[0] - 1.0), bounds.jitter))
+              _within(b["jit"] + JITTER_STEP * (x.get("jit", np.ones(1))[0] - 1.0), bounds.jitter),
+              -1e-15 <= x["kern"][0] <= bounds.max_kernel_overhead + 1e-15)
     return bool(all(checks))
 
 
@@ -189,13 +206,23 @@ def _candidates(v: float, step: float | None, name: str = "") -> np.ndarray:
     return np.linspace(0.5, 1.6, 111) if step is None else v * (1.0 + step * np.arange(-4, 5))
 
 
+def _kernel_candidates(v: float, step: float | None, bounds: Bounds) -> np.ndarray:
+    """Kernel overhead (s): the grid 0 ... max in 0.5 us steps (step None), else v + step x max x k,
+    k = -4 ... 4 (additive: the value may be zero)."""
+    top = bounds.max_kernel_overhead
+    if step is None:
+        return np.linspace(0.0, top, int(round(top / 0.5e-6)) + 1)
+    grid: np.ndarray = np.clip(v + step * top * np.arange(-4, 5), 0.0, top)
+    return grid
+
+
 def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.ndarray]], float],
            best: float, step: float | None, bounds: Bounds) -> float:
     """One pass over every coordinate; keeps a candidate only if feasible and strictly better."""
     for name in (*PER_GROUP, "curve", "kern", "mem", "jit"):
         for i in range(len(x[name])):
             start = x[name][i]
-            for v in _candidates(start, step, name):
+            for v in (_kernel_candidates(start, step, bounds) if name == "kern" else _candidates(start, step, name)):
                 old = x[name][i]
                 x[name][i] = v
                 if feasible(pb, x, bounds) and (o := obj(x)) < best - 1e-9:
@@ -209,7 +236,7 @@ def fit_scales(pb: _Problem, measured: np.ndarray, weights: np.ndarray, *, bound
                sweeps: int = 4, mask: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], float]:
     """Scales minimising the weighted MAPE of the rows in ``mask`` (all by default), and that MAPE."""
     m = np.ones(len(measured), bool) if mask is None else mask
-    x = _initial(len(pb.groups))
+    x = _initial(pb)
     for i, smooth in enumerate(SMOOTHING):
         def obj(x: Mapping[str, np.ndarray], s: float = smooth) -> float:
             return weighted_mape(predict(pb, x)[m], measured[m], weights[m], s)
@@ -247,7 +274,7 @@ def apply_scales(profile: CalibrationProfile, i: int, x: Mapping[str, np.ndarray
         precision_efficiency={"fp8": _r3(prec.get("fp8", 1.0) * x["fp8"][i]),
                               "fp4": _r3(prec.get("fp4", 1.0) * x["fp4"][i])},
         memory_efficiency=_r3(profile.memory_efficiency * x["mem"][0]),
-        kernel_overhead=float(round(profile.kernel_overhead * x["kern"][0], 9)),
+        kernel_overhead=float(round(x["kern"][0], 9)),
         sync_jitter_cv=float(round(min(max(jitter_value(profile.sync_jitter_cv, x.get("jit", np.ones(1))[0]), 0.0),
                                        SYNC_JITTER_MAX), 4)))
 
@@ -277,7 +304,7 @@ def first_order_errors(sens: pd.DataFrame, x: Mapping[str, np.ndarray] | None = 
                        profiles: Mapping[str, CalibrationProfile]) -> np.ndarray:
     """Signed percent errors of the first-order model at scales ``x`` (the base when None)."""
     pb = first_order_problem(sens, profiles)
-    t = predict(pb, x if x is not None else _initial(len(pb.groups)))
+    t = predict(pb, x if x is not None else _initial(pb))
     meas = measured_times(sens, None)
     errors: np.ndarray = (t - meas) / meas * 100.0
     return errors

@@ -2,7 +2,8 @@
 
 Owns the regimes (``regime``: model kind dense | moe | hybrid x GPU generation), the
 split-conformal interval of the measured step time around a prediction (``conformal_bounds``:
-finite-sample ranks of the held-out ratios measured / predicted), its empirical coverage on held-out
+finite-sample ranks of the held-out ratios measured / predicted, each publication family weighted
+as one unit, ``family_weights``), its empirical coverage on held-out
 families (``coverage_by_family``: intervals calibrated on the other families' held-out residuals,
 scored on the family left out), the interval table stored as data
 (``simulator/calibration/intervals.yaml``, written by ``write_intervals``) and the interval of one
@@ -65,23 +66,55 @@ def regime(kind: str, gpu: str) -> str:
     return f"{kind}/{generation(gpu) or gpu.lower()}"
 
 
-def conformal_bounds(ratios: Sequence[float] | npt.NDArray[np.float64], level: float) -> tuple[float, float]:
+def conformal_bounds(ratios: Sequence[float] | npt.NDArray[np.float64], level: float,
+                     weights: Sequence[float] | npt.NDArray[np.float64] | None = None) -> tuple[float, float]:
     """Split-conformal bounds (lo, hi) on measured / predicted at ``level``, two-sided.
 
     With n calibration ratios sorted, hi is the ceil((n + 1)(1 - a/2))-th smallest and lo the
     floor((n + 1) a/2)-th, a = 1 - level (Vovk et al.; Lei et al. 2018): a new exchangeable ratio
     falls inside with probability >= level. A rank beyond n is unbounded (inf, or 0 below).
+
+    ``weights`` (one per ratio): the weighted form (Tibshirani et al. 2019, "Conformal prediction
+    under covariate shift"): hi is the (1 - a/2) quantile of the weighted ratios plus the new point's
+    weight (the smallest calibration weight) at +inf, lo the mirror image; equal weights give the
+    ranks above. ``family_weights`` makes every publication family one unit of evidence.
     """
     if not 0 < level < 1:
         raise CalibrationError(f"interval level {level}: use a fraction in (0, 1)")
-    r = np.sort(np.asarray(ratios, dtype=float))
-    n, a = len(r), 1.0 - level
-    if n == 0:
+    r = np.asarray(ratios, dtype=float)
+    a = 1.0 - level
+    if len(r) == 0:
         return 0.0, math.inf
-    k_hi, k_lo = math.ceil((n + 1) * (1 - a / 2)), math.floor((n + 1) * a / 2)
-    hi = float(r[k_hi - 1]) if k_hi <= n else math.inf
-    lo = float(r[k_lo - 1]) if k_lo >= 1 else 0.0
-    return lo, hi
+    w = np.ones(len(r)) if weights is None else np.asarray(weights, dtype=float)
+    if w.shape != r.shape or np.any(w <= 0):
+        raise CalibrationError(f"conformal weights: {len(w)} positive weights needed for {len(r)} ratios")
+    hi = _weighted_upper(r, w, 1 - a / 2)
+    lo = -_weighted_upper(-r, w, 1 - a / 2)
+    return (0.0 if lo == -math.inf else lo), hi
+
+
+def _weighted_upper(r: npt.NDArray[np.float64], w: npt.NDArray[np.float64], q: float) -> float:
+    """The smallest r_k whose cumulative weight, over the total plus the new point's (min w) at
+    +inf, reaches ``q``; inf when only the new point's mass would. Equal weights: the
+    ceil((n + 1) q)-th smallest."""
+    order = np.argsort(r, kind="stable")
+    cum = np.cumsum(w[order]) / (w.sum() + w.min())
+    k = int(np.searchsorted(cum, q - 1e-12))
+    return float(r[order][k]) if k < len(r) else math.inf
+
+
+def family_weights(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
+    """1 / (rows of the row's family) per row: each family's residuals weigh one unit in total.
+
+    The held-out unit is a publication family and families differ in bias, so a new family's ratio
+    is exchangeable with a family, not with a row of the largest family (Dunn, Wasserman & Ramdas
+    2022, "Distribution-free prediction sets for two-layer hierarchical models": pooling the
+    families' empirical CDFs with equal weight). Row weights let 139 MosaicML A100 rows decide the
+    dense/ampere interval for every other family."""
+    fam = frame.family.astype(str)
+    counts = fam.map(fam.value_counts()).to_numpy(dtype=np.float64)
+    weights: npt.NDArray[np.float64] = np.divide(1.0, counts)
+    return weights
 
 
 def ratios(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
@@ -89,12 +122,12 @@ def ratios(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
     return (frame.measured_s / frame.held_out_s).to_numpy(float)
 
 
-def _calibration(frame: pd.DataFrame, reg: object) -> tuple[npt.NDArray[np.float64], bool]:
-    """Ratios of regime ``reg`` (or pooled, extrapolated, when it has too few)."""
+def _calibration(frame: pd.DataFrame, reg: object) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], bool]:
+    """Ratios and family weights of regime ``reg`` (or pooled, extrapolated, when it has too few)."""
     mine = frame[frame.regime_key == reg]
     if len(mine) >= MIN_REGIME_ROWS:
-        return ratios(mine), False
-    return ratios(frame), True
+        return ratios(mine), family_weights(mine), False
+    return ratios(frame), family_weights(frame), True
 
 
 def _widen(lo: float, hi: float) -> tuple[float, float]:
@@ -127,8 +160,8 @@ def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) ->
             inside = 0
             extra = 0
             for reg, part in test.groupby("regime_key"):
-                r, extrapolated = _calibration(cal, reg)
-                lo, hi = conformal_bounds(r, level)
+                r, w, extrapolated = _calibration(cal, reg)
+                lo, hi = conformal_bounds(r, level, w)
                 if extrapolated:
                     lo, hi = _widen(lo, hi)
                     extra += len(part)
@@ -149,8 +182,9 @@ def interval_table(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> dic
     for reg, part in fr.groupby("regime_key"):
         regimes[str(reg)] = {"rows": int(len(part)), "max_gpus": int(part.num_gpus.max()),
                              "families": sorted(part.family.unique().tolist()),
-                             **{f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(part), lv)) for lv in levels}}
-    pooled = {f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(fr), lv)) for lv in levels}
+                             **{f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(part), lv, family_weights(part)))
+                                for lv in levels}}
+    pooled = {f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(fr), lv, family_weights(fr))) for lv in levels}
     return {"levels": list(levels), "min_regime_rows": MIN_REGIME_ROWS, "widen": WIDEN,
             "pooled": {"rows": int(len(fr)), **pooled}, "regimes": regimes}
 

@@ -41,7 +41,9 @@ SHAPE_COLUMNS: tuple[tuple[str, str], ...] = (
     ("num_layers", "num_layers"), ("hidden_size", "hidden_size"), ("num_heads", "num_heads"),
     ("num_kv_heads", "num_kv_heads"), ("ffn_hidden_size", "ffn_hidden_size"), ("vocab_size", "vocab_size"),
 )
-"""(CSV column, ModelSpec field) pairs a dense row may override its preset with."""
+"""(CSV column, ModelSpec field) pairs a row may override its preset with."""
+MOE_COLUMNS: tuple[tuple[str, str], ...] = (("num_experts", "num_experts"), ("moe_topk", "top_k"))
+"""(CSV column, ModelSpec field) pairs of the MoE shape a row may print (routed experts, top-k)."""
 
 
 class SkipRow(ValueError):
@@ -141,8 +143,32 @@ def _gpt_style(row: Mapping[str, Any], shape: dict[str, Any], notes: list[str]) 
     return dataclasses.replace(base, name=text(row, "model"), **shape)
 
 
+def _moe_with_row_shape(row: Mapping[str, Any], model: ModelSpec, shape: dict[str, Any],
+                        notes: list[str]) -> ModelSpec:
+    """An MoE preset with what the row prints of its shape: the dense columns, routed experts and
+    top-k (``MOE_COLUMNS``). A printed ``ffn_hidden_size`` sets the expert FFN only where the preset's
+    dense and expert FFN are one width (every layer MoE: Mixtral, GPT-OSS); elsewhere it is ambiguous
+    (dense prefix or expert?) and the row is skipped naming it."""
+    shape = dict(shape)
+    shape.update({field: int(v) for col, field in MOE_COLUMNS if (v := num(row, col)) is not None})
+    if "ffn_hidden_size" in shape and shape["ffn_hidden_size"] != model.ffn_hidden_size:
+        if model.moe_ffn_hidden_size not in (None, model.ffn_hidden_size):
+            raise SkipRow(f"ffn_hidden_size = {shape['ffn_hidden_size']} on an MoE row of preset {model.name} (dense FFN "
+                          f"{model.ffn_hidden_size}, expert FFN {model.moe_ffn_hidden_size}): which one it is is not "
+                          "printed; drop the column or give an hf_config")
+        shape["moe_ffn_hidden_size"] = shape["ffn_hidden_size"]
+    changed = {k: v for k, v in shape.items() if getattr(model, k) != v}
+    if "num_heads" in changed and "num_kv_heads" not in shape:
+        changed["num_kv_heads"] = changed["num_heads"]
+    if changed:
+        notes.append(f"model: MoE preset {model.name} with the row's {sorted(changed)}")
+        model = dataclasses.replace(model, **changed)
+    return model
+
+
 def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
-    """The preset named by ``model``; dense rows override it with their printed shape columns."""
+    """The preset named by ``model``, overridden by the shape columns the row prints (MoE rows also
+    by their experts and top-k, ``_moe_with_row_shape``)."""
     name = text(row, "model")
     shape = _row_shape(row)
     try:
@@ -152,13 +178,15 @@ def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
             raise SkipRow("hybrid Mamba-Transformer without a preset (Nemotron 3 Super/Ultra/3.5 "
                           "Lightning: no citable layer pattern, LatentMoE and MTP shapes)") from None
         if text(row, "arch_type") != "dense":
-            raise SkipRow(f"model {name!r}: MoE without a preset and without its shape in the row") from None
+            raise SkipRow(f"model {name!r}: MoE without a preset; the table has no columns for its expert FFN width, "
+                          "shared experts, dense layers or norm/MLP kind, so a printed num_experts / moe_topk cannot "
+                          "make a model; add a preset or an hf_config") from None
         if re.search(KNOWN_FAMILIES, name.lower()):
             raise SkipRow(f"model {name!r}: a known family without a preset of this size (its MLP, norm and "
                           "attention are not GPT-style); add a preset or an hf_config") from None
         return _gpt_style(row, shape, notes)
     if model.is_moe:
-        return model
+        return _moe_with_row_shape(row, model, shape, notes)
     changed = {k: v for k, v in shape.items() if getattr(model, k) != v}
     if "num_heads" in changed and "num_kv_heads" not in shape:
         changed["num_kv_heads"] = changed["num_heads"]  # the row's heads without a KV count: MHA

@@ -137,3 +137,26 @@ def test_cli_fit_profiles_writes_profiles_and_report(tmp_path) -> None:
     assert load_profile(out / "h200.yaml") == load_profile(out / "h200.yaml")  # every bundled stem is written
     bad = CliRunner().invoke(app, ["validate", str(small), "--fit-profiles", str(out), "--calibration", str(out / "a100.yaml")])
     assert bad.exit_code == 2
+
+
+def test_kernel_overhead_is_fitted_from_zero() -> None:
+    # the bundled profiles sat at kernel_overhead 0.0, which a multiplicative probe can never move:
+    # the probe adds KERNEL_OVERHEAD_PROBE seconds, and the fit recovers an overhead from zero
+    from clustersim.simulator.calibration.fit_first_order import KERNEL_OVERHEAD_PROBE
+    zero = BASE.replace(kernel_overhead=0.0)
+    assert perturb(zero, "kern").kernel_overhead == pytest.approx(KERNEL_OVERHEAD_PROBE)
+    def at_zero(sens: pd.DataFrame) -> pd.DataFrame:
+        # the closed form taken at overhead 0: T(o) = C + sum_k B_k / s_k + B_kern o / probe
+        k = sens.kern - sens.base
+        out = sens.copy()
+        for col in ["base", *EFF_PARAMS]:
+            out[col] = sens[col] - k
+        out["kern"] = out.base + k
+        return out
+
+    sens = at_zero(_synthetic({**TRUTH, "kern": 3.0}, np.random.default_rng(5)))  # measured: 3 probes = 6 us per op
+    got = fit(sens, profiles={"h100": zero})["h100"]
+    assert got.kernel_overhead == pytest.approx(3 * KERNEL_OVERHEAD_PROBE, rel=0.05)
+    # and it stays inside its bound however much the rows ask for
+    over = fit(at_zero(_synthetic({**TRUTH, "kern": 40.0}, np.random.default_rng(6))), profiles={"h100": zero})["h100"]
+    assert over.kernel_overhead == pytest.approx(Bounds().max_kernel_overhead)

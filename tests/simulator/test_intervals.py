@@ -86,3 +86,23 @@ def test_interval_of_a_result_uses_its_regime() -> None:
     iv = interval_of(res, model, table=interval_table(_cv()))
     assert iv.regime == "dense/hopper" and not iv.extrapolated
     assert iv.low_s < res.step_time < iv.high_s
+
+
+def test_family_weights_make_each_family_one_unit_of_evidence() -> None:
+    from clustersim.simulator.calibration.intervals import family_weights
+    # family a: 100 ratios 0.90 ... 0.999 (one bias), family b: 10 ratios of 1.5 (another)
+    a = np.round(np.linspace(0.90, 0.999, 100), 4)
+    frame = pd.DataFrame({"family": ["a"] * 100 + ["b"] * 10, "measured_s": np.r_[a, [1.5] * 10], "held_out_s": 1.0})
+    w = family_weights(frame)
+    assert w[:100].sum() == pytest.approx(1.0) and w[100:].sum() == pytest.approx(1.0)
+    r = frame.measured_s.to_numpy()
+    # by rows, family b is 9 % of the mass: the 80 % upper bound is a's ceil(111 x 0.9) = 100th value
+    assert conformal_bounds(r, 0.8) == (pytest.approx(a[10]), pytest.approx(a[99]))
+    # by family, b is half: the 0.9 quantile of (1 + 1 + 0.01 new-point mass) lies in b (cumulative
+    # 1.0 after a, so 0.9 x 2.01 = 1.809 is reached inside b); the lower bound, the mirror image,
+    # counts from the top: b's 1.0 and then 81 of a's 0.01 reach 1.809, the 81st largest of a
+    lo, hi = conformal_bounds(r, 0.8, w)
+    assert hi == pytest.approx(1.5) and lo == pytest.approx(a[19])
+    # equal-size families: the weights change nothing (the rank rule of test_conformal_ranks)
+    eq = _cv()
+    assert conformal_bounds(eq.measured_s.to_numpy(), 0.8, family_weights(eq)) == conformal_bounds(eq.measured_s.to_numpy(), 0.8)

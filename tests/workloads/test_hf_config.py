@@ -33,6 +33,11 @@ def test_config_gives_the_preset_of_the_same_config(folder: str, preset: str) ->
     ("Qwen2.5-32B", 32.5, 0.01),       # model card: 32.5B (31.0B non-embedding)
     ("gpt-neox-20b", 20.55, 0.01),     # Black et al. 2022, Table 1: 20,554,567,680
     ("gemma-2-9b", 9.24, 0.01),        # model card: 9.24B
+    ("gpt-oss-20b", 20.91, 0.005),     # OpenAI, gpt-oss-120b & gpt-oss-20b Model Card (Aug 2025), Table 1: 20.91B total
+    ("OLMo-2-0425-1B", 1.48, 0.01),    # 1.48B params (whatmodel.sh listing of OLMo 2 1B 0425, from the HF safetensors metadata)
+    ("Phi-3-mini-4k-instruct", 3.8, 0.01),  # Abdin et al. 2024, Phi-3 Technical Report: "phi-3-mini, a 3.8 billion parameter language model"
+    ("gemma-3-12b", 11.771, 0.005),    # Gemma 3 Technical Report (arXiv:2503.19786) Table 1, 12B: 1,012M embedding + 10,759M non-embedding (text decoder; vision tower not modelled)
+    ("falcon-40b-instruct", 40.0, 0.05),  # model card: "a 40B parameters causal decoder-only model" (rounded figure, hence 5 %)
 ])
 def test_config_gives_the_published_parameter_count(folder: str, billions: float, rel: float) -> None:
     model = model_from_hf_config(DATA / folder / "config.json")
@@ -64,3 +69,41 @@ def test_unknown_model_type_and_inexpressible_features_are_named(tmp_path: Path)
     with pytest.raises(WorkloadError, match="'hidden_size' missing"):
         model_from_hf_config({k: v for k, v in cfg.items() if k != "hidden_size"})
     assert dataclasses.is_dataclass(model_from_hf_config(cfg))
+
+
+def test_new_family_features_are_read_not_assumed() -> None:
+    oss = model_from_hf_config(DATA / "gpt-oss-20b" / "config.json")
+    assert (oss.num_experts, oss.top_k, oss.moe_ffn_hidden_size, oss.linear_bias, oss.attn_head_dim) == (32, 4, 2880, True, 64)
+    assert (oss.sliding_window, oss.full_attention_freq, oss.tied_embeddings) == (128, 2, False)
+    # the 20b config maps onto the cited gpt-oss-120b preset's fields (same family, fewer layers and experts)
+    big = get_model("gpt-oss-120b")
+    assert {k: getattr(oss, k) for k in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+                                          "vocab_size", "top_k", "linear_bias", "sliding_window", "full_attention_freq")} == \
+        {k: getattr(big, k) for k in ("hidden_size", "num_heads", "num_kv_heads", "head_dim", "ffn_hidden_size",
+                                       "vocab_size", "top_k", "linear_bias", "sliding_window", "full_attention_freq")}
+    falcon = model_from_hf_config(DATA / "falcon-40b-instruct" / "config.json")
+    assert (falcon.num_kv_heads, falcon.ffn_hidden_size, falcon.gated_mlp, falcon.norm, falcon.linear_bias,
+            falcon.tied_embeddings) == (8, 4 * 8192, False, "layernorm", False, True)
+    gemma = model_from_hf_config(DATA / "gemma-3-12b" / "config.json")  # the image-text wrapper: its text_config
+    assert (gemma.num_layers, gemma.attn_head_dim, gemma.sliding_window, gemma.full_attention_freq, gemma.tied_embeddings) == \
+        (48, 256, 1024, 6, True)
+    olmo = model_from_hf_config(DATA / "OLMo-2-0425-1B" / "config.json")
+    phi = model_from_hf_config(DATA / "Phi-3-mini-4k-instruct" / "config.json")
+    assert (olmo.gated_mlp, olmo.tied_embeddings, phi.gated_mlp, phi.num_kv_heads, phi.attn_head_dim) == (True, False, True, 32, 96)
+
+
+def test_layer_schedules_modelspec_cannot_express_are_named() -> None:
+    cfg = json.loads((DATA / "gpt-oss-20b" / "config.json").read_text())
+    with pytest.raises(WorkloadError, match="every 2-th layer"):
+        model_from_hf_config({**cfg, "layer_types": ["sliding_attention", "full_attention", "full_attention"] +
+                              ["sliding_attention", "full_attention"] * 10 + ["full_attention"]})
+    with pytest.raises(WorkloadError, match="slides on every layer"):
+        model_from_hf_config({**cfg, "layer_types": ["sliding_attention"] * 24})
+    with pytest.raises(WorkloadError, match="need one 'sliding_attention' or 'full_attention' per layer"):
+        model_from_hf_config({**cfg, "layer_types": ["chunked_attention"] * 24})
+    falcon = json.loads((DATA / "falcon-40b-instruct" / "config.json").read_text())
+    with pytest.raises(WorkloadError, match="'num_kv_heads' missing"):
+        model_from_hf_config({k: v for k, v in falcon.items() if k != "num_kv_heads"})
+    # Falcon-7B's older layout: one KV head (multi_query) without the new decoder architecture
+    seven = model_from_hf_config({**falcon, "new_decoder_architecture": False, "multi_query": True})
+    assert seven.num_kv_heads == 1

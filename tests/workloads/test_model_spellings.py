@@ -28,11 +28,39 @@ def test_model_spelling(text: str, preset: str) -> None:
 
 
 def test_known_family_without_preset_is_a_named_skip_not_gpt_style() -> None:
-    # (Llama-3.2-3B played this part until it got its preset; Falcon has none)
-    row = {"model": "tiiuae/falcon-180B", "arch_type": "dense", "num_layers": 80, "hidden_size": 14848,
-           "num_heads": 232, "vocab_size": 65024}
-    with pytest.raises(SkipRow, match="'tiiuae/falcon-180B'"):
+    # (Llama-3.2-3B, then Falcon-180B played this part until they got their presets; DBRX has none)
+    row = {"model": "databricks/dbrx-base", "arch_type": "moe", "num_layers": 40, "hidden_size": 6144,
+           "num_heads": 48, "vocab_size": 100352}
+    with pytest.raises(SkipRow, match="'databricks/dbrx-base'"):
         model_for_row(row, [])
+
+
+@pytest.mark.parametrize(("text", "preset", "billions", "rel"), [
+    ("openai/gpt-oss-20b", "gpt-oss-20b", 20.91, 0.005),  # OpenAI gpt-oss model card, Table 1
+    ("allenai/OLMo-2-0425-1B", "olmo2-1b", 1.48, 0.01),
+    ("Qwen/Qwen2.5-32B", "qwen2.5-32b", 32.5, 0.01),      # model card: 32.5B
+    ("google/gemma-2-9b", "gemma2-9b", 9.24, 0.01),       # model card: 9.24B
+    ("microsoft/Phi-3-mini-4k-instruct", "phi3-mini", 3.8, 0.01),
+    ("tiiuae/falcon-40b-instruct", "falcon-40b", 40.0, 0.05),   # model card "40B" (rounded)
+    ("google/gemma-3-12b-pt", "gemma3-12b", 11.771, 0.005),     # Gemma 3 report Table 1 (text decoder)
+    ("tiiuae/falcon-180B", "falcon-180b", 180.0, 0.02),         # model card "180B" (rounded)
+])
+def test_new_presets_resolve_and_match_the_published_parameter_count(text: str, preset: str, billions: float,
+                                                                     rel: float) -> None:
+    assert resolve_model_name(text) == preset
+    assert get_model(preset).num_params() / 1e9 == pytest.approx(billions, rel=rel)
+
+
+@pytest.mark.parametrize(("preset", "folder"), [
+    ("gpt-oss-20b", "gpt-oss-20b"), ("olmo2-1b", "OLMo-2-0425-1B"), ("qwen2.5-32b", "Qwen2.5-32B"),
+    ("gemma2-9b", "gemma-2-9b"), ("phi3-mini", "Phi-3-mini-4k-instruct"), ("falcon-40b", "falcon-40b-instruct"),
+    ("gemma3-12b", "gemma-3-12b")])
+def test_config_presets_equal_their_config_json(preset: str, folder: str) -> None:
+    from pathlib import Path
+    from clustersim.workloads.hf_config import model_from_hf_config
+    cfg = Path(__file__).parent / "data" / "hf_configs" / folder / "config.json"
+    got = dataclasses.replace(model_from_hf_config(cfg, name=preset), source="")
+    assert got == dataclasses.replace(get_model(preset), source="")
 
 
 @pytest.mark.parametrize(("name", "published"), [("llama3.2-1b", 1_235_746_816), ("llama3.2-3b", 3_212_574_720)])
@@ -57,3 +85,23 @@ def test_mqa_with_tp_above_kv_heads_replicates_kv() -> None:
     w1, w4 = r1.memory[0].weights, r4.memory[0].weights
     assert w1 / 4 < w4 < w1 / 3.5
     assert r4.model_flops == pytest.approx(r1.model_flops)
+
+
+def test_moe_row_is_simulated_with_its_printed_shape() -> None:
+    notes: list[str] = []
+    base = {"model": "mistralai/Mixtral-8x7B-v0.1", "arch_type": "moe"}
+    assert model_for_row(base, notes) == get_model("mixtral-8x7b") and notes == []
+    # a row that prints another expert count, top-k and FFN width runs with them, and says so
+    m = model_for_row({**base, "num_experts": 16, "moe_topk": 4, "ffn_hidden_size": 7168, "num_layers": 16}, notes)
+    assert (m.num_experts, m.top_k, m.moe_ffn_hidden_size, m.ffn_hidden_size, m.num_layers) == (16, 4, 7168, 7168, 16)
+    assert "MoE preset mixtral-8x7b" in notes[-1] and "top_k" in notes[-1]
+    want = get_model("mixtral-8x7b")
+    assert m.num_params() - dataclasses.replace(want, num_layers=16).num_params() == pytest.approx(
+        16 * (16 * 3 * want.hidden_size * 7168 - 8 * 3 * want.hidden_size * want.ffn_hidden_size)
+        + 16 * (16 - 8) * want.hidden_size, rel=1e-9)  # gated experts (3 matrices each) and the router's extra logits
+    # a dense-prefix MoE (DeepSeek-V3: dense FFN 18432, experts 2048): a printed ffn_hidden_size is ambiguous
+    with pytest.raises(SkipRow, match="ffn_hidden_size = 4096 on an MoE row of preset deepseek-v3"):
+        model_for_row({"model": "DeepSeekV3", "arch_type": "moe", "ffn_hidden_size": 4096}, [])
+    # an MoE without a preset is a skip naming the facts the table cannot print
+    with pytest.raises(SkipRow, match="expert FFN width, shared experts, dense layers"):
+        model_for_row({"model": "DeepSeekV4 Flash", "arch_type": "moe", "num_experts": 256, "moe_topk": 6}, [])
