@@ -155,7 +155,8 @@ class _Shards:
         times = [sb.layer(self._first[j], p) for j in range(len(self._first))]
 
         def per_layer(value: Callable[[PassTimes], float]) -> np.ndarray:
-            return np.array([value(t) for t in times])[self._ids]
+            out: np.ndarray = np.array([value(t) for t in times])[self._ids]
+            return out
 
         def prefix(x: np.ndarray) -> np.ndarray:
             return np.concatenate([[0.0], np.cumsum(x)])
@@ -193,7 +194,8 @@ def _chunks(sb: StepBound, table: _Table, layout: Layout, rows: np.ndarray, firs
     r = rows[:, None, None]
 
     def chunk(prefix: np.ndarray, ends: np.ndarray) -> np.ndarray:  # layers a..z-1: a difference of prefix sums
-        return prefix[r, z] - prefix[r, a] + (ends[r, 0] * emb + ends[r, 1] * head)
+        out: np.ndarray = prefix[r, z] - prefix[r, a] + (ends[r, 0] * emb + ends[r, 1] * head)
+        return out
 
     expert = chunk(table.expert, table.expert_ends)
     params = chunk(table.params, table.params_ends)
