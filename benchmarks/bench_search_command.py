@@ -100,11 +100,11 @@ def main() -> None:
     ap.add_argument("--old", type=Path, default=Path("/tmp/base"), help="older checkout with its own .venv")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--only", default="", help="run only the scenarios whose label contains this text")
-    ap.add_argument("--workers", type=int, default=0, help="this tree's --workers (0: one per core)")
+    ap.add_argument("--workers", type=int, default=0, help="this tree's --workers (0: one per core, at most 8)")
     args = ap.parse_args()
     trees = {"old": (str(args.old / ".venv/bin/python"), args.old), "new": (sys.executable, ROOT)}
     print(f"load average (1, 5, 15 min) before: {os.getloadavg()}, {os.cpu_count()} CPUs; {args.repeats} runs per tree, "
-          f"alternating; new tree --workers {args.workers or os.cpu_count()}", flush=True)
+          f"alternating; new tree --workers {args.workers or min(os.cpu_count() or 1, 8)}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         envs = {t: _env(folder / f"pyc-{t}") for t in trees}

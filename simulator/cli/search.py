@@ -23,6 +23,9 @@ from clustersim.simulator.step.energy import J_PER_KWH
 from clustersim.topologies.power import FacilitySpec
 
 console = Console(width=None if sys.stdout.isatty() else 140)
+MAX_DEFAULT_WORKERS = 8
+"""``--workers 0`` runs one engine process per core up to this many: each batch prices that many plans at
+once, and those past the serial stopping point are wasted."""
 err_console = Console(stderr=True)
 
 
@@ -159,8 +162,8 @@ def register(app: typer.Typer) -> None:
         calibration: Optional[Path] = typer.Option(None, "--calibration", help="Calibration profile YAML (default: the accelerator's bundled profile)."),
         json_out: Optional[Path] = typer.Option(None, "--json", help="Write the ranked plans, Pareto front and scenario as JSON ('-': standard output)."),
         csv_out: Optional[Path] = typer.Option(None, "--csv", help="Write the ranked plans as CSV ('-': standard output)."),
-        workers: int = typer.Option(0, "--workers", help="Local processes for the engine re-check (0: one per CPU core; "
-                                                         "1: this process). The result does not depend on it.", min=0, max=256),
+        workers: int = typer.Option(0, "--workers", help="Local processes for the engine re-check (0: one per CPU core, "
+                                                         "at most 8; 1: this process). The result does not depend on it.", min=0, max=256),
     ) -> None:
         """The engine's best plan, proven: every valid plan bounded, the engine prices best bound first until none can win."""
         started = time.perf_counter()
@@ -179,7 +182,7 @@ def register(app: typer.Typer) -> None:
             task = bar.add_task("bounding plans", total=None)
             rep = search(sc.model, sc.training, sc.cluster, top=top, objective=goal, profile=profile,
                          progress=lambda n: bar.update(task, completed=n, refresh=True), facility=facility,
-                         workers=workers or os.cpu_count() or 1)
+                         workers=workers or min(os.cpu_count() or 1, MAX_DEFAULT_WORKERS))
         from clustersim.simulator.calibration.intervals import model_kind  # loaded when used
 
         kind = model_kind(sc.model.layer_pattern, sc.model.is_moe)
