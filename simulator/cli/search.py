@@ -196,9 +196,11 @@ def register(app: typer.Typer) -> None:
         caption = (f"#1 is the engine's best over all {rep.valid:,} valid plans (no unpriced plan's bound beats it); "
                    f"GBS {sc.training.global_batch_size} x seq {sc.training.seq_len}, {sc.training.precision}; profile {prof.name} "
                    f"(fit {prof.fit_date or 'not recorded'}); analytical tier {rep.valid:,} plans checked and bounded in "
-                   f"{rep.analytic_seconds + rep.bound_seconds:.2f} s = {rep.plans_per_second:,.0f} plans/s; engine "
-                   f"{rep.engine_seconds:.2f} s on {rep.workers} process{'es' if rep.workers > 1 else ''}; "
-                   f"search command {time.perf_counter() - started:.2f} s")
+                   f"{rep.analytic_seconds + rep.bound_seconds:.2f} s = {rep.plans_per_second:,.0f} plans/s "
+                   f"({rep.plans_per_cpu_second:,.0f} per CPU second); engine "
+                   f"{rep.engine_seconds:.2f} s on {rep.workers} process{'es' if rep.workers > 1 else ''}"
+                   f"{f' ({rep.speculative} run past the stopping point, dropped)' if rep.speculative else ''}; "
+                   f"search command {time.perf_counter() - started:.2f} s after start-up")
         if not quiet:
             console.print(report_table(rep, title, price, caption, kind))
             console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0,

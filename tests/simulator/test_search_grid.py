@@ -115,6 +115,7 @@ def test_parallel_engine_recheck_returns_the_serial_report(objective: str) -> No
     parallel = search(model, training, cluster, top=20, objective=objective, workers=3)  # type: ignore[arg-type]
     assert serial.engine_calls >= 3  # the pool had work in more than one batch
     assert parallel.workers == 3 and serial.workers == 1
+    assert 0 < serial.tier_cpu_seconds and serial.plans_per_cpu_second == serial.valid / serial.tier_cpu_seconds
     assert _fields(parallel) == _fields(serial)
 
 
