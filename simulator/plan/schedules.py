@@ -54,12 +54,10 @@ def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list
 def program_ends(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> tuple[Action, Action]:
     """The first and last pass of ``lanes(schedule, stage, pp, m, vpp)[0]`` without building it
     (single-lane schedules, ``m >= 1``): every one starts with the forward of the first virtual
-    micro-batch; GPipe ends with micro-batch 0's backward, 1F1B and ZB-H1 with micro-batch m-1's,
-    interleaved with the backward of the last virtual micro-batch."""
+    micro-batch; GPipe (backwards in forward order), 1F1B and ZB-H1 end with micro-batch m-1's
+    backward, interleaved with the backward of the last virtual micro-batch."""
     match schedule:
-        case "gpipe":
-            return ("F", 0, 0), ("B", 0, 0)
-        case "1f1b" | "zb-h1":  # a ZB-H1 lane is 1F1B's; the engine places its W passes
+        case "gpipe" | "1f1b" | "zb-h1":  # a ZB-H1 lane is 1F1B's; the engine places its W passes
             return ("F", 0, 0), ("B", m - 1, 0)
         case "interleaved":
             return ("F", *_virtual(0, pp, vpp, True)), ("B", *_virtual(m * vpp - 1, pp, vpp, False))
