@@ -84,6 +84,22 @@ def test_search_prints_ranked_plans_with_both_tiers() -> None:
     assert "plans/s" in p.stdout and p.stdout.count("%") >= 6
 
 
+def test_search_workers_change_nothing_but_the_time(tmp_path: Path) -> None:
+    """``--workers 2`` (engine on forked processes) writes the JSON ``--workers 1`` writes, byte for byte."""
+    docs = []
+    for workers in ("1", "2"):
+        out = tmp_path / f"w{workers}.json"
+        p = cli("search", str(EXAMPLE), "--gpus", "32", "--top", "4", "--workers", workers, "--json", str(out))
+        assert p.returncode == 0, p.stderr
+        assert f"on {workers} process" in " ".join(p.stdout.split())
+        docs.append(json.loads(out.read_text()))
+    for doc in docs:
+        doc.pop("written_at", None)
+    assert docs[0]["ranked"] and docs[0] == docs[1]
+    bad = cli("search", str(EXAMPLE), "--gpus", "32", "--workers", "-1")
+    assert bad.returncode == 2 and "--workers" in bad.stderr and "Traceback" not in bad.stderr
+
+
 def test_search_gives_each_plan_its_regime_interval(tmp_path: Path) -> None:
     from clustersim.simulator.calibration.intervals import interval_for
 

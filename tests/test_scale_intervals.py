@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clustersim.simulator.cli.app import with_interval
+from clustersim.simulator.cli.scale import with_interval
 
 
 def test_interval_brackets_the_prediction_and_scales_with_throughput() -> None:

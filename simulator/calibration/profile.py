@@ -8,6 +8,7 @@ measure anything (that is ``clustersim.simulator.calibration.torch_backend``) no
 from __future__ import annotations
 
 import os
+from functools import lru_cache
 from pathlib import Path
 from typing import Literal, Mapping
 
@@ -191,6 +192,13 @@ class CalibrationProfile(BaseModel):
 
 
 def _interp_log(points: list[tuple[float, float]], x: float) -> float:
+    return _interp_log_of(tuple(points), x)
+
+
+@lru_cache(maxsize=1 << 16)
+def _interp_log_of(points: tuple[tuple[float, float], ...], x: float) -> float:
+    """The curve's value at ``x`` (interpolated in log x), remembered by the curve's points and x:
+    the engine asks for the same few GEMM and attention sizes thousands of times per step."""
     xs = np.log10([p[0] for p in points])
     ys = [p[1] for p in points]
     return float(np.interp(np.log10(max(x, 1.0)), xs, ys))

@@ -22,6 +22,10 @@ if TYPE_CHECKING:  # typer vendors click; its classes are only named in the sign
     from typer import _click as click
 
 COMMANDS: Mapping[str, tuple[str, str]] = {
+    "simulate": ("simulate", "Simulate one training step of a scenario."),
+    "scale": ("scale", "Scaling-efficiency report (strong scaling: fixed global batch): the best plan at every scale "
+                       "vs naive DP replicas."),
+    "presets": ("presets", "List the model, accelerator and cluster presets."),
     "sweep": ("sweep", "Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."),
     "search": ("search", "The engine's best plan, proven: every valid plan bounded, the engine prices best bound "
                          "first until none can win."),

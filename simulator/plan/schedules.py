@@ -51,6 +51,20 @@ def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list
     return [stage_program(base, stage, pp, m, vpp)]
 
 
+def program_ends(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> tuple[Action, Action]:
+    """The first and last pass of ``lanes(schedule, stage, pp, m, vpp)[0]`` without building it
+    (single-lane schedules, ``m >= 1``): every one starts with the forward of the first virtual
+    micro-batch; GPipe (backwards in forward order), 1F1B and ZB-H1 end with micro-batch m-1's
+    backward, interleaved with the backward of the last virtual micro-batch."""
+    match schedule:
+        case "gpipe" | "1f1b" | "zb-h1":  # a ZB-H1 lane is 1F1B's; the engine places its W passes
+            return ("F", 0, 0), ("B", m - 1, 0)
+        case "interleaved":
+            return ("F", *_virtual(0, pp, vpp, True)), ("B", *_virtual(m * vpp - 1, pp, vpp, False))
+    program = lanes(schedule, stage, pp, m, vpp)[0]  # dualpipe's first lane
+    return program[0], program[-1]
+
+
 def pairs_forward_backward(schedule: str, ep_overlap: bool = False) -> bool:
     """Whether the schedule runs a forward and a backward chunk together, each one's EP all-to-all
     hidden behind the other's compute: DualPipe always (DeepSeek-V3 report sec. 3.2.1, Figure 4:

@@ -29,7 +29,7 @@ from clustersim.simulator.calibration.profile import CalibrationProfile
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
-from clustersim.simulator.plan.schedules import lanes, num_model_chunks
+from clustersim.simulator.plan.schedules import num_model_chunks, program_ends
 from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, optimizer_time
 from clustersim.simulator.step.dispatch import expert_load
 from clustersim.simulator.step.partition import RESERVED_BYTES, op_kwargs, stage_chunks
@@ -198,9 +198,8 @@ class StepBound:
                 if schedule == "dualpipe" or s == 0:
                     out.append((False, False))
                     continue
-                program = lanes(schedule, s, pp, m, vpp)[0]
-                out.append((program[0] == ("F", 0, 0),
-                            schedule != "zb-h1" and program[-1][0] == "B" and program[-1][2] == 0))
+                first, last = program_ends(schedule, s, pp, m, vpp)
+                out.append((first == ("F", 0, 0), schedule != "zb-h1" and last[0] == "B" and last[2] == 0))
             self._lanes[key] = out
         return self._lanes[key]
 

@@ -12,8 +12,11 @@ nothing (the CLI does).
 from __future__ import annotations
 
 import itertools
-import time
 import math
+import multiprocessing
+import os
+import time
+from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal, TypedDict
 
@@ -24,6 +27,7 @@ from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.energy_bound import EnergyBound
 from clustersim.simulator.search.estimate import Estimate, Estimator
+from clustersim.simulator.search.grid import grid_bounds
 from clustersim.simulator.step.partition import partition_memory
 from clustersim.simulator.plan.plan import Fsdp, ParallelPlan, Recompute, Schedule
 from clustersim.simulator.step.energy import J_PER_KWH, energy_per_token, rental_price
@@ -87,6 +91,24 @@ class SearchReport:
     """Valid plans never priced: their bound could not beat the best engine score."""
     pareto: tuple[Ranked, ...] = ()
     """Engine-priced plans not beaten on step time, memory and energy per token at once."""
+    workers: int = 1
+    """Processes that ran the engine (1: this one)."""
+    speculative: int = 0
+    """Engine runs of a parallel search whose plan the serial order would not have priced (their
+    results are dropped, so the report is the serial one)."""
+
+    tier_cpu_seconds: float = 0.0
+    """CPU seconds of this process in enumeration, checks and bounds (less sensitive to other load than wall)."""
+
+    @property
+    def plans_per_second(self) -> float:
+        """Valid plans through the analytical tier (enumeration, checks and bounds) per wall second."""
+        return self.valid / max(self.analytic_seconds + self.bound_seconds, 1e-9)
+
+    @property
+    def plans_per_cpu_second(self) -> float:
+        """Valid plans through the analytical tier per CPU second."""
+        return self.valid / max(self.tier_cpu_seconds, 1e-9)
 
     @property
     def best(self) -> Ranked | None:
@@ -211,6 +233,7 @@ def search(
     shortlist: int | None = None,
     progress: Callable[[int], None] | None = None,
     facility: FacilitySpec | None = None,
+    workers: int = 1,
 ) -> SearchReport:
     """The engine's best plan under ``objective``, proven by branch and bound.
 
@@ -223,43 +246,59 @@ def search(
     (``price_per_token``: a GPU-hour price, or ``facility``'s kWh price and capital; its bound is
     the step-time bound's GPU-seconds plus ``EnergyBound``'s joules at those prices); ``energy`` by
     facility joules per token (PUE 1), bounded by ``search.energy_bound.EnergyBound``.
+
+    The bounds of all valid plans come from ``search.grid.grid_bounds`` (``StepBound`` in array
+    form). With ``workers > 1`` the engine runs on that many local processes, ``workers`` plans
+    at a time in bound order; results are taken in that order and the serial stopping rule applied
+    to them, so the report is the one ``workers=1`` gives (runs past the stop are dropped and
+    counted in ``speculative``).
     """
+    if workers < 1:
+        raise ValueError(f"workers = {workers}: use 1 (this process) or more")
     price = price_per_token(cluster, training, facility) if objective == "cost" else TokenPrice(per_second=1.0)
     prof = profile or default_profile(cluster.accelerator.name)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), time.process_time()
     plans, candidates = _valid_plans(model, training, cluster, progress)
     est = Estimator(model, training, cluster, prof)
     seeds = _analytic_best(est, plans, shortlist) if shortlist else []
     t1 = time.perf_counter()
     sb = StepBound(model, training, cluster, prof)
     eb = EnergyBound(model, training, cluster, prof)
-    bounds = {p: _bound(objective, p, sb, eb, price) for p in plans}
-    t2 = time.perf_counter()
+    grid = grid_bounds(sb, plans)
+    bounds = {p: _bound(objective, p, t, m, eb, price)
+              for p, t, m in zip(plans, grid.step_time.tolist(), grid.static_memory.tolist())}
+    t2, cpu2 = time.perf_counter(), time.process_time()
     bb = _BranchAndBound(model, training, cluster, prof, objective, price, est, bounds, sb)
     for plan in seeds:
         bb.price(plan)
-    bb.run(sorted(plans, key=lambda p: (bounds[p], p.describe())))
+    ordered = sorted(plans, key=lambda p: (bounds[p], p.describe()))
+    if workers > 1 and objective != "memory":
+        with _engine_pool(workers, model, training, cluster, prof) as pool:
+            bb.run_parallel(ordered, pool, workers)
+    else:
+        bb.run(ordered)
     ranked = bb.ranked()
     return SearchReport(
         ranked=tuple(ranked[:top]), candidates=candidates, valid=len(plans), fitting=bb.fitting,
         analytic_seconds=t1 - t0, objective=objective, bound_seconds=t2 - t1,
         engine_calls=bb.engine_calls, memory_rejected=bb.memory_rejected, engine_seconds=bb.seconds,
         pruned=len(plans) - len(bb.priced), pareto=pareto_front(ranked),
+        workers=workers if objective != "memory" else 1, speculative=bb.speculative, tier_cpu_seconds=cpu2 - cpu0,
     )
 
 
-def _bound(objective: Objective, plan: ParallelPlan, sb: StepBound, eb: EnergyBound, price: TokenPrice) -> float:
-    """The plan's optimistic score: static bytes (memory), J/token (energy), $/token (cost: both
-    terms of the price at their bounds, each a lower bound), else seconds."""
+def _bound(objective: Objective, plan: ParallelPlan, step: float, static: float, eb: EnergyBound, price: TokenPrice) -> float:
+    """The plan's optimistic score from its step-time and static-memory bounds (``StepBound``):
+    static bytes (memory), J/token (energy), $/token (cost: both terms of the price at their
+    bounds, each a lower bound), else seconds."""
     match objective:
         case "memory":
-            return sb.static_memory(plan)
+            return static
         case "energy":
-            return eb.per_token(plan, sb.step_time(plan))
+            return eb.per_token(plan, step)
         case "cost":
-            t = sb.step_time(plan)
-            return price.of(t, eb.per_token(plan, t) if price.per_joule > 0 else None)
-    return sb.step_time(plan)
+            return price.of(step, eb.per_token(plan, step) if price.per_joule > 0 else None)
+    return step
 
 
 def _analytic_best(est: Estimator, plans: list[ParallelPlan], n: int) -> list[ParallelPlan]:
@@ -299,23 +338,37 @@ class _BranchAndBound:
     memory_rejected: int = 0
     fitting: int = 0
     seconds: float = 0.0
+    speculative: int = 0
 
     def price(self, plan: ParallelPlan) -> None:
         """Memory check, then (for time and cost) the engine; updates the incumbent."""
         if plan in self.priced:
             return
-        static = self.step_bound.static_memory(plan)
-        if static > self.cluster.accelerator.hbm_capacity:  # states alone overflow: phase 1 would reject it
-            self.priced[plan] = Ranked(plan=plan, estimate=None, result=None, bound=self.bounds[plan],
-                                       error=f"weights, grads and optimizer state need {static / 2**30:.1f} GiB "
-                                             f"> {self.cluster.accelerator.hbm_capacity / 2**30:.1f} GiB")
-            self.memory_rejected += 1
+        error = self._states_overflow(plan)
+        if error:
+            self._reject(plan, error)
             return
         t0 = time.perf_counter()
         r = _engine(self.model, self.training, self.cluster, self.profile, plan, _safe_estimate(self.estimator, plan),
                     self.bounds[plan], engine=self.objective != "memory")
         self.seconds += time.perf_counter() - t0
-        self.priced[plan] = r
+        self._record(r)
+
+    def _states_overflow(self, plan: ParallelPlan) -> str:
+        """Why phase 1 would reject ``plan`` from its states alone ("" when they fit)."""
+        static = self.step_bound.static_memory(plan)
+        if static <= self.cluster.accelerator.hbm_capacity:
+            return ""
+        return (f"weights, grads and optimizer state need {static / 2**30:.1f} GiB "
+                f"> {self.cluster.accelerator.hbm_capacity / 2**30:.1f} GiB")
+
+    def _reject(self, plan: ParallelPlan, error: str) -> None:
+        self.priced[plan] = Ranked(plan=plan, estimate=None, result=None, bound=self.bounds[plan], error=error)
+        self.memory_rejected += 1
+
+    def _record(self, r: Ranked) -> None:
+        """Adds a verdict of phase 1 (and the engine) and updates the incumbent."""
+        self.priced[r.plan] = r
         if r.memory is None:
             self.memory_rejected += 1
             return
@@ -325,6 +378,37 @@ class _BranchAndBound:
         self.engine_calls += self.objective != "memory"
         score = r.memory if self.objective == "memory" else _score(self.objective, r, self.token_price)[0]
         self.best = min(self.best, score)
+
+    def run_parallel(self, ordered: list[ParallelPlan], pool: ProcessPoolExecutor, workers: int) -> None:
+        """``run`` with the engine on ``pool``: the engine runs of the next ``workers`` plans the
+        serial loop could reach run at once; the verdicts are then taken in bound order under the
+        serial stopping rule, so what is priced and recorded is what ``run`` prices and records."""
+        queue = iter(ordered)
+        while True:
+            batch: list[tuple[ParallelPlan, str]] = []  # (plan, why its states overflow or "")
+            for plan in queue:
+                if self.bounds[plan] >= self.best:
+                    break
+                if plan in self.priced:
+                    continue
+                batch.append((plan, self._states_overflow(plan)))
+                if sum(not e for _, e in batch) == workers:
+                    break
+            if not batch:
+                return
+            t0 = time.perf_counter()
+            futures = {p: pool.submit(_engine_task, p, _safe_estimate(self.estimator, p), self.bounds[p])
+                       for p, e in batch if not e}
+            verdicts = {p: f.result() for p, f in futures.items()}
+            self.seconds += time.perf_counter() - t0
+            for i, (plan, error) in enumerate(batch):
+                if self.bounds[plan] >= self.best:  # the serial loop stops here: drop the rest
+                    self.speculative += sum(1 for p, e in batch[i:] if not e)
+                    return
+                if error:
+                    self._reject(plan, error)
+                else:
+                    self._record(verdicts[plan])
 
     def run(self, ordered: list[ParallelPlan]) -> None:
         """Price best bound first until no bound can beat the incumbent."""
@@ -391,3 +475,28 @@ def _engine(model: ModelSpec, training: TrainingSpec, cluster: Cluster, prof: Ca
                       energy=energy_per_token(result, cluster))
     except ClusterSimError as exc:
         return Ranked(plan=plan, estimate=e, result=None, error=str(exc), bound=bound, memory=memory)
+
+
+_Scenario = tuple[ModelSpec, TrainingSpec, Cluster, CalibrationProfile]
+_WORKER: dict[str, _Scenario] = {}
+"""An engine worker process's scenario, set once by ``_worker_init`` (empty in the driver)."""
+
+
+def _worker_init(model: ModelSpec, training: TrainingSpec, cluster: Cluster, prof: CalibrationProfile) -> None:
+    _WORKER["scenario"] = (model, training, cluster, prof)
+
+
+def _engine_task(plan: ParallelPlan, e: Estimate | None, bound: float) -> Ranked:
+    """One engine verdict on a worker (``_engine`` on the worker's scenario)."""
+    return _engine(*_WORKER["scenario"], plan, e, bound, engine=True)
+
+
+def _engine_pool(workers: int, model: ModelSpec, training: TrainingSpec, cluster: Cluster,
+                 prof: CalibrationProfile) -> ProcessPoolExecutor:
+    """``workers`` local processes holding the scenario. Forked where the platform can (nothing
+    to import again, no scenario to send); the caller must not hold other threads' locks (the
+    CLI's progress bar refreshes without a thread)."""
+    method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    return ProcessPoolExecutor(max_workers=min(workers, os.cpu_count() or 1) if method == "spawn" else workers,
+                               mp_context=multiprocessing.get_context(method), initializer=_worker_init,
+                               initargs=(model, training, cluster, prof))
