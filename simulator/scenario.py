@@ -58,7 +58,8 @@ Bounds = tuple[float, float, bool]
 PLAN_BOUNDS: Mapping[str, Bounds] = {
     **{axis: (1, MAX_GPUS, False) for axis in ("tp", "pp", "dp", "cp", "ep", "etp", "dp_shard")},
     "vpp": (1, MAX_LAYERS, False), "micro_batch": (1, training_fields.MAX_GLOBAL_BATCH, False),
-    "recompute_layers": (0, MAX_LAYERS, False), "zero": (0, 3, False), "grad_dtype_bytes": (2, 4, False),
+    "recompute_layers": (0, MAX_LAYERS, False), "cpu_offloading_num_layers": (0, MAX_LAYERS, False),
+    "zero": (0, 3, False), "grad_dtype_bytes": (2, 4, False),
     "bucket_size": (*BUCKET_RANGE, False), "first_bucket_size": (0.0, BUCKET_RANGE[1], False),
     "tp_comm_overlap": (0.0, 1.0, False),
     "ep_comm_overlap": (0.0, 1.0, False), "expert_imbalance": (1.0, 1024.0, False),
@@ -103,6 +104,8 @@ def _typed(hint: object, bounds: Bounds | None) -> tuple[object, str]:
         out, text = bool, "true or false"
     elif typing.get_origin(base) is Literal:
         out, text = base, "one of " + ", ".join(str(a) for a in typing.get_args(base))
+    elif typing.get_origin(base) is tuple and typing.get_args(base)[0] is str:
+        out, text = Annotated[list[str], Field(strict=False)], "a list of names"
     elif typing.get_origin(base) is tuple:
         out = Annotated[list[Annotated[int, Field(ge=1)]], Field(strict=False)]
         text = "a list of integers >= 1"

@@ -3,9 +3,11 @@ conventions and model presets. A leaf package: imports nothing from simulator/, 
 or reports/."""
 
 from clustersim.workloads.activations import (
+    RECOMPUTE_MODULES,
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
+    moe_dispatch_buffer_bytes,
 )
 from clustersim.workloads.errors import WorkloadError
 from clustersim.workloads.flops import megatron_flops_per_step, model_flops_per_step, mosaic_flops_per_step
@@ -17,6 +19,7 @@ from clustersim.workloads.training import TrainingSpec
 __all__ = [
     "MODEL_PRESETS",
     "ModelSpec",
+    "RECOMPUTE_MODULES",
     "Op",
     "TrainingSpec",
     "WorkloadError",
@@ -29,6 +32,7 @@ __all__ = [
     "layer_ops",
     "load_model",
     "megatron_flops_per_step",
+    "moe_dispatch_buffer_bytes",
     "model_flops_per_step",
     "mosaic_flops_per_step",
     "resolve_model_name",

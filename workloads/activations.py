@@ -18,8 +18,20 @@ Masks are 1 byte per element. FP8 runs (Transformer Engine: `transformer_engine/
 and `layernorm_linear.py` save the quantised input, column-wise usage only, for the wgrad GEMM) keep the
 tensors saved only as a linear layer's input at 1 byte (`gemm_input_bytes`); tensors another kernel also
 saves (Q/K/V and the attention output, kept by the fused attention kernel; the residual stream; the
-activation-function input) stay at the activation dtype. Routed-expert tensors are left as they are
-(issue 13 owns the MoE terms). Does not place activations on pipeline stages (simulator/).
+activation-function input) stay at the activation dtype. The routed experts' grouped linears
+(TE ``GroupedLinear``, same save rule) keep their inputs, the permuted tokens (fc1) and the activation
+output (fc2), at 1 byte too; the activation input and the expert output (kept by the unpermute for the
+router-probability gradient) stay. Does not place activations on pipeline stages (simulator/).
+
+Per-module recompute (Megatron-Core ``TransformerConfig.recompute_modules``,
+megatron/core/transformer/transformer_config.py; ``recompute_modules`` argument) drops, per layer:
+'core_attn' the attention core's state (as selective recompute); 'mla_up_proj' (output-discarding)
+the up-projected Q, K, V of MLA; 'layernorm' (output-discarding) the outputs of input_layernorm and
+pre_mlp_layernorm where they are separate modules (MLA's input, every MoE layer's input; GQA/MHA and
+dense MLPs fuse the norm into TE's LayerNormLinear, which the option leaves alone); 'mlp' (normal
+checkpoint, dense layers only) everything inside the dense MLP but its input; 'moe' (normal checkpoint)
+everything inside the MoE block but its input; 'moe_act' (output-discarding) the routed experts'
+activation output; 'shared_experts' (normal checkpoint) the shared experts' tensors.
 
 Hybrid layers (`layer_pattern`): one pre-norm input, the block's tensors and one dropout mask.
 A Mamba-2 mixer (Megatron-Core mamba_mixer.py with the mamba_ssm chunked-scan kernels) keeps:
@@ -37,6 +49,9 @@ from clustersim.workloads.model import ModelSpec
 from clustersim.workloads.op_primitives import LocalShape, split, split_padded
 
 Recompute = Literal["none", "selective", "full"]
+RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act",
+                                      "shared_experts")
+"""Megatron-Core ``recompute_modules`` choices modelled here (transformer_config.py, module docstring)."""
 Sharding = Literal["tp", "sp", "device"]
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, sec. 4.1)
 FP32_BYTES = 4
@@ -59,6 +74,8 @@ class ActivationTerm:
     """Saved only as the input of a linear layer's weight-gradient GEMM (the fused norm's output
     feeding QKV or fc1, the fc2 input, the Mamba in/out-projection inputs). In an FP8 run Transformer
     Engine keeps it quantised, 1 byte per element (``layer_activation_bytes(gemm_input_bytes=)``)."""
+    dropped_by: frozenset[str] = frozenset()
+    """The ``RECOMPUTE_MODULES`` whose recompute frees this tensor (module docstring)."""
 
 
 
@@ -76,16 +93,20 @@ def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape
         return _hybrid_terms(model, layer_index, shape, n, flash_attention)
     window = model.attention_window(layer_index)
     attention = _attention_terms(model, shape, n, flash_attention, window)
-    if model.is_moe_layer(layer_index):
+    moe = model.is_moe_layer(layer_index)
+    if moe:
         mlp = _moe_terms(model, shape, n)
     else:
-        mlp = _mlp_terms(model, n, model.ffn_hidden_size, "mlp", dt)
+        mlp = _mlp_terms(model, n, model.ffn_hidden_size, "mlp", dt, frozenset({"mlp"}))
+    # the MoE block's input is a separate pre_mlp_layernorm output (router and experts read it);
+    # a dense MLP's is saved inside TE's fused LayerNormLinear, freed only by recomputing the MLP
+    mlp_input = frozenset({"layernorm"}) if moe else frozenset({"mlp"})
     return (
         ActivationTerm(name="attn_norm_input", bytes=dt * n * h, sharding="sp"),
         *attention,
         ActivationTerm(name="attn_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
         ActivationTerm(name="mlp_norm_input", bytes=dt * n * h, sharding="sp"),
-        ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp", gemm_input=True),
+        ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp", gemm_input=True, dropped_by=mlp_input),
         *mlp,
         ActivationTerm(name="mlp_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
     )
@@ -95,19 +116,31 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: i
                            seq_len: int, tp: int = 1, cp: int = 1, sp: bool = False,
                            recompute: Recompute = "none", dtype_bytes: int = 2, ep: int = 1,
                            etp: int = 1, flash_attention: bool = True,
-                           gemm_input_bytes: int | None = None) -> float:
+                           gemm_input_bytes: int | None = None,
+                           recompute_modules: tuple[str, ...] = ()) -> float:
     """Bytes of activations layer `layer_index` keeps on one device for one micro-batch.
 
     ``gemm_input_bytes`` (default ``dtype_bytes``): bytes per element of the tensors saved only as
-    a linear layer's input (1 in FP8 runs, ``TrainingSpec.gemm_input_bytes``)."""
+    a linear layer's input (1 in FP8 runs, ``TrainingSpec.gemm_input_bytes``).
+    ``recompute_modules``: Megatron-Core modules recomputed in backward (``RECOMPUTE_MODULES``);
+    their tensors are not kept (module docstring)."""
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes)
     if recompute == "full":
         return dtype_bytes * shape.tokens * model.hidden_size / (tp if sp else 1)
     terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention)
-    kept = [t for t in terms if not (recompute == "selective" and t.attention_core)]
+    kept = [t for t in terms if not _recomputed(t, recompute, recompute_modules)]
     narrow = 1.0 if gemm_input_bytes is None else gemm_input_bytes / dtype_bytes
     return sum(_per_device(t, tp, sp) * (narrow if t.gemm_input else 1.0) for t in kept)
+
+
+def _recomputed(term: ActivationTerm, recompute: Recompute, modules: tuple[str, ...]) -> bool:
+    """Whether recompute frees ``term``; selective recompute without modules is Megatron-Core's
+    default, ['core_attn']."""
+    mods = (modules or ("core_attn",)) if recompute == "selective" else modules
+    if term.attention_core and "core_attn" in mods:
+        return True
+    return not term.dropped_by.isdisjoint(mods)
 
 
 def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int,
@@ -124,6 +157,22 @@ def head_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, t
     tokens = micro_batch * seq_len / cp
     hidden = 2 * dtype_bytes * tokens * model.hidden_size / (tp if sp else 1)
     return hidden + FP32_BYTES * tokens * split_padded(model.vocab_size, tp)
+
+
+def moe_dispatch_buffer_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
+                              cp: int = 1, etp: int = 1, dtype_bytes: int = 2,
+                              gemm_input_bytes: int | None = None) -> float:
+    """Transient bytes of one MoE layer's token dispatch on one device, beyond what it keeps: the
+    permuted send copy of its (T/tp)*etp*top_k token-expert pairs (width h, activation dtype), freed
+    once the all-to-all has run (Megatron-Core's alltoall dispatcher, token_dispatcher.py); in FP8 runs
+    also the received copy, whose quantised copy is what the experts keep (otherwise the received
+    tokens are the kept ``expert_fc1_input``). One layer dispatches at a time: a stage holds this
+    once, not per micro-batch; 0 without MoE."""
+    if not model.is_moe:
+        return 0.0
+    pairs = micro_batch * seq_len / cp / tp * etp * model.top_k
+    narrow = gemm_input_bytes is not None and gemm_input_bytes < dtype_bytes
+    return (2.0 if narrow else 1.0) * dtype_bytes * pairs * model.hidden_size
 
 
 def _per_device(term: ActivationTerm, tp: int, sp: bool) -> float:
@@ -146,10 +195,13 @@ def _hybrid_terms(model: ModelSpec, layer_index: int, shape: LocalShape, n: int,
         window = model.attention_window(layer_index)
         block = _attention_terms(model, shape, n, flash, window)
     elif kind == "mlp":
-        block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp", gemm_input=True),
-                 *_mlp_terms(model, n, model.ffn_hidden_size, "mlp", dt)]
+        dense = frozenset({"mlp"})
+        block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp", gemm_input=True,
+                                dropped_by=dense),
+                 *_mlp_terms(model, n, model.ffn_hidden_size, "mlp", dt, dense)]
     else:
-        block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp"),
+        block = [ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp",
+                                dropped_by=frozenset({"layernorm"})),
                  *_moe_terms(model, shape, n)]
     return (
         ActivationTerm(name=f"{kind}_norm_input", bytes=dt * n * h, sharding="sp"),
@@ -181,16 +233,20 @@ def _attention_terms(model: ModelSpec, shape: LocalShape, n: int, flash: bool,
     h, dt, heads = model.hidden_size, shape.dtype_bytes, model.num_heads
     kv_heads = heads if model.attention == "mla" else model.num_kv_heads
     d_qk, d_v = model.attn_head_dim, model.value_head_dim
-    terms = [ActivationTerm(name="qkv_input", bytes=dt * n * h, sharding="sp", gemm_input=True)]
-    if model.attention == "mla":
+    mla = model.attention == "mla"
+    # MLA's input_layernorm is its own module (the down-projections read it); GQA fuses it into QKV
+    terms = [ActivationTerm(name="qkv_input", bytes=dt * n * h, sharding="sp", gemm_input=True,
+                            dropped_by=frozenset({"layernorm"}) if mla else frozenset())]
+    up = frozenset({"mla_up_proj"}) if mla else frozenset()
+    if mla:
         latent = (model.q_lora_rank or 0) + _required(model.kv_lora_rank, "kv_lora_rank")
         # latents are gathered over tp and kept whole on every rank: norm input and up-proj input
         terms.append(ActivationTerm(name="mla_latents", bytes=2 * dt * n * latent * shape.tp,
                                     sharding="tp"))
     terms += [
-        ActivationTerm(name="query", bytes=dt * n * heads * d_qk, sharding="tp"),
-        ActivationTerm(name="key", bytes=dt * n * kv_heads * d_qk, sharding="tp"),
-        ActivationTerm(name="value", bytes=dt * n * kv_heads * d_v, sharding="tp"),
+        ActivationTerm(name="query", bytes=dt * n * heads * d_qk, sharding="tp", dropped_by=up),
+        ActivationTerm(name="key", bytes=dt * n * kv_heads * d_qk, sharding="tp", dropped_by=up),
+        ActivationTerm(name="value", bytes=dt * n * kv_heads * d_v, sharding="tp", dropped_by=up),
         _core_term(model, shape, n, flash, window),
         ActivationTerm(name="out_proj_input", bytes=dt * n * heads * d_v, sharding="tp"),
     ]
@@ -213,12 +269,15 @@ def _core_term(model: ModelSpec, shape: LocalShape, n: int, flash: bool,
                           attention_core=True)
 
 
-def _mlp_terms(model: ModelSpec, n: float, ffn: int, prefix: str, dt: int) -> list[ActivationTerm]:
+def _mlp_terms(model: ModelSpec, n: float, ffn: int, prefix: str, dt: int,
+               dropped_by: frozenset[str] = frozenset()) -> list[ActivationTerm]:
     """Activation input (fc1 outputs: 2*ffn gated, ffn plain) and the fc2 input (ffn)."""
     n_in = 2 if model.gated_mlp else 1
     return [
-        ActivationTerm(name=f"{prefix}_act_input", bytes=dt * n * n_in * ffn, sharding="tp"),
-        ActivationTerm(name=f"{prefix}_fc2_input", bytes=dt * n * ffn, sharding="tp", gemm_input=True),
+        ActivationTerm(name=f"{prefix}_act_input", bytes=dt * n * n_in * ffn, sharding="tp",
+                       dropped_by=dropped_by),
+        ActivationTerm(name=f"{prefix}_fc2_input", bytes=dt * n * ffn, sharding="tp", gemm_input=True,
+                       dropped_by=dropped_by),
     ]
 
 
@@ -228,15 +287,18 @@ def _moe_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[ActivationTe
     f = split(_required(model.moe_ffn_hidden_size, "moe_ffn_hidden_size"), shape.etp, "moe_ffn_hidden_size", "etp")
     n_in = 2 if model.gated_mlp else 1
     pairs = n / shape.tp * shape.etp * k  # token-expert pairs on this device (see blocks.py)
+    moe = frozenset({"moe"})
     terms = [
         ActivationTerm(name="router_probs", bytes=FP32_BYTES * n * model.num_experts,
-                       sharding="sp"),
-        ActivationTerm(name="expert_fc1_input", bytes=dt * pairs * h, sharding="device"),
-        ActivationTerm(name="expert_act_input", bytes=dt * pairs * n_in * f, sharding="device"),
-        ActivationTerm(name="expert_fc2_input", bytes=dt * pairs * f, sharding="device"),
-        ActivationTerm(name="expert_output", bytes=dt * pairs * h, sharding="device"),
+                       sharding="sp", dropped_by=moe),
+        ActivationTerm(name="expert_fc1_input", bytes=dt * pairs * h, sharding="device", gemm_input=True,
+                       dropped_by=moe),
+        ActivationTerm(name="expert_act_input", bytes=dt * pairs * n_in * f, sharding="device", dropped_by=moe),
+        ActivationTerm(name="expert_fc2_input", bytes=dt * pairs * f, sharding="device", gemm_input=True,
+                       dropped_by=moe | {"moe_act"}),
+        ActivationTerm(name="expert_output", bytes=dt * pairs * h, sharding="device", dropped_by=moe),
     ]
     if model.num_shared_experts:
         shared = model.num_shared_experts * model.shared_ffn
-        terms += _mlp_terms(model, n, shared, "shared", dt)
+        terms += _mlp_terms(model, n, shared, "shared", dt, moe | {"shared_experts"})
     return terms

@@ -30,10 +30,11 @@ SWIGLU_FLOPS = 5.0  # silu(x) = x*sigmoid(x) (~4) times the up projection (1)
 GELU_FLOPS = 8.0  # tanh-approximate GeLU
 
 
-def norm_op(model: ModelSpec, name: str, tokens: float, width: int, dtype_bytes: int) -> Op:
+def norm_op(model: ModelSpec, name: str, tokens: float, width: int, dtype_bytes: int,
+            role: OpRole = "") -> Op:
     """A norm over `tokens` rows of `width` (reads the input, writes the output)."""
     return memory_op(name, "norm", tokens * width, dtype_bytes, reads=1, writes=1,
-                     flops_per_element=NORM_FLOPS, params=model.norm_params(width))
+                     flops_per_element=NORM_FLOPS, params=model.norm_params(width), role=role)
 
 
 def residual_op(name: str, tokens: float, width: int, dtype_bytes: int) -> Op:
@@ -132,16 +133,16 @@ def mla_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> t
     d_qk, d_v = model.attn_head_dim, model.value_head_dim
     ops: list[Op] = []
     if model.q_lora_rank is None:
-        ops.append(gemm_op("q_proj", T, heads * d_qk, h, dt, params=h * heads * d_qk))
+        ops.append(gemm_op("q_proj", T, heads * d_qk, h, dt, params=h * heads * d_qk, role="mla_up_proj"))
     else:
         ql = model.q_lora_rank
         ops.append(gemm_op("q_down", shape.tokens_sp, ql, h, dt, params=parts["q_down"]))
         ops.append(norm_op(model, "q_latent_norm", T, ql, dt))
-        ops.append(gemm_op("q_up", T, heads * d_qk, ql, dt, params=ql * heads * d_qk))
+        ops.append(gemm_op("q_up", T, heads * d_qk, ql, dt, params=ql * heads * d_qk, role="mla_up_proj"))
     ops.append(gemm_op("kv_down", shape.tokens_sp, kvl + rope, h, dt, params=parts["kv_down"]))
     ops.append(norm_op(model, "kv_latent_norm", T, kvl, dt))
     n_up = heads * (required(model.qk_nope_head_dim, "qk_nope_head_dim") + d_v)
-    ops.append(gemm_op("kv_up", T, n_up, kvl, dt, params=kvl * n_up))
+    ops.append(gemm_op("kv_up", T, n_up, kvl, dt, params=kvl * n_up, role="mla_up_proj"))
     ops.extend(attention_core_ops(model, shape, heads, heads, window))
     ops.append(gemm_op("attn_out", T, h, heads * d_v, dt, params=heads * d_v * h))
     return tuple(ops)

@@ -108,11 +108,11 @@ def hybrid_layer_ops(model: ModelSpec, layer_index: int, shape: LocalShape) -> t
         build = mla_ops if model.attention == "mla" else mha_ops
         block = build(model, shape, model.attention_window(layer_index))
     elif kind == "mlp":
-        block = mlp_ops(model, shape, model.ffn_hidden_size)
+        block = mlp_ops(model, shape, model.ffn_hidden_size, role="dense_mlp")
     else:
         block = moe_ops(model, shape)
     return (
-        norm_op(model, f"{kind}_norm", t_sp, h, dt),
+        norm_op(model, f"{kind}_norm", t_sp, h, dt, role="input_norm"),
         *block,
         residual_op(f"{kind}_residual", t_sp, h, dt),
     )

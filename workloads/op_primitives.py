@@ -24,13 +24,16 @@ OpKind = Literal["gemm", "bmm", "attention", "elementwise", "norm", "embedding",
 weight gradient); 'attention': a fused attention kernel (FlashAttention); the rest are memory-bound."""
 
 OpRole = Literal["", "attention_core", "ssm_scan", "router", "permute", "dispatch", "routed_expert",
-                 "combine", "unpermute", "shared_expert"]
+                 "combine", "unpermute", "shared_expert", "input_norm", "mla_up_proj", "dense_mlp"]
 """What an op is for in its layer, for the simulator to select ops by (never by name):
 'attention_core' the attention kernel (fused, or the score/context GEMMs of the unfused path);
 'ssm_scan' the Mamba-2 SSD scan; the MoE path in order: 'router' (gate GEMM and top-k),
 'permute' (token copies into expert order), 'dispatch' (the EP all-to-all out), 'routed_expert'
 (the grouped expert GEMMs and their activation), 'combine' (the all-to-all back), 'unpermute'
-(the weighted sum of the top-k outputs), 'shared_expert' (the shared experts' MLP); '' none."""
+(the weighted sum of the top-k outputs), 'shared_expert' (the shared experts' MLP);
+'input_norm' a layer's pre-attention or pre-MLP norm; 'mla_up_proj' MLA's query and key/value
+up-projections; 'dense_mlp' a dense MLP's GEMMs and activation; '' none. Megatron-Core's
+``recompute_modules`` select by these roles (``simulator.step.lower``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -47,12 +47,12 @@ def layer_ops(model: ModelSpec, layer_index: int, *, micro_batch: int, seq_len: 
     window = model.attention_window(layer_index)
     build = mla_ops if model.attention == "mla" else mha_ops
     attention = build(model, shape, window)
-    mlp = moe_ops(model, shape) if moe else mlp_ops(model, shape, model.ffn_hidden_size)
+    mlp = moe_ops(model, shape) if moe else mlp_ops(model, shape, model.ffn_hidden_size, role="dense_mlp")
     return (
-        norm_op(model, "attn_norm", t_sp, h, dtype_bytes),
+        norm_op(model, "attn_norm", t_sp, h, dtype_bytes, role="input_norm"),
         *attention,
         residual_op("attn_residual", t_sp, h, dtype_bytes),
-        norm_op(model, "mlp_norm", t_sp, h, dtype_bytes),
+        norm_op(model, "mlp_norm", t_sp, h, dtype_bytes, role="input_norm"),
         *mlp,
         residual_op("mlp_residual", t_sp, h, dtype_bytes),
     )

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from dataclasses import dataclass
 from typing import Any, Mapping
 
 from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
@@ -31,6 +32,112 @@ bf16: Megatron-Bridge `scripts/performance/configs/*/*_llm_pretrain.py` set
 `cfg.ddp.grad_reduce_in_fp32 = False` and `cfg.mixed_precision.grad_reduce_in_fp32 = False` for every
 recipe (e.g. `set_llama3_common_configs`, `set_deepseek_v3_common_configs`), so Megatron-Core's grad
 buffer is bf16 (2 bytes per element) instead of the fp32 main_grad buffer (4)."""
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeRecompute:
+    """The per-module recompute one framework recipe sets (Megatron-Bridge performance configs).
+
+    It applies to a row of one of ``frameworks`` that runs one of ``models`` (preset names) on
+    ``gpu`` at one of ``precisions`` (``spellings`` labels) with the recipe's degrees and
+    micro-batch; a value the row does not print (vpp, micro_batch) is not compared."""
+
+    frameworks: tuple[str, ...]
+    models: tuple[str, ...]
+    gpu: str
+    precisions: tuple[str, ...]
+    degrees: tuple[int, int, int, int, int]
+    """tp, pp, vpp, ep, micro_batch of the recipe."""
+    modules: tuple[str, ...]
+    locator: str
+    """File, stored copy and recipe names the settings come from."""
+
+
+_MB = ("megatron-bridge",)
+_DSV3 = ("deepseek-v3", "deepseek-v3-mtp")
+_CFG = "Megatron-Bridge scripts/performance/configs/"
+_DSV3_NEW = _CFG + "deepseek/deepseek_workload_base_configs.py (commit 0426418, stored copy 56610329550) "
+_DSV3_OLD = _CFG + "deepseek/deepseek_workload_base_configs.py (earlier copy, stored copy 52245127557) "
+_DSV3_MID = _CFG + "deepseek/deepseek_workload_base_configs.py (later copy, stored copy 67566028990) "
+_KIMI_NEW = _CFG + "kimi/kimi_workload_base_configs.py (commit 013180a, stored copy 56158669520) "
+_KIMI_OLD = _CFG + "kimi/kimi_workload_base_configs.py (earlier copy, stored copy 55843530975) "
+_OSS = _CFG + "gpt_oss/gpt_oss_workload_base_configs.py (commit 07eea52, stored copy 56362006345) "
+_NANO = _CFG + "nemotronh/nemotron_3_nano_workload_base_configs.py (stored copy 52410454804) "
+_ALL = ("bf16", "fp8", "mxfp8", "nvfp4")
+
+
+def _r(models: tuple[str, ...], gpu: str, precisions: tuple[str, ...], degrees: tuple[int, int, int, int, int],
+       modules: tuple[str, ...], locator: str) -> RecipeRecompute:
+    return RecipeRecompute(frameworks=_MB, models=models, gpu=gpu, precisions=precisions, degrees=degrees,
+                           modules=modules, locator=locator)
+
+
+RECIPE_RECOMPUTE: tuple[RecipeRecompute, ...] = (
+    # DeepSeek-V3; degrees (tp, pp, vpp, ep, micro_batch)
+    _r(_DSV3, "GB300", _ALL, (1, 2, 8, 32, 2), ("mla_up_proj",),
+       _DSV3_OLD + "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (= _FP8_CS_V1, _FP8_MX_V1, _NVFP4_V1)"),
+    _r(_DSV3, "GB300", ("mxfp8", "nvfp4"), (1, 2, 8, 32, 1), (), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1, _NVFP4_V1"),
+    _r(_DSV3, "GB300", ("bf16",), (1, 4, 4, 64, 1), ("moe_act",), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V1"),
+    _r(_DSV3, "GB200", _ALL, (1, 4, 4, 64, 1), ("mla_up_proj",),
+       _DSV3_OLD + "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 (= _BF16_V1, _FP8_CS_V1, _FP8_MX_V1, _NVFP4_V1)"),
+    _r(_DSV3, "B300", _ALL, (1, 16, 1, 8, 1), ("mla_up_proj",), _DSV3_OLD + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 and variants"),
+    _r(_DSV3, "B300", _ALL, (1, 8, 1, 8, 1), ("mla_up_proj",), _DSV3_OLD + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_BF16_V2"),
+    _r(_DSV3, "B300", _ALL, (1, 8, 1, 8, 2), ("mla_up_proj",),
+       _DSV3_MID + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V2 (= _BF16_V2, _FP8_CS_V2, _FP8_MX_V2, _NVFP4_V2)"),
+    _r(_DSV3, "B300", _ALL, (1, 8, 2, 8, 1), ("mla_up_proj",), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 and variants"),
+    _r(_DSV3, "B300", ("nvfp4",), (1, 8, 2, 8, 2), ("mla_up_proj",), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_NVFP4_V1"),
+    _r(_DSV3, "B200", _ALL, (1, 16, 1, 8, 1), ("mla_up_proj",), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 and variants"),
+    _r(_DSV3, "B200", ("mxfp8",), (1, 8, 2, 32, 1), ("mla_up_proj", "mlp"), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2"),
+    _r(_DSV3, "B200", ("nvfp4",), (1, 8, 2, 32, 1), ("mla_up_proj", "layernorm", "moe_act"),
+       _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_NVFP4_V2"),
+    _r(_DSV3, "H100", _ALL, (2, 8, 4, 64, 1), ("mla_up_proj", "mlp"), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 and variants"),
+    # Kimi K2
+    _r(("kimi-k2",), "GB300", _ALL, (1, 4, 4, 64, 2), ("mla_up_proj",),
+       _KIMI_OLD + "KIMI_K2_PRETRAIN_CONFIG_GB300 (= _BF16, _FP8_CS, _FP8_MX, _NVFP4)"),
+    _r(("kimi-k2",), "GB300", ("mxfp8",), (1, 4, 4, 64, 1), (), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX"),
+    _r(("kimi-k2",), "GB200", _ALL, (1, 4, 4, 64, 1), ("mla_up_proj",), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_GB200"),
+    _r(("kimi-k2",), "B300", _ALL, (1, 16, 1, 16, 2), ("mla_up_proj",), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_B300"),
+    _r(("kimi-k2",), "B200", _ALL, (1, 16, 1, 16, 1), ("mla_up_proj",), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_B200"),
+    _r(("kimi-k2",), "H100", _ALL, (8, 16, 2, 64, 1), ("mla_up_proj", "mlp"), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_H100"),
+    # Nemotron 3 Nano (hybrid Mamba-Transformer MoE)
+    _r(("nemotron-3-nano",), "H100", ("fp8",), (1, 1, 1, 8, 1), ("moe", "layernorm", "core_attn", "moe_act"),
+       _NANO + "NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1"),
+    _r(("nemotron-3-nano",), "H100", ("bf16",), (1, 1, 1, 8, 1), ("moe", "layernorm"),
+       _NANO + "NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_BF16_V1"),
+    # GPT-OSS 120B
+    _r(("gpt-oss-120b",), "GB200", ("bf16",), (1, 1, 1, 64, 4), ("layernorm", "moe_act"),
+       _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V1, _V2"),
+    _r(("gpt-oss-120b",), "GB200", ("mxfp8",), (1, 1, 1, 64, 4), (), _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2"),
+    _r(("gpt-oss-120b",), "B200", ("bf16", "mxfp8"), (1, 1, 1, 64, 4), ("layernorm", "moe_act"),
+       _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V1, _FP8_MX_V1"),
+    _r(("gpt-oss-120b",), "B200", ("bf16", "mxfp8"), (1, 1, 1, 8, 4), ("layernorm", "moe_act"),
+       _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2, _FP8_MX_V2"),
+    _r(("gpt-oss-120b",), "H100", ("bf16", "fp8"), (1, 4, 1, 8, 1), ("layernorm", "moe_act"),
+       _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1, _V2, _FP8_CS_V1, _FP8_CS_V2"),
+)
+"""Framework recipe -> per-module recompute, for rows that do not print their recompute: the
+Megatron-Bridge performance recipes of the MoE models of the bundled table, from the stored copies
+named in each entry (two copies where a later release changed the recipe's degrees or modules; the
+row's printed degrees and micro-batch pick the recipe). Qwen3's recipes
+(qwen/qwen3_workload_base_configs.py) set no recompute_modules, so they have no entry."""
+
+
+def recipe_recompute(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[int, int, int, int, int],
+                     printed: tuple[bool, bool]) -> RecipeRecompute | None:
+    """The first ``RECIPE_RECOMPUTE`` entry of this row (framework, model, GPU, precision and
+    degrees; ``printed``: whether the row prints its vpp and its micro-batch), or None."""
+    fw, gpu = text(row, "framework").lower(), text(row, "gpu_type").upper()
+    try:
+        label = precision_label(text(row, "precision")) if text(row, "precision") else "bf16"
+    except UnknownSpelling:
+        return None
+    compared = (True, True, printed[0], True, printed[1])
+    for entry in RECIPE_RECOMPUTE:
+        same = all(a == b for a, b, c in zip(degrees, entry.degrees, compared) if c)
+        if (any(f in fw for f in entry.frameworks) and model.name in entry.models and gpu == entry.gpu
+                and label in entry.precisions and same):
+            return entry
+    return None
+
 
 TP_COMM_OVERLAP: float = 0.5
 """Fraction of TP communication hidden by TE userbuffer overlap in Megatron-Core runs (H100 and
@@ -325,6 +432,21 @@ def attention_kernel(row: Mapping[str, Any], notes: list[str]) -> AttentionKerne
     return "flash2"
 
 
+def _recompute_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[int, int, int, int, int],
+                        notes: list[str]) -> dict[str, Any]:
+    """``recompute`` (and ``recompute_modules``): printed, else the framework recipe's
+    (``RECIPE_RECOMPUTE``), else the era's rule (``_recompute``)."""
+    if not text(row, "recompute"):
+        printed = (_degree(row, "vpp") is not None, _degree(row, "micro_batch") is not None)
+        entry = recipe_recompute(row, model, degrees, printed)
+        if entry is not None:
+            notes.append(f"recompute_modules = {list(entry.modules)} (not printed; framework recipe {entry.locator})")
+            if entry.modules:
+                return {"recompute": "selective", "recompute_modules": entry.modules}
+            return {"recompute": "none"}
+    return {"recompute": _recompute(row, notes)}
+
+
 def _recompute(row: Mapping[str, Any], notes: list[str]) -> Recompute:
     r = text(row, "recompute").lower()
     kinds: tuple[Recompute, ...] = ("full", "selective", "none")
@@ -362,7 +484,8 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     ep = _degree(row, "ep") or 1
     return ParallelPlan(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, sp=sp, vpp=vpp, micro_batch=mb,
-        schedule="interleaved" if vpp > 1 else "1f1b", recompute=_recompute(row, notes),
+        schedule="interleaved" if vpp > 1 else "1f1b",
+        **_recompute_settings(row, model, (tp, pp, vpp, ep if model.is_moe else 1, mb), notes),
         tp_comm_overlap=TP_COMM_OVERLAP if (mcore and tp > 1 and text(row, "gpu_type").upper() != "A100") else 0.0,
         **_sharding(row, cluster, tp, cp, notes),
     )

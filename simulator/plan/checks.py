@@ -13,7 +13,7 @@ from clustersim.simulator.errors import PlanError
 from clustersim.simulator.plan.plan import AXES, RECOMPUTES, SCHEDULES, ParallelPlan
 from clustersim.simulator.plan.schedules import num_model_chunks
 from clustersim.topologies import Cluster
-from clustersim.workloads import ModelSpec, TrainingSpec
+from clustersim.workloads import RECOMPUTE_MODULES, ModelSpec, TrainingSpec
 
 
 def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan) -> None:
@@ -21,6 +21,8 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
     _check_types(plan)
     _check_values(plan)
     _check_recompute(model, plan)
+    _check_recompute_modules(model, plan)
+    _check_offloading(model, plan)
     _check_world(plan, cluster)
     _check_tp(model, plan)
     _check_pp(model, plan)
@@ -30,7 +32,8 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
     _check_sharding(plan)
 
 
-INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes")
+INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes",
+              "cpu_offloading_num_layers")
 FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap")
 REAL_FIELDS = ("bucket_size", "first_bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
 OPTIONAL_REAL_FIELDS = ("ep_comm_overlap",)
@@ -72,6 +75,43 @@ def _check_recompute(model: ModelSpec, plan: ParallelPlan) -> None:
     if layers is not None and not 0 <= layers <= model.num_layers:
         raise PlanError(f"plan.recompute_layers = {layers} must lie in 0..num_layers = {model.num_layers} "
                         "(layers per stage that recompute; omit it for all)")
+
+
+def _check_recompute_modules(model: ModelSpec, plan: ParallelPlan) -> None:
+    """Megatron-Core's ``recompute_modules``: known names, once each, under selective recompute."""
+    mods = plan.recompute_modules
+    if not (isinstance(mods, (list, tuple)) and all(isinstance(m, str) for m in mods)):
+        raise PlanError(f"plan.recompute_modules = {mods!r} must be a list of module names from "
+                        f"{list(RECOMPUTE_MODULES)}")
+    unknown = [m for m in mods if m not in RECOMPUTE_MODULES]
+    if unknown:
+        raise PlanError(f"plan.recompute_modules = {list(mods)}: unknown {unknown}; choose from {list(RECOMPUTE_MODULES)}")
+    if len(set(mods)) != len(mods):
+        raise PlanError(f"plan.recompute_modules = {list(mods)} names a module twice; list each once")
+    if mods and plan.recompute != "selective":
+        raise PlanError(f"plan.recompute_modules = {list(mods)} needs plan.recompute = selective (got "
+                        f"{plan.recompute!r}; Megatron-Core reads them only with recompute_granularity selective)")
+    if not model.is_moe and {"moe", "moe_act", "shared_experts"} & set(mods):
+        raise PlanError(f"plan.recompute_modules = {list(mods)}: {model.name} has no MoE layers; drop moe, "
+                        "moe_act and shared_experts")
+    if model.attention != "mla" and "mla_up_proj" in mods:
+        raise PlanError(f"plan.recompute_modules = {list(mods)}: {model.name} has no MLA attention; drop mla_up_proj")
+
+
+def _check_offloading(model: ModelSpec, plan: ParallelPlan) -> None:
+    """Megatron-Core's own rules for ``cpu_offloading_num_layers`` (transformer_config.py)."""
+    n = plan.cpu_offloading_num_layers
+    if n == 0:
+        return
+    if not 0 < n < model.num_layers:
+        raise PlanError(f"plan.cpu_offloading_num_layers = {n} must lie in 0..{model.num_layers - 1} "
+                        f"(fewer than num_layers = {model.num_layers})")
+    if plan.pp > 1:
+        raise PlanError(f"plan.cpu_offloading_num_layers = {n} needs pp = 1 (got pp = {plan.pp}; "
+                        "Megatron-Core has no CPU offloading with pipeline parallelism); set it to 0")
+    if plan.recompute != "none":
+        raise PlanError(f"plan.cpu_offloading_num_layers = {n} needs recompute = none (got {plan.recompute!r}; "
+                        "Megatron-Core: CPU offloading does not work with activation recomputation)")
 
 
 def _check_values(plan: ParallelPlan) -> None:

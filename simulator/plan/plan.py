@@ -11,7 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from clustersim.simulator.errors import PlanError
-from clustersim.workloads import TrainingSpec
+from clustersim.workloads import RECOMPUTE_MODULES, TrainingSpec
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]
 Recompute = Literal["none", "selective", "full"]
@@ -51,6 +51,18 @@ class ParallelPlan:
     """Activation recomputation."""
     recompute_layers: int | None = None
     """With full recompute, how many layers per stage recompute (None: all)."""
+    recompute_modules: tuple[str, ...] = ()
+    """With ``recompute = selective``: the submodules recomputed in backward, Megatron-Core's
+    ``recompute_modules`` (``--recompute-modules``; megatron/core/transformer/transformer_config.py):
+    core_attn, mla_up_proj, layernorm, mlp, moe, moe_act, shared_experts (``workloads.activations``
+    says what each frees). Empty: Megatron's default, core_attn. Each costs the forward of the
+    modules it recomputes ('moe' also repeats the layer's dispatch and combine)."""
+    cpu_offloading_num_layers: int = 0
+    """Layers whose activations go to host memory during forward and come back for backward
+    (Megatron-Core ``cpu_offloading_num_layers``, ``--cpu-offloading-num-layers``; Transformer
+    Engine's CPU offload context). Megatron-Core allows it only with pp = 1, without recompute and
+    below num_layers (transformer_config.py ``__post_init__``); the copies run on the host link
+    behind the next layer's compute, what they outlast it by is exposed."""
     zero: int = 0
     """ZeRO stage: 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params."""
     fsdp: Fsdp = "none"
@@ -91,6 +103,14 @@ class ParallelPlan:
     layer_split: tuple[int, ...] | None = None
     """Layers of each model chunk (pp * vpp numbers summing to the layers), e.g. fewer layers on
     the first and last stage to balance embedding and loss; None splits evenly."""
+
+    @property
+    def recomputed_modules(self) -> tuple[str, ...]:
+        """The modules recomputed per layer: ``recompute_modules`` under selective recompute (core_attn
+        when empty, Megatron-Core's default), none otherwise."""
+        if self.recompute != "selective":
+            return ()
+        return self.recompute_modules or ("core_attn",)
 
     @property
     def world_size(self) -> int:
@@ -141,6 +161,10 @@ class ParallelPlan:
         parts += [f"mb{self.micro_batch}", self.schedule]
         if self.recompute != "none":
             parts.append(f"rc-{self.recompute}")
+        if self.recompute_modules:
+            parts.append("rc[" + ",".join(self.recompute_modules) + "]")
+        if self.cpu_offloading_num_layers:
+            parts.append(f"offload{self.cpu_offloading_num_layers}")
         if self.fsdp != "none":
             parts.append(f"fsdp-{self.fsdp}")
         elif self.zero:
@@ -154,9 +178,10 @@ def plan_from_mapping(data: dict[str, object]) -> ParallelPlan:
     unknown = sorted(set(data) - valid)
     if unknown:
         raise PlanError(f"plan: unknown field(s) {unknown}; valid fields: {sorted(valid)}")
-    split = data.get("layer_split")
-    if isinstance(split, list):
-        data = {**data, "layer_split": tuple(split)}
+    for key in ("layer_split", "recompute_modules"):
+        value = data.get(key)
+        if isinstance(value, list):
+            data = {**data, key: tuple(value)}
     try:
         return ParallelPlan(**data)  # type: ignore[arg-type]  # plain data; __post_init__ checks each field
     except TypeError as exc:

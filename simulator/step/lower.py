@@ -22,6 +22,7 @@ from clustersim.simulator.plan.placement import Axis
 from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.dispatch import dispatch_time, ep_shape, expert_load
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
+from clustersim.simulator.step.recompute import moe_recomputes_dispatch, recomputed_ops
 from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.plan.schedules import num_model_chunks, pairs_forward_backward
 from clustersim.topologies import AcceleratorSpec
@@ -108,7 +109,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
         shape = ep_shape(c.pricer.placement, c.pricer.cluster)
         a2a = 2 * dispatch_time(plan.moe_dispatcher, m, tokens / plan.tp, m.hidden_size * t.activation_bytes,
                                 shape, c.pricer.cluster, c.profile)
-    rec = 2 if full_recompute else 1
+    rec = 2 if full_recompute or moe_recomputes_dispatch(moe, plan.recomputed_modules) else 1
     paired = plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule, plan.ep_overlap)
     exposed = 0.0 if paired else a2a * (1.0 - (plan.ep_comm_overlap or 0.0))
     out["ep_fwd"], out["ep_bwd"] = exposed, exposed * rec
@@ -233,12 +234,13 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
 
 def _recomputed(c: Costing, per_layer: list[tuple[list[Op], bool]], n_full: int) -> list[list[Op]]:
     """The ops each layer runs again in backward: all of its first ``n_full`` layers under full
-    recompute, the attention core under selective, none otherwise."""
+    recompute, the plan's modules under selective (``step.recompute``), none otherwise."""
     match c.plan.recompute:
         case "full":
             return [ops for j, (ops, _) in enumerate(per_layer) if j < n_full]
         case "selective":
-            return [[o for o in ops if o.recompute_selective] for ops, _ in per_layer]
+            mla, modules = c.model.attention == "mla", c.plan.recomputed_modules
+            return [recomputed_ops(ops, moe, mla, modules) for ops, moe in per_layer]
     return []
 
 

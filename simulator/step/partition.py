@@ -29,6 +29,7 @@ from clustersim.workloads import (
     head_ops,
     layer_activation_bytes,
     layer_ops,
+    moe_dispatch_buffer_bytes,
 )
 
 RESERVED_BYTES = 2.0 * 2**30  # CUDA context, cuBLAS/NCCL workspaces, allocator slack (~2 GiB, as seen in Megatron runs)
@@ -138,13 +139,29 @@ def _params(ops: list[Op]) -> tuple[float, float]:
     return float(sum(op.params for op in ops) - expert), float(expert)
 
 
+def layer_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layer: int) -> float:
+    """Activations one micro-batch leaves on a device for ``layer`` (Korthikanti et al. 2022, with the
+    plan's recompute and per-module recompute)."""
+    shard = _Shard(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
+    return layer_activation_bytes(model, layer, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
+                                  ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention,
+                                  gemm_input_bytes=training.gemm_input_bytes,
+                                  recompute_modules=plan.recompute_modules, **shard)
+
+
+def kept_layer_bytes(per_layer: list[float], offloaded: int) -> float:
+    """Bytes of ``per_layer`` left on the device when the first ``offloaded`` layers go to the host:
+    the others, plus one offloaded layer's copy in flight (TE's CPU offload double-buffers one
+    layer group: the one being copied out in forward, or prefetched back in backward)."""
+    out = per_layer[offloaded:]
+    return sum(out) + max(per_layer[:offloaded], default=0.0)
+
+
 def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range) -> float:
     """Activations one micro-batch leaves on a device of this chunk (Korthikanti et al. 2022)."""
     shard = _Shard(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
-    total: float = sum(layer_activation_bytes(model, i, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
-                                       ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention,
-                                       gemm_input_bytes=training.gemm_input_bytes, **shard)
-                for i in layers)
+    per_layer = [layer_bytes(model, training, plan, i) for i in layers]
+    total = kept_layer_bytes(per_layer, min(plan.cpu_offloading_num_layers, len(per_layer)))
     if chunk == 0:
         total += embedding_activation_bytes(model, **shard)
     if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
@@ -227,8 +244,19 @@ def _stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, 
         grads=params * plan.grad_dtype_bytes / plan.grad_shard,  # the DP grad buffer's dtype
         optimizer=optimizer,
         activations=_peak_activations(plan, num_microbatches(plan, training), stage, act),
-        buffers=RESERVED_BYTES,
+        buffers=RESERVED_BYTES + _dispatch_buffers(model, training, plan, chunks),
     )
+
+
+def _dispatch_buffers(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan,
+                      chunks: tuple[ChunkPart, ...]) -> float:
+    """One MoE layer's dispatch send and receive copies, if the stage has an MoE layer
+    (``workloads.moe_dispatch_buffer_bytes``): live while that layer dispatches, once per stage."""
+    if not any(model.is_moe_layer(i) for part in chunks for i in part.layers):
+        return 0.0
+    return moe_dispatch_buffer_bytes(model, micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp,
+                                     cp=plan.cp, etp=plan.etp, dtype_bytes=training.activation_bytes,
+                                     gemm_input_bytes=training.gemm_input_bytes)
 
 
 def partition_plan(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> Partition:
@@ -264,7 +292,8 @@ def _check_fits(mems: tuple[StageMemory, ...], cluster: Cluster) -> None:
 
 def _oom_hint(part: str) -> str:
     return {
-        "activations": "try recompute=selective/full, a smaller micro_batch, or more tp/cp/pp",
+        "activations": "try recompute=selective/full, recompute_modules, cpu_offloading_num_layers, a smaller "
+                       "micro_batch, or more tp/cp/pp",
         "optimizer": "try zero=1 (distributed optimizer) or more dp/tp/pp",
         "grads": "try zero=2 or fsdp=full, or more tp/pp",
         "weights": "try more tp/pp or fsdp=full",
