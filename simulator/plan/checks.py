@@ -229,6 +229,11 @@ def _check_ep(model: ModelSpec, plan: ParallelPlan) -> None:
         )
     if model.moe_ffn_hidden_size and model.moe_ffn_hidden_size % plan.etp:
         raise PlanError(f"plan.etp = {plan.etp} does not divide moe_ffn_hidden_size = {model.moe_ffn_hidden_size}")
+    if plan.pp > 1 and not plan.order.endswith("pp") and plan.expert_dp != plan.dp:
+        # Megatron-Core parallel_state.py: the expert mesh reuses the order, so its pipeline groups
+        # match the dense ones only with pp last (or edp == dp)
+        raise PlanError(f"plan.order = {plan.order!r} with pp = {plan.pp} and expert dp {plan.expert_dp} != dp "
+                        f"{plan.dp}: put pp last (e.g. tp-cp-ep-dp-pp), as Megatron-Core requires")
 
 
 def _check_sharding(plan: ParallelPlan) -> None:

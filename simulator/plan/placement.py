@@ -3,8 +3,14 @@
 Owns the mapping of the plan's degrees onto device indices in the plan's ``order`` (tp fastest by
 default, as in Megatron) and the groups of each axis as numpy arrays, so a 16,384-GPU cluster costs
 a reshape, not a loop. The dense part uses axes tp, cp, dp, pp; the expert part uses etp, ep, edp,
-pp over the same ranks (EP carved out of tp*cp*dp as in Megatron-Core). Device ``i`` is ``gpu{i}``
-of the cluster; servers are blocks of ``gpus_per_node`` consecutive devices.
+pp over the same ranks (EP carved out of tp*cp*dp as in Megatron-Core). The expert mesh follows
+the same ``order`` with tp read as etp, dp as edp and cp left out, as Megatron-Core's expert rank
+generator does (megatron/core/parallel_state.py, ``initialize_model_parallel``:
+``RankGenerator(tp=expert_tensor_parallel_size, ep=..., dp=expert_data_parallel_size, cp=1,
+order=order)``): ``tp-cp-ep-dp-pp`` keeps an EP group on consecutive ranks (inside a node when it
+fits), ``tp-cp-dp-ep-pp`` strides it over the expert data-parallel ranks (across nodes); an order
+without ep places it before dp. Device ``i`` is ``gpu{i}`` of the cluster; servers are blocks of
+``gpus_per_node`` consecutive devices.
 """
 
 from __future__ import annotations
@@ -45,6 +51,16 @@ class Placement:
             )
         return tuple(names)
 
+    @cached_property
+    def expert_order(self) -> tuple[str, ...]:
+        """Expert axes, fastest first: ``plan.order`` with tp -> etp, dp -> edp, cp dropped (module
+        docstring); ep before dp when the order does not name it."""
+        names = list(self.plan.order.split("-"))
+        if "ep" not in names:
+            names.insert(names.index("dp"), "ep")
+        rename = {"tp": "etp", "dp": "edp", "ep": "ep", "pp": "pp"}
+        return tuple(rename[a] for a in names if a != "cp")
+
     def sizes(self) -> dict[str, int]:
         """Degree of every axis, dense and expert."""
         p = self.plan
@@ -67,7 +83,7 @@ class Placement:
             dp = joint.reshape(-1, joint.shape[1] // shard, shard)
             return dp.reshape(-1, shard) if axis == "dp_shard" else dp.transpose(0, 2, 1).reshape(-1, dp.shape[1])
         names = axis.split("+")
-        order = EXPERT_AXES if any(a in ("etp", "ep", "edp") for a in names) else self.dense_order
+        order = self.expert_order if any(a in ("etp", "ep", "edp") for a in names) else self.dense_order
         if any(a not in order for a in names):
             raise PlanError(f"unknown axis {axis!r}; use one of {sorted(set(DENSE_AXES + EXPERT_AXES))}")
         mesh = self._mesh(order)
