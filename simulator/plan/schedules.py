@@ -3,7 +3,8 @@
 Owns the orders of GPipe, 1F1B, interleaved 1F1B (Megatron's virtual pipeline), ZB-H1
 (zero-bubble, backward split into input-gradient B and weight-gradient W, Qi et al. 2023) and
 DualPipe (DeepSeek-V3 report sec. 3.2.1: two pipelines in opposite directions on the same devices,
-each device holding stage s of one and stage pp-1-s of the other), and the dependency and routing
+each device holding stage s of one and stage pp-1-s of the other; its own pass order from the
+reference implementation, ``dualpipe_program``), and the dependency and routing
 rules between passes. It knows nothing of durations: the engine times the passes. An action is
 ``(kind, micro_batch, chunk)``; ``chunk`` is the virtual stage index on that device (model chunk
 ``chunk * pp + stage``; for DualPipe chunk 0 is the downward pipeline, chunk 1 the upward one).
@@ -11,7 +12,7 @@ rules between passes. It knows nothing of durations: the engine times the passes
 
 from __future__ import annotations
 
-from typing import Literal, Sequence
+from typing import Callable, Literal, Sequence
 
 Kind = Literal["F", "B", "W"]
 Action = tuple[str, int, int]
@@ -29,10 +30,99 @@ def stage_program(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> l
         case "zb-h1":
             return _zb_h1(stage, pp, m)
         case "dualpipe":
-            down, up = lanes("dualpipe", stage, pp, m, 2)
-            merged = [a for pair in zip(down, up) for a in pair]
-            return merged + down[len(up):] + up[len(down):]
+            return [a for step in dualpipe_program(stage, pp, m) for a in step]
     raise ValueError(f"unknown schedule {schedule!r}")
+
+
+Step = tuple[Action, ...]
+"""One step of a program: a single pass, or a forward and a backward run as an overlapped pair."""
+
+
+def dualpipe_program(stage: int, pp: int, m: int) -> list[Step]:
+    """DualPipe's own pass order for ``stage`` (deepseek-ai/DualPipe ``dualpipe/dualpipe.py``,
+    ``DualPipe.step``, steps 1-8): nF0; nF0F1; nB1W1F1 (zero bubble); the main step nF0B1F1B0
+    with F0&B1 and F1&B0 overlapped (the middle ranks run their first F0 and B1 apart); nB1F1B0;
+    nB1B0 (the second half with split backward); nWB0; nW.
+
+    Phase 0 is the direction in which this device is near the start (the downward chunk 0 on
+    the first half of the stages, the upward chunk 1 on the second half), phase 1 the other. A
+    backward without zero bubble is its B followed at once by its W; with zero bubble its W waits
+    in a FIFO until a ``weight`` step (DualPipe's ``WeightGradStore``)."""
+    half, half_rank = m // 2, min(stage, pp - 1 - stage)
+    half_ranks, middle = pp // 2, half_rank == pp // 2 - 1
+    chunk_of = (lambda ph: ph ^ 1) if stage >= pp // 2 else (lambda ph: ph)
+    b = _DualPipeBuilder(half, chunk_of)
+    for _ in range((half_ranks - half_rank - 1) * 2):
+        b.forward(0)
+    for _ in range(half_rank + 1):
+        b.forward(0)
+        b.forward(1)
+    for _ in range(half_ranks - half_rank - 1):
+        b.backward(1, zero_bubble=True)
+        b.weight()
+        b.forward(1)
+    for i in range(half - pp + half_rank + 1):
+        if i == 0 and middle:
+            b.forward(0)
+            b.backward(1)
+        else:
+            b.pair(0, 1)
+        b.pair(1, 0)
+    for _ in range(half_ranks - half_rank - 1):
+        b.backward(1)
+        b.pair(1, 0)
+    zero_bubble = False
+    steps6 = half_rank + 1
+    for i in range(steps6):
+        zero_bubble = zero_bubble or (i == steps6 // 2 and half_rank % 2 == 1)
+        b.backward(1, zero_bubble=zero_bubble)
+        zero_bubble = zero_bubble or (i == steps6 // 2 and half_rank % 2 == 0)
+        b.backward(0, zero_bubble=zero_bubble)
+    for _ in range(half_ranks - half_rank - 1):
+        b.weight()
+        b.backward(0, zero_bubble=True)
+    for _ in range(half_rank + 1):
+        b.weight()
+    return b.steps
+
+
+class _DualPipeBuilder:
+    """Appends DualPipe's steps, counting forwards and backwards per phase (module docstring)."""
+
+    def __init__(self, half: int, chunk_of: Callable[[int], int]) -> None:
+        self.half, self.chunk_of = half, chunk_of
+        self.steps: list[Step] = []
+        self.done = {("F", 0): 0, ("F", 1): 0, ("B", 0): 0, ("B", 1): 0}
+        self.weights: list[Action] = []
+
+    def _next(self, kind: str, phase: int) -> Action:
+        chunk = self.chunk_of(phase)
+        k = self.done[(kind, phase)]
+        self.done[(kind, phase)] = k + 1
+        return (kind, k + (self.half if chunk == 1 else 0), chunk)
+
+    def forward(self, phase: int) -> None:
+        self.steps.append((self._next("F", phase),))
+
+    def backward(self, phase: int, zero_bubble: bool = False) -> None:
+        action = self._next("B", phase)
+        self.steps.append((action,))
+        self._weight_of(action, zero_bubble)
+
+    def pair(self, forward_phase: int, backward_phase: int) -> None:
+        f, bwd = self._next("F", forward_phase), self._next("B", backward_phase)
+        self.steps.append((f, bwd))
+        self._weight_of(bwd, False)
+
+    def weight(self) -> None:
+        self.steps.append((self.weights.pop(0),))
+
+    def _weight_of(self, action: Action, zero_bubble: bool) -> None:
+        w = ("W", action[1], action[2])
+        if zero_bubble:
+            self.weights.append(w)
+        else:
+            self.steps.append((w,))
 
 
 def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list[Action]]:
@@ -40,7 +130,9 @@ def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list
 
     One lane for every schedule but DualPipe, whose two directions each run 1F1B on half of the
     micro-batches (down: micro-batches 0..m/2-1 at position ``stage``; up: the rest at position
-    ``pp-1-stage``). W passes of split-backward schedules are placed by the engine.
+    ``pp-1-stage``): the set of passes and their per-direction order, for callers that need only
+    those; the engine runs DualPipe's own order (``dualpipe_program``). W passes of split-backward
+    schedules are placed by the engine.
     """
     if schedule == "dualpipe":
         half = m // 2

@@ -23,7 +23,7 @@ from typing import Any, Generator
 import numpy as np
 import simpy
 
-from clustersim.simulator.plan.schedules import Action, dependency, destination, lanes
+from clustersim.simulator.plan.schedules import Action, Step, dependency, destination, dualpipe_program, lanes
 from clustersim.simulator.step import steady
 from clustersim.simulator.network.sharing import Transfer
 from clustersim.simulator.step.costs import ChunkCost, StageCost
@@ -138,9 +138,9 @@ def _split_w(inp: EngineInput) -> bool:
 def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
     """One stage of one replica: gathers, the schedule's passes, then its DP reduction.
 
-    The stage runs its lanes (one, or two for DualPipe) in order, taking whichever lane's next
-    pass has its input first (alternating when both do); with a split backward, deferred W passes
-    fill the waits, at most ``limit`` deferred at a time (ZB-H1's memory bound).
+    The stage runs its lane in order; with a split backward, deferred W passes fill the waits, at
+    most ``limit`` deferred at a time (ZB-H1's memory bound). DualPipe runs its own fixed program
+    instead (``schedules.dualpipe_program``, ``_program``).
     """
     inp, env = st.inp, st.env
     stage = inp.stages[s]
@@ -150,6 +150,10 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
     if inp.overlap_param_gather and any(c.param_gather for c in stage.chunks):
         env.process(_prefetch(st, r, s))
     left = Counter(v for q in queues for kind, _, v in q if kind == "B")  # passes left per chunk
+    if inp.schedule == "dualpipe":
+        yield from _program(st, r, s, dualpipe_program(s, st.pp, inp.microbatches), dp_queue, left)
+        yield from _finish_unit(st, r, s, dp_done, ready)
+        return
     steady: set[int] = set()  # lanes past their warm-up (a backward run): pairing starts when all are
     first_f: set[int] = set()
     pending: deque[Action] = deque()
@@ -188,11 +192,38 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
                     yield from _pass(st, r, s, pending.popleft(), dp_queue, left)
     for w in pending:
         yield from _pass(st, r, s, w, dp_queue, left)
-    t0 = env.now
+    yield from _finish_unit(st, r, s, dp_done, ready)
+
+
+def _finish_unit(st: _Run, r: int, s: int, dp_done: simpy.Process, ready: simpy.Event) -> Process:
+    """Wait for the stage's DP reduction (logged as exposed DP), then report the stage done."""
+    t0 = st.env.now
     yield dp_done
-    if env.now > t0:
-        st.log.append(Interval(r, s, "compute", "exposed_dp", t0, env.now, "wait DP reduction"))
+    if st.env.now > t0:
+        st.log.append(Interval(r, s, "compute", "exposed_dp", t0, st.env.now, "wait DP reduction"))
     ready.succeed()
+
+
+def _program(st: _Run, r: int, s: int, program: list[Step], dp_queue: simpy.Store, left: Counter[int]) -> Process:
+    """Run a fixed program (DualPipe's own order, ``schedules.dualpipe_program``) step by step: each
+    step waits for its passes' inputs; a forward-backward step runs as a pair (``_pair``) when one of
+    the two has all-to-alls to hide, else as its two passes back to back."""
+    first_f: set[int] = set()
+    for step in program:
+        for action in step:
+            if not _input_ready(st, r, s, action):
+                t0 = st.env.now
+                yield _input_event(st, r, s, action)
+                _log_wait(st, r, s, action, t0)
+            if action[0] == "F" and action[2] not in first_f:
+                first_f.add(action[2])
+                yield from _wait_gather(st, r, s, action[2])
+        chunks = st.inp.stages[s].chunks
+        if len(step) == 2 and sum(chunks[v].hideable_ep(k) for k, _, v in step) > 0:
+            yield from _pair(st, r, s, (step[0], step[1]), dp_queue, left)
+            continue
+        for action in step:
+            yield from _pass(st, r, s, action, dp_queue, left)
 
 
 def _input_event(st: _Run, r: int, s: int, action: Action) -> simpy.Event:
