@@ -162,7 +162,7 @@ class ParallelPlan:
         if self.recompute != "none":
             parts.append(f"rc-{self.recompute}")
         if self.recompute_modules:
-            parts.append("rc[" + ",".join(self.recompute_modules) + "]")
+            parts.append("rc:" + "+".join(self.recompute_modules))
         if self.cpu_offloading_num_layers:
             parts.append(f"offload{self.cpu_offloading_num_layers}")
         if self.fsdp != "none":

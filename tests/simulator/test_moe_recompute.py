@@ -199,7 +199,7 @@ def test_modules_a_model_lacks_are_refused() -> None:
 def test_a_scenario_mapping_takes_a_list_of_modules() -> None:
     plan = plan_from_mapping({"dp": 8, "recompute": "selective", "recompute_modules": ["mla_up_proj", "mlp"]})
     assert plan.recompute_modules == ("mla_up_proj", "mlp")
-    assert "rc[mla_up_proj,mlp]" in plan.describe()
+    assert "rc:mla_up_proj+mlp" in plan.describe()
 
 
 def _row(**cells: object) -> dict[str, object]:
