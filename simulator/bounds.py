@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 
 from clustersim.simulator.errors import ScenarioError
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.plan import ParallelPlan
 from clustersim.workloads import ModelSpec, TrainingSpec
 
 GPU_LIMIT = 32768

@@ -35,10 +35,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
 
 from clustersim.simulator.bounds import check_gpus, check_scenario_step
-from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile, machine_cluster
+from clustersim.simulator.profile import CalibrationProfile, load_profile, machine_cluster
 from clustersim.simulator.errors import ScenarioError
-from clustersim.simulator.plan.checks import BUCKET_RANGE
-from clustersim.simulator.plan.plan import ParallelPlan, plan_from_mapping
+from clustersim.simulator.plan import BUCKET_RANGE, ParallelPlan, plan_from_mapping
 from clustersim.topologies import Cluster, load_cluster
 from clustersim.topologies import config as cluster_keys
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model, load_model

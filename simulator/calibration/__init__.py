@@ -1,2 +1,121 @@
 """Calibration: profiles (efficiency curves and link factors as data), fitting, validation against published runs, the real PyTorch backend.
 """
+
+from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
+from clustersim.simulator.calibration.fitted_interval import (
+    fitted_interval_json,
+    fitted_interval_text,
+    interval_path,
+    read_interval,
+)
+from clustersim.simulator.calibration.imported_runs import (
+    ImportedRun,
+    MeasuredLongRun,
+    import_measured,
+    import_run,
+    measured_long_run,
+    write_run,
+)
+from clustersim.simulator.calibration.intervals import (
+    INTERVALS_PATH,
+    coverage_by_family,
+    interval_for,
+    interval_of,
+    interval_table,
+    model_kind,
+    write_intervals,
+)
+from clustersim.simulator.calibration.ranks import (
+    SlowRank,
+    detection_reports,
+    has_rank_times,
+    slow_rank,
+)
+from clustersim.simulator.calibration.runlogs import RunLogError, parse_log
+from clustersim.simulator.calibration.torch_backend import torch_available
+from clustersim.simulator.calibration.torch_backend.census import compare, measured_tally, passes
+from clustersim.simulator.calibration.torch_backend.check import (
+    STATISTICS,
+    CheckRow,
+    check,
+    fastest_gap,
+    misordered,
+    summary,
+)
+from clustersim.simulator.calibration.torch_backend.measure import (
+    HOLDOUT_GPT,
+    SMALL_GPT,
+    TINY_GPT,
+    census,
+    host_cores,
+    load_steps,
+    measure,
+    standard_plans,
+)
+from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, StepRecord, TimingRecipe
+from clustersim.simulator.calibration.watch import (
+    Assessment,
+    Event,
+    Prediction,
+    ScalePoint,
+    WatchRules,
+    assess,
+    detection_delay,
+)
+
+__all__ = [
+    "HOLDOUT_GPT",
+    "INTERVALS_PATH",
+    "SMALL_GPT",
+    "STATISTICS",
+    "TINY_GPT",
+    "Assessment",
+    "CheckRow",
+    "Event",
+    "FitReport",
+    "GPTConfig",
+    "ImportedRun",
+    "MeasuredLongRun",
+    "Prediction",
+    "RunLogError",
+    "ScalePoint",
+    "SlowRank",
+    "StepRecord",
+    "TimingRecipe",
+    "WatchRules",
+    "assess",
+    "census",
+    "check",
+    "compare",
+    "coverage_by_family",
+    "detection_delay",
+    "detection_reports",
+    "fastest_gap",
+    "fit_profile",
+    "fit_profiles",
+    "fitted_interval_json",
+    "fitted_interval_text",
+    "has_rank_times",
+    "host_cores",
+    "import_measured",
+    "import_run",
+    "interval_for",
+    "interval_of",
+    "interval_path",
+    "interval_table",
+    "load_steps",
+    "measure",
+    "measured_long_run",
+    "measured_tally",
+    "misordered",
+    "model_kind",
+    "parse_log",
+    "passes",
+    "read_interval",
+    "slow_rank",
+    "standard_plans",
+    "summary",
+    "torch_available",
+    "write_intervals",
+    "write_run",
+]

@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.step.compute import ADAM_BYTES_PER_PARAM
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.step import ADAM_BYTES_PER_PARAM
 from clustersim.simulator.errors import CalibrationError
 
 BIN_DECADES = 0.5

@@ -28,11 +28,11 @@ from clustersim.simulator.calibration.fit_first_order import (
     FLASH2_FACTOR, GEMM_POINTS, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
     predict, row_weights,
 )
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
 from clustersim.simulator.errors import CalibrationError
-from clustersim.simulator.network.pricing import Fidelity
+from clustersim.simulator.network import Fidelity
 from clustersim.topologies import Cluster
 
 GROUP_DONORS: Mapping[str, tuple[str, ...]] = {

@@ -22,8 +22,8 @@ import pandas as pd
 import yaml
 
 from clustersim.files import write_atomic
-from clustersim.simulator.calibration.profile import SYNC_JITTER_MAX, CalibrationProfile
-from clustersim.simulator.network.pricing import Fidelity
+from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
+from clustersim.simulator.network import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
     FLASH2_FACTOR, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors,

@@ -22,7 +22,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.calibration.profile import SYNC_JITTER_MAX, CalibrationProfile
+from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.validate import family_of
 

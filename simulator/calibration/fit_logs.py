@@ -24,10 +24,10 @@ from clustersim.files import write_json
 from clustersim.simulator.calibration.fit_runs import scaled
 from clustersim.simulator.calibration.fitted_interval import interval_path
 from clustersim.simulator.calibration.imported_runs import load_run, run_folders
-from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
+from clustersim.simulator.profile import CalibrationProfile, default_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.scenario import Scenario, load_scenario
-from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.step import simulate_step as simulate
 
 COMPUTE_GRID = tuple(float(x) for x in np.geomspace(0.125, 8.0, 13))
 """Compute-efficiency scales tried: log-spaced, 1 in the middle; wider than ``fit_runs``'s (a

@@ -19,7 +19,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.validate import load_runs, validate_runs
 

@@ -25,7 +25,7 @@ import yaml
 
 from clustersim.files import write_atomic
 from clustersim.simulator.errors import CalibrationError
-from clustersim.simulator.step.result import Result
+from clustersim.simulator.step import Result
 from clustersim.workloads import ModelSpec
 
 if TYPE_CHECKING:  # the tables are pandas frames; the lookup (``interval_for``) runs without pandas

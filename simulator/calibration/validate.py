@@ -20,12 +20,11 @@ import numpy as np
 import pandas as pd
 
 from clustersim.units import GBIT
-from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
-from clustersim.simulator.network.pricing import Fidelity
+from clustersim.simulator.step import Result, simulate_step as simulate
+from clustersim.simulator.profile import CalibrationProfile, default_profile
+from clustersim.simulator.network import Fidelity
 from clustersim.simulator.errors import OutOfMemoryError, ScenarioError
-from clustersim.simulator.plan.plan import ParallelPlan
-from clustersim.simulator.step.result import Result
+from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.calibration.spellings import UnknownSpelling, nic_gbps_per_gpu
 from clustersim.simulator.calibration.validate_rules import (
     SkipRow, attention_kernel, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,

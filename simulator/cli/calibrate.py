@@ -20,30 +20,34 @@ from rich.table import Table
 
 from clustersim.files import write_atomic
 from clustersim.simulator.cli.options import output_file
-from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile, save_profile
+from clustersim.simulator.profile import CalibrationProfile, load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
-from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
-from clustersim.simulator.calibration.torch_backend import torch_available
-from clustersim.simulator.calibration.torch_backend.census import compare, measured_tally, passes
-from clustersim.simulator.calibration.torch_backend.check import (
-    STATISTICS,
-    CheckRow,
-    check,
-    fastest_gap,
-    misordered,
-    summary,
-)
-from clustersim.simulator.calibration.torch_backend.measure import (
+from clustersim.simulator.calibration import (
     HOLDOUT_GPT,
     SMALL_GPT,
+    STATISTICS,
     TINY_GPT,
+    CheckRow,
+    FitReport,
+    GPTConfig,
+    StepRecord,
+    TimingRecipe,
     census,
+    check,
+    compare,
+    fastest_gap,
+    fit_profile,
+    fit_profiles,
     host_cores,
     load_steps,
     measure,
+    measured_tally,
+    misordered,
+    passes,
     standard_plans,
+    summary,
+    torch_available,
 )
-from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, StepRecord, TimingRecipe
 
 if TYPE_CHECKING:  # annotations only; fit_logs (pandas) loads when its command runs
     from clustersim.simulator.calibration.fit_logs import HeldOut, LogsFit
@@ -180,7 +184,7 @@ def _held_out_table(fit: LogsFit, rows: tuple[HeldOut, ...], title: str) -> Tabl
 
 def fit_runs_command(root: Path, out: Path, hold_out: Optional[str]) -> None:
     from clustersim.simulator.calibration.fit_logs import evaluations, families_of, fit_on_runs
-    from clustersim.simulator.calibration.fitted_interval import interval_path
+    from clustersim.simulator.calibration import interval_path
     from clustersim.simulator.calibration.fit_logs import load_runs as load_logged_runs
     from clustersim.simulator.calibration.fit_logs import write_report  # heavy (pandas): imported when the command runs
 

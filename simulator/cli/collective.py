@@ -19,8 +19,13 @@ from rich.table import Table
 from clustersim.files import write_atomic
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.cli import output
-from clustersim.simulator.calibration.profile import default_profile, load_profile
-from clustersim.simulator.network.collectives import CollectiveCost, CollectiveError, collective_kind, price_collective
+from clustersim.simulator.profile import default_profile, load_profile
+from clustersim.simulator.network import (
+    CollectiveCost,
+    CollectiveError,
+    collective_kind,
+    price_collective,
+)
 from clustersim.topologies.presets import get_cluster
 
 if TYPE_CHECKING:  # annotations only: the CLI starts without pandas

@@ -27,16 +27,26 @@ from rich.table import Table
 
 from clustersim.units import GBIT
 from clustersim.files import write_atomic, write_json
-from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.longrun.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost
+from clustersim.simulator.step import simulate_step as simulate, step_energy
+from clustersim.simulator.longrun import (
+    CAUSES,
+    CheckpointSpec,
+    FailureSpec,
+    IntervalSweep,
+    LongRunError,
+    LongRunResult,
+    LongRunSpec,
+    RunEnergy,
+    checkpoint_cost,
+    interval_grid,
+    run_energy,
+    simulate_long_run,
+    sweep_intervals,
+    system_mtbf,
+)
 from clustersim.simulator.errors import ClusterSimError
-from clustersim.simulator.longrun.failures import FailureSpec, system_mtbf
-from clustersim.simulator.longrun.energy import RunEnergy, run_energy
-from clustersim.simulator.step.energy import step_energy
-from clustersim.simulator.longrun.goodput import (CAUSES, IntervalSweep, LongRunResult, LongRunSpec, interval_grid,
-                               simulate_long_run, sweep_intervals)
-from clustersim.simulator.calibration.imported_runs import MeasuredLongRun, measured_long_run
-from clustersim.simulator.calibration.profile import load_profile
+from clustersim.simulator.calibration import MeasuredLongRun, measured_long_run
+from clustersim.simulator.profile import load_profile
 from clustersim.simulator.scenario import load_scenario
 from clustersim.topologies.power import FacilitySpec, power_spec
 from clustersim.simulator.bounds import check_long_run

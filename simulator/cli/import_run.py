@@ -16,10 +16,10 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clustersim.simulator.calibration.imported_runs import ImportedRun, import_measured, import_run, write_run
+from clustersim.simulator.calibration import ImportedRun, import_measured, import_run, write_run
 from clustersim.simulator.errors import CalibrationError, OutOfMemoryError
 from clustersim.simulator.scenario import Scenario
-from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.step import simulate_step as simulate
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 

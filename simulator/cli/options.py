@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from clustersim.simulator.errors import ScenarioError
-from clustersim.simulator.network.sharing import FabricLoad
+from clustersim.simulator.network import FabricLoad
 
 C = TypeVar("C", bound=str)
 

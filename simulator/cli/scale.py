@@ -16,8 +16,8 @@ from rich.table import Table
 
 from clustersim import files
 from clustersim.simulator.bounds import GPU_LIMIT
-from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for, model_kind
-from clustersim.simulator.calibration.profile import load_profile
+from clustersim.simulator.calibration import INTERVALS_PATH, interval_for, model_kind
+from clustersim.simulator.profile import load_profile
 from clustersim.simulator.cli.options import gpu_counts, output_dir
 from clustersim.simulator.scenario import MAX_GPUS, apply_overrides, load_scenario, read_yaml
 
@@ -77,7 +77,7 @@ def register(app: typer.Typer) -> None:
         from rich.progress import Progress
 
         from clustersim.reports.report import write_scaling_report
-        from clustersim.simulator.sweep.scaling import scaling_rows
+        from clustersim.simulator.sweep import scaling_rows
 
         counts = gpu_counts("--gpus", gpus, MAX_GPUS if force else GPU_LIMIT)
         output_dir("--out", out)
@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("simulating scales", total=None)
             rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
-        from clustersim.simulator.calibration.fitted_interval import read_interval
+        from clustersim.simulator.calibration import read_interval
 
         fitted = read_interval(calibration) if calibration else None  # a user's cluster: calibrate fit --runs
         rows = [with_interval(row, model_kind(sc.model.layer_pattern, sc.model.is_moe), fitted) for row in rows]

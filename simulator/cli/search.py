@@ -15,11 +15,18 @@ from rich.progress import Progress
 from rich.table import Table
 
 from clustersim.simulator.bounds import GPU_LIMIT
-from clustersim.simulator.calibration.profile import default_profile, load_profile
+from clustersim.simulator.profile import default_profile, load_profile
 from clustersim.simulator.cli import output
 from clustersim.simulator.scenario import load_scenario
-from clustersim.simulator.search.search import OBJECTIVES, Ranked, SearchReport, TokenPrice, price_per_token, search
-from clustersim.simulator.step.energy import J_PER_KWH
+from clustersim.simulator.search import (
+    OBJECTIVES,
+    Ranked,
+    SearchReport,
+    TokenPrice,
+    price_per_token,
+    search_plans as search,
+)
+from clustersim.simulator.step import J_PER_KWH
 from clustersim.topologies.power import FacilitySpec
 
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -53,7 +60,7 @@ def step_interval(step_time: float, kind: str | None, accelerator: str, num_gpus
     """The 80 % interval of a predicted step time from the held-out residuals of its regime
     (``calibration.intervals``): low, high, regime, extrapolated and the nearest validated evidence;
     empty when ``kind`` is None or no interval table is bundled."""
-    from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_for  # loaded when used
+    from clustersim.simulator.calibration import INTERVALS_PATH, interval_for  # loaded when used
 
     if kind is None or not INTERVALS_PATH.exists():
         return {}
@@ -183,7 +190,7 @@ def register(app: typer.Typer) -> None:
             rep = search(sc.model, sc.training, sc.cluster, top=top, objective=goal, profile=profile,
                          progress=lambda n: bar.update(task, completed=n, refresh=True), facility=facility,
                          workers=workers or min(os.cpu_count() or 1, MAX_DEFAULT_WORKERS))
-        from clustersim.simulator.calibration.intervals import model_kind  # loaded when used
+        from clustersim.simulator.calibration import model_kind  # loaded when used
 
         kind = model_kind(sc.model.layer_pattern, sc.model.is_moe)
         prof = profile or default_profile(sc.cluster.accelerator.name)

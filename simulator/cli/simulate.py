@@ -18,13 +18,17 @@ from rich.table import Table
 
 from clustersim.simulator.cli import output
 from clustersim.simulator.cli.options import choice, fabric_load_option, output_file
-from clustersim.simulator.calibration.intervals import INTERVALS_PATH, interval_of
-from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.step.energy import StepEnergy, step_energy
-from clustersim.simulator.calibration.profile import load_profile
-from clustersim.simulator.plan.placement import Placement
-from clustersim.simulator.step.result import CATEGORIES, Result
-from clustersim.simulator.step.streams import FabricSharing
+from clustersim.simulator.calibration import INTERVALS_PATH, interval_of
+from clustersim.simulator.step import (
+    CATEGORIES,
+    FabricSharing,
+    Result,
+    StepEnergy,
+    simulate_step as simulate,
+    step_energy,
+)
+from clustersim.simulator.profile import load_profile
+from clustersim.simulator.plan import Placement
 from clustersim.simulator.scenario import ScenarioMode, load_scenario
 
 console = Console(width=None if sys.stdout.isatty() else 140)
@@ -161,7 +165,7 @@ def register(app: typer.Typer) -> None:
         to_stdout = json_out is not None and str(json_out) == output.STDOUT
         say = err_console if to_stdout else console  # keep standard output pure JSON
         iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
-        from clustersim.simulator.calibration.fitted_interval import fitted_interval_json, fitted_interval_text
+        from clustersim.simulator.calibration import fitted_interval_json, fitted_interval_text
 
         fitted_json = fitted_interval_json(calibration, result.step_time)  # a user's cluster: calibrate fit --runs
         fitted = fitted_interval_text(fitted_json) if fitted_json else None
@@ -188,7 +192,7 @@ def register(app: typer.Typer) -> None:
             write_waterfall(result.to_dict(), plot)
             output.said(plot, say, "compute-loss waterfall")
         if trace:
-            from clustersim.simulator.step.trace import write_trace
+            from clustersim.simulator.step import write_trace
 
             write_trace(result, trace)
             output.said(trace, say, "open in https://ui.perfetto.dev")

@@ -18,12 +18,17 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from clustersim.simulator.calibration.profile import load_profile
-from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.profile import load_profile
+from clustersim.simulator.step import simulate_step as simulate
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.cli.options import int_range, real_range
 from clustersim.simulator.scenario import load_scenario
-from clustersim.simulator.longrun.stragglers import StragglerSpec, StepTimeDistribution, SymmetricStep, step_time_distribution
+from clustersim.simulator.longrun import (
+    StepTimeDistribution,
+    StragglerSpec,
+    SymmetricStep,
+    step_time_distribution,
+)
 
 console = Console(width=None if sys.stdout.isatty() else 140)
 

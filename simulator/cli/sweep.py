@@ -18,9 +18,9 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from clustersim.simulator.calibration.profile import load_profile
+from clustersim.simulator.profile import load_profile
 from clustersim.simulator.errors import ClusterSimError
-from clustersim.simulator.sweep.executors import SchedulerLost, default_workers, make_executor
+from clustersim.simulator.sweep import SchedulerLost, default_workers, make_executor
 from clustersim.simulator.cli.output import fail
 
 if TYPE_CHECKING:  # annotations only; sweep.sweep (pandas, pyarrow) loads when the command runs

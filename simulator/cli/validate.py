@@ -21,7 +21,7 @@ from rich.table import Table
 
 from clustersim.files import write_atomic
 from clustersim.simulator.cli.options import output_dir, output_file
-from clustersim.simulator.calibration.profile import PROFILE_DIR, load_profile
+from clustersim.simulator.profile import PROFILE_DIR, load_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.cli.output import fail
 
@@ -29,7 +29,7 @@ if TYPE_CHECKING:  # annotations only; the modules load when a command runs
     import pandas as pd
 
     from clustersim.simulator.calibration.fit_defaults import FitOutcome
-    from clustersim.simulator.network.pricing import Fidelity
+    from clustersim.simulator.network import Fidelity
 
 
 def register(app: typer.Typer) -> None:

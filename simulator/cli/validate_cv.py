@@ -19,10 +19,10 @@ from rich.table import Table
 from clustersim.files import write_atomic
 from clustersim.simulator.calibration.fit_crossval import CrossValidation, cross_validate_families
 from clustersim.simulator.calibration.fit_defaults import sensitivities
-from clustersim.simulator.calibration.intervals import coverage_by_family, interval_table, write_intervals
-from clustersim.simulator.calibration.profile import PROFILE_DIR, CalibrationProfile, load_profile
+from clustersim.simulator.calibration import coverage_by_family, interval_table, write_intervals
+from clustersim.simulator.profile import PROFILE_DIR, CalibrationProfile, load_profile
 from clustersim.simulator.errors import ClusterSimError
-from clustersim.simulator.network.pricing import Fidelity
+from clustersim.simulator.network import Fidelity
 
 INTERVALS_HEADER = (
     "Prediction intervals of the step time, per regime (model kind / GPU generation): split-conformal\n"

@@ -22,14 +22,25 @@ from typing import Optional
 import typer
 from rich.console import Console
 
-from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile
-from clustersim.simulator.calibration.ranks import SlowRank, detection_reports, has_rank_times, slow_rank
-from clustersim.simulator.calibration.runlogs import RunLogError, parse_log
-from clustersim.simulator.calibration.watch import (Assessment, Event, Prediction, ScalePoint, WatchRules, assess,
-                                                    detection_delay)
+from clustersim.simulator.profile import CalibrationProfile, load_profile
+from clustersim.simulator.calibration import (
+    Assessment,
+    Event,
+    Prediction,
+    RunLogError,
+    ScalePoint,
+    SlowRank,
+    WatchRules,
+    assess,
+    detection_delay,
+    detection_reports,
+    has_rank_times,
+    parse_log,
+    slow_rank,
+)
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.scenario import Scenario, load_scenario, read_yaml
-from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.step import simulate_step as simulate
 
 console = Console(width=None if sys.stdout.isatty() else 160)
 DEFAULT_INTERVAL = (0.9, 1.1)
@@ -49,7 +60,7 @@ def _interval(raw: str | None, scenario_path: Path, calibration: Path | None) ->
             raise CalibrationError(f"--interval {raw!r}: the low edge must be negative and the high one positive")
         return (1 + lo / 100, 1 + hi / 100), "--interval"
     profile = calibration or _scenario_profile(scenario_path)
-    from clustersim.simulator.calibration.fitted_interval import read_interval
+    from clustersim.simulator.calibration import read_interval
 
     found = read_interval(profile) if profile else None
     if found:

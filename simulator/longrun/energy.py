@@ -24,8 +24,7 @@ from clustersim.simulator.longrun.checkpoint import CheckpointSpec, checkpoint_c
 from clustersim.simulator.longrun.failures import FailureSpec, system_mtbf
 from clustersim.simulator.longrun.goodput import (CAUSES, Z95, LongRunResult, LongRunSpec, simulate_long_run,
                                                   young_interval)
-from clustersim.simulator.step.energy import J_PER_KWH, StepEnergy, money, step_energy
-from clustersim.simulator.step.result import Result
+from clustersim.simulator.step import J_PER_KWH, Result, StepEnergy, money, step_energy
 from clustersim.topologies import Cluster
 from clustersim.topologies.power import FacilitySpec, PowerSpec, power_spec
 

@@ -29,9 +29,9 @@ from typing import Protocol
 
 import numpy as np
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.plan.plan import ParallelPlan
-from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.plan import ParallelPlan
+from clustersim.simulator.step import simulate_step as simulate
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec
 from clustersim.simulator.longrun.checkpoint import LongRunError

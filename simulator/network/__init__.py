@@ -1,2 +1,31 @@
 """Communication: pricing of every collective of a plan on the fabric, the collective algorithms, routing over the NetworkX graph, max-min flows over time, closed forms.
 """
+
+from clustersim.simulator.network.algorithms import CollectiveKind
+from clustersim.simulator.network.analytic import GroupShape, collective_time
+from clustersim.simulator.network.collectives import (
+    CollectiveCost,
+    CollectiveError,
+    collective_kind,
+    price_collective,
+)
+from clustersim.simulator.network.pricing import CollectiveRow, CommPricer, Fidelity
+from clustersim.simulator.network.routing import fabric_of
+from clustersim.simulator.network.sharing import FabricLoad, FluidShare, Transfer
+
+__all__ = [
+    "CollectiveCost",
+    "CollectiveError",
+    "CollectiveKind",
+    "CollectiveRow",
+    "CommPricer",
+    "FabricLoad",
+    "Fidelity",
+    "FluidShare",
+    "GroupShape",
+    "Transfer",
+    "collective_kind",
+    "collective_time",
+    "fabric_of",
+    "price_collective",
+]

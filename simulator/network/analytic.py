@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.topologies import Cluster
 
 NVLINK_HOP_LATENCY = 1.0e-6  # s per ring step inside an NVLink domain (NCCL LL/Simple, measured order)

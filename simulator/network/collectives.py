@@ -26,7 +26,7 @@ from typing import Iterator, Mapping, Sequence
 
 import numpy as np
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABLE, CollectiveKind, Step, applicable, build_steps
 from clustersim.simulator.network.algorithms import pairwise_flows
 from clustersim.simulator.errors import ClusterSimError

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Mapping, Sequence
 
 import numpy as np
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.routing import Fabric, fabric_for
 
 if TYPE_CHECKING:  # annotations only

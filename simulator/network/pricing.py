@@ -17,12 +17,12 @@ from typing import Literal
 import numpy as np
 
 from clustersim.simulator.network import analytic
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import CollectiveKind
 from clustersim.simulator.network.collectives import CollectiveCost, CollectiveError, collective_steps, price_collective
 from clustersim.simulator.network.routing import fabric_of
 from clustersim.simulator.network.sharing import Phase, TrafficClass, Transfer
-from clustersim.simulator.plan.placement import Axis, Placement
+from clustersim.simulator.plan import Axis, Placement
 from clustersim.topologies import Cluster
 
 Fidelity = Literal["flow", "analytic"]

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 
 import numpy as np
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network import alltoall
 from clustersim.topologies.graph import Wiring
 

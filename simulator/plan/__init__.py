@@ -1,2 +1,52 @@
 """The parallel plan and what is checked of it before any cost: ParallelPlan, the plan checks, rank placement on the cluster, pipeline schedules.
 """
+
+from clustersim.simulator.plan.checks import BUCKET_RANGE, check_plan
+from clustersim.simulator.plan.placement import Axis, Placement
+from clustersim.simulator.plan.plan import (
+    Fsdp,
+    ParallelPlan,
+    Recompute,
+    Schedule,
+    num_microbatches,
+    plan_from_mapping,
+)
+from clustersim.simulator.plan.schedules import (
+    Action,
+    Step,
+    chunks_per_stage,
+    dependency,
+    destination,
+    dualpipe_program,
+    lanes,
+    model_chunk,
+    num_model_chunks,
+    pairs_forward_backward,
+    program_ends,
+    stage_in_flight_peak,
+)
+
+__all__ = [
+    "BUCKET_RANGE",
+    "Action",
+    "Axis",
+    "Fsdp",
+    "ParallelPlan",
+    "Placement",
+    "Recompute",
+    "Schedule",
+    "Step",
+    "check_plan",
+    "chunks_per_stage",
+    "dependency",
+    "destination",
+    "dualpipe_program",
+    "lanes",
+    "model_chunk",
+    "num_microbatches",
+    "num_model_chunks",
+    "pairs_forward_backward",
+    "plan_from_mapping",
+    "program_ends",
+    "stage_in_flight_peak",
+]

@@ -25,14 +25,25 @@ import hashlib
 import itertools
 from dataclasses import dataclass, field
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.network.pricing import CommPricer
-from clustersim.simulator.plan.placement import Placement
-from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
-from clustersim.simulator.plan.schedules import num_model_chunks, program_ends
-from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, optimizer_time
-from clustersim.simulator.step.dispatch import expert_load
-from clustersim.simulator.step.partition import RESERVED_BYTES, op_kwargs, stage_chunks
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.network import CommPricer
+from clustersim.simulator.plan import (
+    ParallelPlan,
+    Placement,
+    num_microbatches,
+    num_model_chunks,
+    program_ends,
+)
+from clustersim.simulator.step import (
+    RESERVED_BYTES,
+    Pass,
+    expert_load,
+    is_routed_expert,
+    op_kwargs,
+    ops_time,
+    optimizer_time,
+    stage_chunks,
+)
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, Op, TrainingSpec, embedding_ops, head_ops, layer_ops
 

@@ -23,13 +23,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.search.bound import SAFETY
-from clustersim.simulator.step.compute import Pass, ops_time_parts
-from clustersim.simulator.step.dispatch import expert_load
-from clustersim.simulator.step.energy import compute_mix, floor_w
-from clustersim.simulator.step.partition import op_kwargs
+from clustersim.simulator.step import (
+    Pass,
+    compute_mix,
+    expert_load,
+    floor_w,
+    op_kwargs,
+    ops_time_parts,
+)
 from clustersim.topologies import Cluster
 from clustersim.topologies.power import ACTIVITIES, power_spec
 from clustersim.workloads import ModelSpec, Op, TrainingSpec, embedding_ops, head_ops, layer_ops

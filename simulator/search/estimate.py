@@ -13,14 +13,21 @@ import math
 from dataclasses import dataclass, field
 from functools import lru_cache
 
-from clustersim.simulator.network import analytic
-from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.step.compute import Pass, is_routed_expert, ops_time, optimizer_time, peak_for
-from clustersim.simulator.step.dispatch import EpShape, dispatch_time, expert_load
-from clustersim.simulator.step.lower import flow_shop
-from clustersim.simulator.step.partition import RESERVED_BYTES
-from clustersim.simulator.plan.plan import ParallelPlan, Recompute
-from clustersim.simulator.plan.schedules import pairs_forward_backward
+from clustersim.simulator.network import GroupShape, collective_time
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.step import (
+    RESERVED_BYTES,
+    EpShape,
+    Pass,
+    dispatch_time,
+    expert_load,
+    flow_shop,
+    is_routed_expert,
+    ops_time,
+    optimizer_time,
+    peak_for,
+)
+from clustersim.simulator.plan import ParallelPlan, Recompute, pairs_forward_backward
 from clustersim.topologies import Cluster
 from clustersim.workloads import (
     ModelSpec,
@@ -90,8 +97,8 @@ class Estimator:
                                       gemm_input_bytes=self.training.gemm_input_bytes)
 
     def _collective(self, kind: str, size: float, n: int, per_domain: int) -> float:
-        shape = analytic.GroupShape(size=n, per_domain=max(1, min(per_domain, n)))
-        return analytic.collective_time(kind, size, shape, self.cluster, self.profile)
+        shape = GroupShape(size=n, per_domain=max(1, min(per_domain, n)))
+        return collective_time(kind, size, shape, self.cluster, self.profile)
 
     def comm(self, kind: str, size: float, n: int, stride: int) -> float:
         """A collective on a group of ``n`` ranks spaced ``stride`` apart in rank order."""

@@ -27,11 +27,9 @@ from typing import Callable, Sequence
 
 import numpy as np
 
-from clustersim.simulator.plan.plan import ParallelPlan
-from clustersim.simulator.plan.schedules import num_model_chunks
+from clustersim.simulator.plan import ParallelPlan, num_model_chunks
 from clustersim.simulator.search.bound import SAFETY, PassTimes, StepBound
-from clustersim.simulator.step.compute import ADAM_BYTES_PER_PARAM
-from clustersim.simulator.step.partition import RESERVED_BYTES, op_kwargs, stage_chunks
+from clustersim.simulator.step import ADAM_BYTES_PER_PARAM, RESERVED_BYTES, op_kwargs, stage_chunks
 
 Layout = tuple[str, int, int, tuple[int, ...] | None]
 """What fixes which layers each stage holds: (schedule, pp, vpp, layer_split)."""

@@ -20,18 +20,21 @@ from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Literal, TypedDict
 
-from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
-from clustersim.simulator.plan.checks import check_plan
+from clustersim.simulator.step import (
+    J_PER_KWH,
+    Result,
+    energy_per_token,
+    partition_memory,
+    rental_price,
+    simulate_step as simulate,
+)
+from clustersim.simulator.profile import CalibrationProfile, default_profile
+from clustersim.simulator.plan import Fsdp, ParallelPlan, Recompute, Schedule, check_plan
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.energy_bound import EnergyBound
 from clustersim.simulator.search.estimate import Estimate, Estimator
 from clustersim.simulator.search.grid import grid_bounds
-from clustersim.simulator.step.partition import partition_memory
-from clustersim.simulator.plan.plan import Fsdp, ParallelPlan, Recompute, Schedule
-from clustersim.simulator.step.energy import J_PER_KWH, energy_per_token, rental_price
-from clustersim.simulator.step.result import Result
 from clustersim.topologies import Cluster
 from clustersim.topologies.power import FacilitySpec
 from clustersim.workloads import ModelSpec, TrainingSpec

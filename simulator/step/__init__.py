@@ -1,2 +1,69 @@
 """One training step, phases 1-4: partition (stages, layers, memory) -> lower (per-stage costs) -> SimPy engine -> Result; roofline compute; the Chrome trace.
 """
+
+from clustersim.simulator.step.compute import (
+    ADAM_BYTES_PER_PARAM,
+    Pass,
+    is_routed_expert,
+    ops_time,
+    ops_time_parts,
+    optimizer_time,
+    peak_for,
+)
+from clustersim.simulator.step.dispatch import EpShape, dispatch_time, expert_load
+from clustersim.simulator.step.energy import (
+    J_PER_KWH,
+    StepEnergy,
+    compute_mix,
+    energy_per_token,
+    energy_row,
+    floor_w,
+    money,
+    rental_price,
+    step_energy,
+)
+from clustersim.simulator.step.lower import Costing, flow_shop, step_calls
+from clustersim.simulator.step.partition import (
+    RESERVED_BYTES,
+    op_kwargs,
+    partition_memory,
+    stage_chunks,
+)
+from clustersim.simulator.step.result import CATEGORIES, Result
+from clustersim.simulator.step.simulate import simulate as simulate_step
+from clustersim.simulator.step.streams import FabricSharing
+from clustersim.simulator.step.trace import write_trace
+
+__all__ = [
+    "ADAM_BYTES_PER_PARAM",
+    "CATEGORIES",
+    "J_PER_KWH",
+    "RESERVED_BYTES",
+    "Costing",
+    "EpShape",
+    "FabricSharing",
+    "Pass",
+    "Result",
+    "StepEnergy",
+    "compute_mix",
+    "dispatch_time",
+    "energy_per_token",
+    "energy_row",
+    "expert_load",
+    "floor_w",
+    "flow_shop",
+    "is_routed_expert",
+    "money",
+    "op_kwargs",
+    "ops_time",
+    "ops_time_parts",
+    "optimizer_time",
+    "partition_memory",
+    "peak_for",
+    "rental_price",
+    "simulate_step",
+    "stage_chunks",
+    "step_calls",
+    "step_energy",
+    "write_trace",
+]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Iterable, Literal
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.topologies import AcceleratorSpec
 from clustersim.topologies.power import clock_fraction
 from clustersim.workloads import Op

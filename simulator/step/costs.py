@@ -11,9 +11,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from clustersim.simulator.network.algorithms import CollectiveKind
-from clustersim.simulator.network.pricing import CollectiveRow
-from clustersim.simulator.plan.placement import Axis
+from clustersim.simulator.network import CollectiveKind, CollectiveRow
+from clustersim.simulator.plan import Axis
 
 
 @dataclass(frozen=True)

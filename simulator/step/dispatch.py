@@ -30,9 +30,9 @@ from typing import Literal
 
 import numpy as np
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.network import analytic
-from clustersim.simulator.plan.placement import Placement
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.network import GroupShape, collective_time
+from clustersim.simulator.plan import Placement
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec
 
@@ -140,9 +140,9 @@ def dispatch_time(kind: str, model: ModelSpec, tokens: float, token_bytes: float
     g, nodes = min(ep.per_domain, ep.ranks), ep.nodes
     nvl = net = 0.0
     if g > 1 and tiers.nvlink > 0:  # an all-to-all of g ranks inside a domain moves (g-1)/g of its size
-        nvl = analytic.collective_time("all_to_all", tiers.nvlink * g / (g - 1),
-                                       analytic.GroupShape(size=g, per_domain=g), cluster, profile)
+        nvl = collective_time("all_to_all", tiers.nvlink * g / (g - 1),
+                              GroupShape(size=g, per_domain=g), cluster, profile)
     if nodes > 1 and tiers.network > 0:  # one GPU per node: an all-to-all of N ranks, (N-1)/N across
-        net = analytic.collective_time("all_to_all", tiers.network * nodes / (nodes - 1),
-                                       analytic.GroupShape(size=nodes, per_domain=1), cluster, profile)
+        net = collective_time("all_to_all", tiers.network * nodes / (nodes - 1),
+                              GroupShape(size=nodes, per_domain=1), cluster, profile)
     return max(nvl, net)

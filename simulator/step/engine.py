@@ -23,9 +23,9 @@ from typing import Any, Generator
 import numpy as np
 import simpy
 
-from clustersim.simulator.plan.schedules import Action, Step, dependency, destination, dualpipe_program, lanes
+from clustersim.simulator.plan import Action, Step, dependency, destination, dualpipe_program, lanes
 from clustersim.simulator.step import steady
-from clustersim.simulator.network.sharing import Transfer
+from clustersim.simulator.network import Transfer
 from clustersim.simulator.step.costs import ChunkCost, StageCost
 from clustersim.simulator.step.fluid import FabricStreams
 from clustersim.simulator.step.interval import Interval

@@ -13,7 +13,7 @@ from typing import Any, Generator
 import numpy as np
 import simpy
 
-from clustersim.simulator.network.sharing import FluidShare, Transfer
+from clustersim.simulator.network import FluidShare, Transfer
 
 Process = Generator[simpy.Event, Any, None]
 """A SimPy process body."""

@@ -14,17 +14,20 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
-from clustersim.simulator.network.pricing import CommPricer
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.network import CollectiveKind, CommPricer
 from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_expert, ops_time, ops_time_parts, optimizer_time
-from clustersim.simulator.network.algorithms import CollectiveKind
-from clustersim.simulator.plan.placement import Axis
+from clustersim.simulator.plan import (
+    Axis,
+    ParallelPlan,
+    num_microbatches,
+    num_model_chunks,
+    pairs_forward_backward,
+)
 from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.dispatch import dispatch_time, ep_shape, expert_load
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.step.recompute import moe_recomputes_dispatch, recomputed_ops
-from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
-from clustersim.simulator.plan.schedules import num_model_chunks, pairs_forward_backward
 from clustersim.topologies import AcceleratorSpec
 from clustersim.workloads import ModelSpec, Op, TrainingSpec
 from clustersim.workloads.mamba import mamba_cp_alltoall_bytes

@@ -16,8 +16,14 @@ from typing import TypedDict
 from clustersim.units import GIB
 from clustersim.simulator.step.compute import is_routed_expert
 from clustersim.simulator.errors import OutOfMemoryError
-from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
-from clustersim.simulator.plan.schedules import chunks_per_stage, model_chunk, num_model_chunks, stage_in_flight_peak
+from clustersim.simulator.plan import (
+    ParallelPlan,
+    chunks_per_stage,
+    model_chunk,
+    num_microbatches,
+    num_model_chunks,
+    stage_in_flight_peak,
+)
 from clustersim.topologies import Cluster
 from clustersim.workloads import (
     ModelSpec,

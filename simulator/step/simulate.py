@@ -16,21 +16,23 @@ from typing import Any, Literal, Mapping, Sequence
 import numpy as np
 
 from clustersim.simulator import __version__
-from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
-from clustersim.simulator.plan.checks import check_plan
-from clustersim.simulator.network.pricing import CommPricer, Fidelity
-from clustersim.simulator.network.sharing import FabricLoad
+from clustersim.simulator.profile import CalibrationProfile, default_profile
+from clustersim.simulator.plan import (
+    ParallelPlan,
+    Placement,
+    check_plan,
+    chunks_per_stage,
+    num_microbatches,
+)
+from clustersim.simulator.network import CommPricer, FabricLoad, Fidelity
 from clustersim.simulator.step.compute import peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.jitter import sync_wait_fraction
 from clustersim.simulator.step.costs import StageCost
 from clustersim.simulator.step.lower import Costing, compute_parts, lower
 from clustersim.simulator.step.partition import StageMemory, partition
-from clustersim.simulator.plan.placement import Placement
-from clustersim.simulator.plan.plan import ParallelPlan, num_microbatches
 from clustersim.simulator.step.result import Result, breakdowns, critical_unit
 from clustersim.simulator.step.streams import FabricSharing, fabric_report, send_counts, stream_transfers
-from clustersim.simulator.plan.schedules import chunks_per_stage
 from clustersim.simulator.errors import PlanError
 from clustersim.topologies import Cluster, ensure_valid
 from clustersim.workloads import ModelSpec, TrainingSpec, model_flops_per_step

@@ -18,10 +18,8 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from clustersim.simulator.network.pricing import CommPricer
-from clustersim.simulator.network.routing import fabric_of
-from clustersim.simulator.network.sharing import FabricLoad, Transfer
-from clustersim.simulator.plan.schedules import destination, lanes
+from clustersim.simulator.network import CommPricer, FabricLoad, Transfer, fabric_of
+from clustersim.simulator.plan import destination, lanes
 from clustersim.simulator.step.costs import Call, StageCost
 from clustersim.simulator.step.interval import Interval
 

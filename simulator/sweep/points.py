@@ -10,12 +10,10 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.step import Result, energy_row, simulate_step as simulate
+from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.scenario import scenario_from_dict
-from clustersim.simulator.search.search import SearchReport, search
-from clustersim.simulator.step.energy import energy_row
-from clustersim.simulator.step.result import Result
+from clustersim.simulator.search import SearchReport, search_plans as search
 from clustersim.topologies import Cluster
 
 ENERGY_COLUMNS: tuple[str, ...] = ("energy_j_per_token", "kwh_per_million_tokens", "mean_gpu_power_w",

@@ -12,12 +12,11 @@ from __future__ import annotations
 import copy
 from typing import Any, Callable, Iterable, Mapping
 
-from clustersim.simulator.search.estimate import Estimator
-from clustersim.simulator.calibration.profile import default_profile
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.search import Estimator, candidate_plans, plan_is_valid
+from clustersim.simulator.profile import default_profile
+from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.sweep.points import best_search, evaluate_point, result_row
 from clustersim.simulator.scenario import scenario_from_dict
-from clustersim.simulator.search.search import candidate_plans, plan_is_valid
 
 
 def naive_plan(base: Mapping[str, Any], gpus: int) -> ParallelPlan | None:

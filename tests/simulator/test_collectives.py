@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clustersim.simulator.calibration.profile import PIPELINE_FILL_BYTES, CalibrationProfile
+from clustersim.simulator.profile import PIPELINE_FILL_BYTES, CalibrationProfile
 from clustersim.simulator.network.collectives import (
     CollectiveError,
     full_mode_time,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.network.collectives import price_collective
 from clustersim.simulator.network.ecmp import expected_max_load
 from clustersim.simulator.plan.plan import ParallelPlan

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.algorithms import pairwise_flows
 from clustersim.simulator.network.routing import Fabric, fabric_of
 from clustersim.topologies.presets import get_cluster

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.profile import load_profile, save_profile
+from clustersim.simulator.profile import load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.step.compute import ADAM_BYTES_PER_PARAM
 from clustersim.simulator.calibration.fit import (
@@ -229,7 +229,7 @@ def test_uncontended_removes_the_run_delay() -> None:
 @needs_api
 def test_import_runs_never_worsens_its_own_rows_and_reports_the_holdout(tmp_path: Path) -> None:
     from clustersim.simulator.calibration import fit_runs
-    from clustersim.simulator.calibration.profile import CalibrationProfile
+    from clustersim.simulator.profile import CalibrationProfile
     from clustersim.simulator.calibration.validate import load_runs
 
     runs = load_runs()

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from clustersim.simulator.calibration.profile import CalibrationProfile, load_profile
+from clustersim.simulator.profile import CalibrationProfile, load_profile
 from clustersim.simulator.cli.app import app
 from clustersim.simulator.calibration.fit_defaults import perturb, profile_key, sensitivities, write_profiles
 from clustersim.simulator.calibration.fit_first_order import GEMM_POINTS, PERTURB_FACTOR, Bounds, cross_validate, fit

@@ -18,7 +18,7 @@ from clustersim.simulator.calibration.fit_logs import (
 from clustersim.simulator.calibration.fit_runs import scaled
 from clustersim.simulator.calibration.fitted_interval import read_interval
 from clustersim.simulator.calibration.imported_runs import RUN_FORMAT
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.scenario import scenario_from_dict
 from clustersim.simulator.step.simulate import simulate
@@ -99,7 +99,7 @@ def test_predict_is_cached_and_scaled(tmp_path: Path) -> None:
 
 def test_simulate_with_a_fitted_profile_prints_its_interval(tmp_path: Path) -> None:
     """A profile written by ``calibrate fit --runs`` carries its held-out interval to ``simulate``."""
-    from clustersim.simulator.calibration.profile import save_profile
+    from clustersim.simulator.profile import save_profile
     root = Path(__file__).resolve().parents[2]
     scenario = root / "examples" / "llama3_70b_h100.yaml"
     sc = scenario_from_dict(yaml.safe_load(scenario.read_text()))

@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from clustersim.simulator.calibration.imported_runs import load_run, torch_run
-from clustersim.simulator.calibration.profile import CalibrationProfile, save_profile
+from clustersim.simulator.profile import CalibrationProfile, save_profile
 from clustersim.simulator.calibration.torch_backend.check import predict
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord
 from clustersim.simulator.calibration.fit_logs import Run, predict as predict_run

@@ -7,7 +7,7 @@ from dataclasses import replace
 
 import pytest
 
-from clustersim.simulator.calibration.profile import OVERLAP_SLOWDOWN_MEASURED, default_profile, load_profile
+from clustersim.simulator.profile import OVERLAP_SLOWDOWN_MEASURED, default_profile, load_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.lower import flow_shop, overlapped_duration

@@ -10,7 +10,7 @@ import pytest
 
 from clustersim.simulator.calibration.fit_defaults import perturb
 from clustersim.simulator.calibration.fit_first_order import JITTER_STEP, PARAMS, fit
-from clustersim.simulator.calibration.profile import SYNC_JITTER_MAX, CalibrationProfile, default_profile, load_profile
+from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile, default_profile, load_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.engine import EngineInput, run

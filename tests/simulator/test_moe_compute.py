@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.step.compute import op_time, ops_time
 from clustersim.simulator.step.dispatch import draw_expert_imbalance, expert_load
 from clustersim.topologies import get_accelerator

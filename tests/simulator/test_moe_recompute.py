@@ -13,7 +13,7 @@ from dataclasses import replace
 
 import pytest
 
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.calibration.validate_rules import RECIPE_RECOMPUTE, plan_for_row, recipe_recompute
 from clustersim.simulator.errors import PlanError
 from clustersim.simulator.network.pricing import CommPricer

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.flows import Flow, NetworkError, fabric_for, max_min_rates, simulate_flows
 from clustersim.topologies.fabrics import NodeSpec, fat_tree, nvswitch_node, torus
 

@@ -8,7 +8,7 @@ import dataclasses
 import pytest
 
 from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.collectives import price_collective
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.errors import PlanError

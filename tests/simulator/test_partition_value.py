@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan

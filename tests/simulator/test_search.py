@@ -13,7 +13,7 @@ import math
 
 import pytest
 
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.energy_bound import EnergyBound

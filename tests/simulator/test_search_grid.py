@@ -15,7 +15,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.plan.schedules import lanes, program_ends
 from clustersim.simulator.search.bound import StepBound

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import simpy
 
-from clustersim.simulator.calibration.profile import CalibrationProfile, default_profile
+from clustersim.simulator.profile import CalibrationProfile, default_profile
 from clustersim.simulator.errors import PlanError
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.network.sharing import FabricLoad, FabricLoadError, FluidShare, Phase, Transfer

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.errors import OutOfMemoryError, PlanError
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.result import CATEGORIES

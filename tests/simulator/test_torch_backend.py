@@ -119,7 +119,7 @@ def test_cli_fit_and_check_on_the_measurements(folder: Path, tmp_path: Path) -> 
     from typer.testing import CliRunner
 
     from clustersim.simulator.cli.calibrate import register
-    from clustersim.simulator.calibration.profile import load_profile
+    from clustersim.simulator.profile import load_profile
 
     app = typer.Typer()
     register(app)

@@ -22,7 +22,7 @@ from clustersim.simulator.calibration.torch_backend.census import (BYTES_TOLERAN
 from clustersim.simulator.calibration.torch_backend.check import DDP_FIRST_BUCKET_BYTES, model_spec, parallel_plan, training_spec
 from clustersim.simulator.calibration.torch_backend.measure import HOLDOUT_GPT, SMALL_GPT, TINY_GPT, standard_plans
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig
-from clustersim.simulator.calibration.profile import CalibrationProfile, machine_cluster
+from clustersim.simulator.profile import CalibrationProfile, machine_cluster
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.schedules import stage_program

@@ -22,7 +22,7 @@ from clustersim.simulator.calibration.torch_backend.check import (
     plan_profile,
     rank_correlation,
 )
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.calibration.torch_backend.measure import standard_plans
 from clustersim.simulator.calibration.torch_backend.specs import TimingRecipe
 from clustersim.simulator.errors import CalibrationError

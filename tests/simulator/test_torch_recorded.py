@@ -23,7 +23,7 @@ import typer
 from typer.testing import CliRunner
 
 from clustersim.simulator.calibration.fit import fit_profiles
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.calibration.torch_backend.check import check, misordered, summary
 from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import TimingRecipe

@@ -16,7 +16,7 @@ import pytest
 import typer
 from typer.testing import CliRunner
 
-from clustersim.simulator.calibration.profile import PROFILE_DIR, CalibrationProfile, default_profile, load_profile
+from clustersim.simulator.profile import PROFILE_DIR, CalibrationProfile, default_profile, load_profile
 from clustersim.simulator.step.compute import op_time, ops_time
 from clustersim.simulator.calibration.validate import (
     OUTPUT_COLUMNS, error_stats, load_runs, megatron_lm_rows, scenario_for_row, stratified_subset, validate_row,

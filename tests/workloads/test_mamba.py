@@ -9,7 +9,7 @@ import pytest
 
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.search.estimate import Estimator
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.topologies import get_cluster
 from clustersim.workloads import (

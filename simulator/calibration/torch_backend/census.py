@@ -18,12 +18,12 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from clustersim.simulator.calibration.profile import CalibrationProfile, machine_cluster
+from clustersim.simulator.profile import CalibrationProfile, machine_cluster
 from clustersim.simulator.calibration.torch_backend.check import model_spec, parallel_plan, training_spec
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig
-from clustersim.simulator.network.pricing import CommPricer
-from clustersim.simulator.plan.placement import Placement
-from clustersim.simulator.step.lower import Costing, step_calls
+from clustersim.simulator.network import CommPricer
+from clustersim.simulator.plan import Placement
+from clustersim.simulator.step import Costing, step_calls
 
 Tally = Counter[tuple[str, float]]
 """(transport kind, bytes) -> calls in one step on one rank."""

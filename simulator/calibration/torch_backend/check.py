@@ -15,10 +15,10 @@ from typing import Literal, Mapping, Sequence
 
 import numpy as np
 
-from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.calibration.profile import CalibrationProfile, machine_cluster
+from clustersim.simulator.step import simulate_step as simulate
+from clustersim.simulator.profile import CalibrationProfile, machine_cluster
 from clustersim.simulator.errors import CalibrationError
-from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord
 from clustersim.workloads import ModelSpec, TrainingSpec
 

@@ -20,7 +20,7 @@ from clustersim.files import write_atomic
 from clustersim.simulator.errors import CalibrationError
 from clustersim.topologies import Cluster, cpu_accelerator, cpu_loopback
 
-PROFILE_DIR = Path(__file__).parent / "profiles"
+PROFILE_DIR = Path(__file__).parent / "calibration" / "profiles"
 
 
 def _check_curve(points: list[tuple[float, float]], field: str) -> list[tuple[float, float]]:
