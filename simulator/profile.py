@@ -3,6 +3,10 @@
 Owns the ``CalibrationProfile`` model (validated, YAML round trip), the efficiency-curve lookups
 and the bundled default profiles (``simulator/calibration/profiles/*.yaml``, data not code). It does not
 measure anything (that is ``clustersim.simulator.calibration.torch_backend``) nor fit curves (``clustersim.simulator.calibration.fit``).
+
+It sits beside ``errors.py``, outside the rooms, because every tier reads it: behind the
+calibration face (which imports the fit, hence the step) the network's import of it would close a
+cycle. The fit command still writes the YAML files into the calibration room's ``profiles/``.
 """
 
 from __future__ import annotations

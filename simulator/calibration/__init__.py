@@ -1,4 +1,13 @@
-"""Calibration: profiles (efficiency curves and link factors as data), fitting, validation against published runs, the real PyTorch backend.
+"""Calibration: fitting the profiles (efficiency curves and link factors as data), validation against published runs, the real PyTorch backend.
+
+The room's face: other rooms, the CLI and the ``clustersim`` facade import from here, never from a
+module of the room (an import-linter contract per room, in pyproject.toml); modules inside the
+room import their siblings directly. ``__all__`` is what the other rooms use, sorted.
+
+The fits (``fit_defaults``, ``fit_first_order``, ``fit_runs``, ``fit_crossval``, ``fit_logs``) and
+``validate`` import pandas when they load, so they stay out of the face; the CLI imports them
+inside the commands that run them. The profile every tier reads is ``clustersim.simulator.profile``
+(outside this room: behind this face, which imports the step, it would close a cycle).
 """
 
 from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles

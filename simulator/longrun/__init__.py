@@ -1,4 +1,8 @@
 """Phase 5, runs of days: checkpoint cost, failures drawn from MTBF, stragglers, goodput and the best checkpoint interval.
+
+The room's face: other rooms, the CLI and the ``clustersim`` facade import from here, never from a
+module of the room (an import-linter contract per room, in pyproject.toml); modules inside the
+room import their siblings directly. ``__all__`` is what the other rooms use, sorted.
 """
 
 from clustersim.simulator.longrun.checkpoint import CheckpointSpec, LongRunError, checkpoint_cost

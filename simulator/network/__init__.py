@@ -1,4 +1,8 @@
 """Communication: pricing of every collective of a plan on the fabric, the collective algorithms, routing over the NetworkX graph, max-min flows over time, closed forms.
+
+The room's face: other rooms, the CLI and the ``clustersim`` facade import from here, never from a
+module of the room (an import-linter contract per room, in pyproject.toml); modules inside the
+room import their siblings directly. ``__all__`` is what the other rooms use, sorted.
 """
 
 from clustersim.simulator.network.algorithms import CollectiveKind

@@ -1,4 +1,8 @@
 """The parallel plan and what is checked of it before any cost: ParallelPlan, the plan checks, rank placement on the cluster, pipeline schedules.
+
+The room's face: other rooms, the CLI and the ``clustersim`` facade import from here, never from a
+module of the room (an import-linter contract per room, in pyproject.toml); modules inside the
+room import their siblings directly. ``__all__`` is what the other rooms use, sorted.
 """
 
 from clustersim.simulator.plan.checks import BUCKET_RANGE, check_plan

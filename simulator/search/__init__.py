@@ -1,4 +1,11 @@
 """The plan space, the analytical tier (estimate) and the search that re-prices its shortlist with the engine.
+
+The room's face: other rooms, the CLI and the ``clustersim`` facade import from here, never from a
+module of the room (an import-linter contract per room, in pyproject.toml); modules inside the
+room import their siblings directly. ``__all__`` is what the other rooms use, sorted.
+
+``search_plans`` is ``search.search.search``: under its own name it would hide the submodule
+``search.search``.
 """
 
 from clustersim.simulator.search.estimate import Estimator

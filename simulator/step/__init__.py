@@ -1,4 +1,11 @@
 """One training step, phases 1-4: partition (stages, layers, memory) -> lower (per-stage costs) -> SimPy engine -> Result; roofline compute; the Chrome trace.
+
+The room's face: other rooms, the CLI and the ``clustersim`` facade import from here, never from a
+module of the room (an import-linter contract per room, in pyproject.toml); modules inside the
+room import their siblings directly. ``__all__`` is what the other rooms use, sorted.
+
+``simulate_step`` is ``step.simulate.simulate``: under its own name it would hide the submodule
+``step.simulate``.
 """
 
 from clustersim.simulator.step.compute import (
