@@ -16,7 +16,7 @@ import time
 
 import numpy as np
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.collectives import price_collective
 from clustersim.simulator.network.routing import fabric_of
 from clustersim.topologies.presets import get_cluster

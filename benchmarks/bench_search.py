@@ -11,7 +11,7 @@ from __future__ import annotations
 import sys
 import time
 
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.search import candidate_plans, plan_is_valid, search

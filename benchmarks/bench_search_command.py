@@ -37,7 +37,10 @@ SCENARIOS = {  # label: (model, GPUs, global batch, seq)
 }
 TIER = """
 import json, sys, time
-from clustersim.simulator.calibration.profile import default_profile
+try:  # simulator/profile.py since issue 16's faces; calibration/profile.py in older trees
+    from clustersim.simulator.profile import default_profile
+except ImportError:
+    from clustersim.simulator.calibration.profile import default_profile
 from clustersim.simulator.search import search as S
 from clustersim.simulator.search.bound import StepBound
 from clustersim.topologies import get_cluster

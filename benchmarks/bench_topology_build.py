@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 import tracemalloc
 
-from clustersim.simulator.calibration.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.routing import fabric_of
 from clustersim.topologies import dgx_h100_pod
 from clustersim.topologies.fabrics import NodeSpec, rail_optimized_parts

@@ -23,7 +23,7 @@ import pandas as pd
 
 from clustersim.files import write_atomic
 from clustersim.simulator.calibration.fit_defaults import sensitivities
-from clustersim.simulator.calibration.profile import PROFILE_DIR, load_profile
+from clustersim.simulator.profile import PROFILE_DIR, load_profile
 from clustersim.simulator.calibration.validate import load_runs
 
 

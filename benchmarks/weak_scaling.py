@@ -19,7 +19,7 @@ import os
 import time
 from pathlib import Path
 
-from clustersim.simulator.calibration.profile import default_profile
+from clustersim.simulator.profile import default_profile
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, load_runs, part_of_row, validate_row
 
 import fidelity_sharing  # the series definition, one place
