@@ -101,7 +101,7 @@ def test_search_workers_change_nothing_but_the_time(tmp_path: Path) -> None:
 
 
 def test_search_gives_each_plan_its_regime_interval(tmp_path: Path) -> None:
-    from clustersim.simulator.calibration.intervals import interval_for
+    from clustersim.simulator.intervals import interval_for
 
     out = tmp_path / "s.json"
     p = cli("search", str(EXAMPLE), "--gpus", "32", "--top", "2", "--json", str(out))

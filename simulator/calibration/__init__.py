@@ -11,12 +11,6 @@ inside the commands that run them. The profile every tier reads is ``clustersim.
 """
 
 from clustersim.simulator.calibration.fit import FitReport, fit_profile, fit_profiles
-from clustersim.simulator.calibration.fitted_interval import (
-    fitted_interval_json,
-    fitted_interval_text,
-    interval_path,
-    read_interval,
-)
 from clustersim.simulator.calibration.imported_runs import (
     ImportedRun,
     MeasuredLongRun,
@@ -24,15 +18,6 @@ from clustersim.simulator.calibration.imported_runs import (
     import_run,
     measured_long_run,
     write_run,
-)
-from clustersim.simulator.calibration.intervals import (
-    INTERVALS_PATH,
-    coverage_by_family,
-    interval_for,
-    interval_of,
-    interval_table,
-    model_kind,
-    write_intervals,
 )
 from clustersim.simulator.calibration.ranks import (
     SlowRank,
@@ -74,7 +59,6 @@ from clustersim.simulator.calibration.watch import (
 
 __all__ = [
     "HOLDOUT_GPT",
-    "INTERVALS_PATH",
     "SMALL_GPT",
     "STATISTICS",
     "TINY_GPT",
@@ -96,35 +80,25 @@ __all__ = [
     "census",
     "check",
     "compare",
-    "coverage_by_family",
     "detection_delay",
     "detection_reports",
     "fastest_gap",
     "fit_profile",
     "fit_profiles",
-    "fitted_interval_json",
-    "fitted_interval_text",
     "has_rank_times",
     "host_cores",
     "import_measured",
     "import_run",
-    "interval_for",
-    "interval_of",
-    "interval_path",
-    "interval_table",
     "load_steps",
     "measure",
     "measured_long_run",
     "measured_tally",
     "misordered",
-    "model_kind",
     "parse_log",
     "passes",
-    "read_interval",
     "slow_rank",
     "standard_plans",
     "summary",
     "torch_available",
-    "write_intervals",
     "write_run",
 ]

@@ -11,7 +11,7 @@ Held-out rows are then re-simulated at their fold's profile, so the held-out err
 simulator's, not the first-order model's. One pass of sensitivities (``fit_defaults.sensitivities``,
 or a cached ``fit_sensitivities.csv``) serves every fold: the fit only rescales them.
 It also reports the fitted parameters per GPU type and the values sitting at their bounds.
-It does not compute intervals (``calibration.intervals``) nor print (``cli.validate``).
+It does not compute intervals (``simulator.intervals``) nor print (``cli.validate``).
 """
 
 from __future__ import annotations

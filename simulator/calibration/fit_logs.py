@@ -22,7 +22,7 @@ import numpy as np
 
 from clustersim.files import write_json
 from clustersim.simulator.calibration.fit_runs import scaled
-from clustersim.simulator.calibration.fitted_interval import interval_path
+from clustersim.simulator.fitted_interval import interval_path
 from clustersim.simulator.calibration.imported_runs import load_run, run_folders
 from clustersim.simulator.profile import CalibrationProfile, default_profile
 from clustersim.simulator.errors import CalibrationError

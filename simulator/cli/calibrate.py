@@ -184,7 +184,7 @@ def _held_out_table(fit: LogsFit, rows: tuple[HeldOut, ...], title: str) -> Tabl
 
 def fit_runs_command(root: Path, out: Path, hold_out: Optional[str]) -> None:
     from clustersim.simulator.calibration.fit_logs import evaluations, families_of, fit_on_runs
-    from clustersim.simulator.calibration import interval_path
+    from clustersim.simulator.fitted_interval import interval_path
     from clustersim.simulator.calibration.fit_logs import load_runs as load_logged_runs
     from clustersim.simulator.calibration.fit_logs import write_report  # heavy (pandas): imported when the command runs
 

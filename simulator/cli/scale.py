@@ -16,7 +16,7 @@ from rich.table import Table
 
 from clustersim import files
 from clustersim.simulator.bounds import GPU_LIMIT
-from clustersim.simulator.calibration import INTERVALS_PATH, interval_for, model_kind
+from clustersim.simulator.intervals import INTERVALS_PATH, interval_for, model_kind
 from clustersim.simulator.profile import load_profile
 from clustersim.simulator.cli.options import gpu_counts, output_dir
 from clustersim.simulator.scenario import MAX_GPUS, apply_overrides, load_scenario, read_yaml
@@ -26,7 +26,7 @@ console = Console(width=None if sys.stdout.isatty() else 140)
 
 def with_interval(row: dict[str, Any], kind: str, fitted: tuple[float, float] | None = None) -> dict[str, Any]:
     """A scaling row with the 80 % prediction interval of its throughput per GPU (the report's band),
-    from the held-out residuals of its regime (``calibration.intervals``), or, for a profile fitted on
+    from the held-out residuals of its regime (``simulator.intervals``), or, for a profile fitted on
     a user's runs, the held-out interval of that fit (``fitted``: measured = predicted x [low, high]);
     rows without a step keep none."""
     step = row.get("step_time_s")
@@ -89,7 +89,7 @@ def register(app: typer.Typer) -> None:
         with Progress(console=console, transient=True) as bar:
             task = bar.add_task("simulating scales", total=None)
             rows = scaling_rows(base, counts, progress=lambda i, n: bar.update(task, completed=i, total=n))
-        from clustersim.simulator.calibration import read_interval
+        from clustersim.simulator.fitted_interval import read_interval
 
         fitted = read_interval(calibration) if calibration else None  # a user's cluster: calibrate fit --runs
         rows = [with_interval(row, model_kind(sc.model.layer_pattern, sc.model.is_moe), fitted) for row in rows]

@@ -58,9 +58,9 @@ def _bound(r: Ranked, price: TokenPrice | None, objective: str) -> dict[str, flo
 
 def step_interval(step_time: float, kind: str | None, accelerator: str, num_gpus: int) -> dict[str, Any]:
     """The 80 % interval of a predicted step time from the held-out residuals of its regime
-    (``calibration.intervals``): low, high, regime, extrapolated and the nearest validated evidence;
+    (``simulator.intervals``): low, high, regime, extrapolated and the nearest validated evidence;
     empty when ``kind`` is None or no interval table is bundled."""
-    from clustersim.simulator.calibration import INTERVALS_PATH, interval_for  # loaded when used
+    from clustersim.simulator.intervals import INTERVALS_PATH, interval_for  # loaded when used
 
     if kind is None or not INTERVALS_PATH.exists():
         return {}
@@ -190,7 +190,7 @@ def register(app: typer.Typer) -> None:
             rep = search(sc.model, sc.training, sc.cluster, top=top, objective=goal, profile=profile,
                          progress=lambda n: bar.update(task, completed=n, refresh=True), facility=facility,
                          workers=workers or min(os.cpu_count() or 1, MAX_DEFAULT_WORKERS))
-        from clustersim.simulator.calibration import model_kind  # loaded when used
+        from clustersim.simulator.intervals import model_kind  # loaded when used
 
         kind = model_kind(sc.model.layer_pattern, sc.model.is_moe)
         prof = profile or default_profile(sc.cluster.accelerator.name)

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from clustersim.simulator.cli import output
 from clustersim.simulator.cli.options import choice, fabric_load_option, output_file
-from clustersim.simulator.calibration import INTERVALS_PATH, interval_of
+from clustersim.simulator.intervals import INTERVALS_PATH, interval_of
 from clustersim.simulator.step import (
     CATEGORIES,
     FabricSharing,
@@ -165,7 +165,7 @@ def register(app: typer.Typer) -> None:
         to_stdout = json_out is not None and str(json_out) == output.STDOUT
         say = err_console if to_stdout else console  # keep standard output pure JSON
         iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
-        from clustersim.simulator.calibration import fitted_interval_json, fitted_interval_text
+        from clustersim.simulator.fitted_interval import fitted_interval_json, fitted_interval_text
 
         fitted_json = fitted_interval_json(calibration, result.step_time)  # a user's cluster: calibrate fit --runs
         fitted = fitted_interval_text(fitted_json) if fitted_json else None

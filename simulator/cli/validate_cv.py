@@ -3,7 +3,7 @@
 Owns the pipeline of the option (one sensitivity pass or a cached one, the family folds, the
 coverage of the intervals), the files it writes into ``--cv-dir`` and the tables it prints. The
 protocol is ``clustersim.simulator.calibration.fit_crossval``, the intervals
-``clustersim.simulator.calibration.intervals``; ``clustersim.simulator.cli.validate`` calls it.
+``clustersim.simulator.intervals``; ``clustersim.simulator.cli.validate`` calls it.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from rich.table import Table
 from clustersim.files import write_atomic
 from clustersim.simulator.calibration.fit_crossval import CrossValidation, cross_validate_families
 from clustersim.simulator.calibration.fit_defaults import sensitivities
-from clustersim.simulator.calibration import coverage_by_family, interval_table, write_intervals
+from clustersim.simulator.intervals import coverage_by_family, interval_table, write_intervals
 from clustersim.simulator.profile import PROFILE_DIR, CalibrationProfile, load_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.network import Fidelity

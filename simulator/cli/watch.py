@@ -60,7 +60,7 @@ def _interval(raw: str | None, scenario_path: Path, calibration: Path | None) ->
             raise CalibrationError(f"--interval {raw!r}: the low edge must be negative and the high one positive")
         return (1 + lo / 100, 1 + hi / 100), "--interval"
     profile = calibration or _scenario_profile(scenario_path)
-    from clustersim.simulator.calibration import read_interval
+    from clustersim.simulator.fitted_interval import read_interval
 
     found = read_interval(profile) if profile else None
     if found:

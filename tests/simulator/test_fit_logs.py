@@ -16,7 +16,7 @@ from clustersim.simulator.calibration.fit_logs import (
     COMPUTE_GRID, QUANTILE_RUNS, fit_on_runs, interval_of, load_runs, predict,
 )
 from clustersim.simulator.calibration.fit_runs import scaled
-from clustersim.simulator.calibration.fitted_interval import read_interval
+from clustersim.simulator.fitted_interval import read_interval
 from clustersim.simulator.calibration.imported_runs import RUN_FORMAT
 from clustersim.simulator.profile import default_profile
 from clustersim.simulator.errors import CalibrationError

@@ -1,4 +1,4 @@
-"""Tests of clustersim.simulator.calibration.intervals: split-conformal ranks, coverage, extrapolation.
+"""Tests of clustersim.simulator.intervals: split-conformal ranks, coverage, extrapolation.
 
 The synthetic set has a known answer: two families whose held-out ratios are the same 20 values
 0.90, 0.91, ..., 1.09. Calibrated on the other family (n = 20), the 80 % interval is the 2nd and 19th
@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clustersim.simulator.calibration.intervals import (
+from clustersim.simulator.intervals import (
     MIN_REGIME_ROWS, WIDEN, conformal_bounds, coverage_by_family, generation, interval_for, interval_table,
     load_intervals, write_intervals,
 )
@@ -75,7 +75,7 @@ def test_interval_for_and_the_table_round_trip(tmp_path) -> None:
 
 
 def test_interval_of_a_result_uses_its_regime() -> None:
-    from clustersim.simulator.calibration.intervals import interval_of
+    from clustersim.simulator.intervals import interval_of
     from clustersim.simulator.plan.plan import ParallelPlan
     from clustersim.simulator.step.simulate import simulate
     from clustersim.topologies import get_cluster
@@ -89,7 +89,7 @@ def test_interval_of_a_result_uses_its_regime() -> None:
 
 
 def test_family_weights_make_each_family_one_unit_of_evidence() -> None:
-    from clustersim.simulator.calibration.intervals import family_weights
+    from clustersim.simulator.intervals import family_weights
     # family a: 100 ratios 0.90 ... 0.999 (one bias), family b: 10 ratios of 1.5 (another)
     a = np.round(np.linspace(0.90, 0.999, 100), 4)
     frame = pd.DataFrame({"family": ["a"] * 100 + ["b"] * 10, "measured_s": np.r_[a, [1.5] * 10], "held_out_s": 1.0})

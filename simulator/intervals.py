@@ -31,7 +31,7 @@ from clustersim.workloads import ModelSpec
 if TYPE_CHECKING:  # the tables are pandas frames; the lookup (``interval_for``) runs without pandas
     import pandas as pd
 
-INTERVALS_PATH = Path(__file__).parent / "intervals.yaml"
+INTERVALS_PATH = Path(__file__).parent / "calibration" / "intervals.yaml"
 """The bundled interval table (``clustersim validate --cross-validate family --write-intervals``)."""
 
 LEVELS: tuple[float, ...] = (0.8, 0.9)
