@@ -15,6 +15,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
+from clustersim.simulator.calibration.recipe_moe import recipe_moe_comm
 from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
 from clustersim.simulator.plan import ParallelPlan, Recompute
 from clustersim.topologies import Cluster
@@ -447,6 +448,29 @@ def _recompute_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple
     return {"recompute": _recompute(row, notes)}
 
 
+def _moe_comm_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[int, int, int, int, int],
+                       global_batch: int, notes: list[str]) -> dict[str, Any]:
+    """``moe_dispatcher`` and ``ep_overlap`` of the row's framework recipe
+    (``recipe_moe.RECIPE_MOE_COMM``), else the plan's defaults (alltoall, no overlap)."""
+    if not model.is_moe or degrees[3] <= 1:
+        return {}
+    try:
+        label = precision_label(text(row, "precision")) if text(row, "precision") else "bf16"
+    except UnknownSpelling:
+        return {}
+    choice = recipe_moe_comm(
+        framework=text(row, "framework").lower(), model=model.name, gpu=text(row, "gpu_type").upper(),
+        precision=label, degrees=degrees, global_batch=global_batch,
+        printed=(_degree(row, "vpp") is not None, _degree(row, "micro_batch") is not None))
+    notes.extend(choice.notes)
+    out: dict[str, Any] = {}
+    if choice.moe_dispatcher is not None:
+        out["moe_dispatcher"] = choice.moe_dispatcher
+    if choice.ep_overlap is not None:
+        out["ep_overlap"] = choice.ep_overlap
+    return out
+
+
 def _recompute(row: Mapping[str, Any], notes: list[str]) -> Recompute:
     r = text(row, "recompute").lower()
     kinds: tuple[Recompute, ...] = ("full", "selective", "none")
@@ -482,10 +506,12 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     mcore = framework_is_mcore(row)
     sp = tp > 1 and mcore and text(row, "sp").lower() != "off"
     ep = _degree(row, "ep") or 1
+    degrees = (tp, pp, vpp, ep if model.is_moe else 1, mb)
     return ParallelPlan(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, sp=sp, vpp=vpp, micro_batch=mb,
         schedule="interleaved" if vpp > 1 else "1f1b",
-        **_recompute_settings(row, model, (tp, pp, vpp, ep if model.is_moe else 1, mb), notes),
+        **_recompute_settings(row, model, degrees, notes),
+        **_moe_comm_settings(row, model, degrees, training.global_batch_size, notes),
         tp_comm_overlap=TP_COMM_OVERLAP if (mcore and tp > 1 and text(row, "gpu_type").upper() != "A100") else 0.0,
         **_sharding(row, cluster, tp, cp, notes),
     )

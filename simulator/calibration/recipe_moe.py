@@ -1,0 +1,219 @@
+"""The MoE token dispatcher and EP all-to-all overlap of the framework recipes (issue 13).
+
+Owns ``RECIPE_MOE_COMM``: for the Megatron-Bridge performance recipes of the MoE models of the
+bundled table, the dispatcher (``moe_token_dispatcher_type``: alltoall, or flex with the
+``moe_flex_dispatcher_backend`` deepep / hybridep) and ``moe_a2a_overlap`` each recipe sets, with
+the degrees, micro-batch and global batch that pick it; and ``recipe_moe_comm``, the rule that
+gives a row the settings of the entries that match what the row prints. It reads no row cell and
+builds no plan (``validate_rules`` does both).
+
+How Megatron-Bridge applies the two settings (scripts/performance/utils/overrides.py, stored copy
+57650989731, ``set_workload_base_configs``): a recipe with ``moe_flex_dispatcher_backend`` runs the
+flex dispatcher with that backend (``apply_flex_dispatcher_backend``), one without runs
+``moe_token_dispatcher_type = "alltoall"``; ``moe_a2a_overlap = True`` sets
+``comm_overlap.overlap_moe_expert_parallel_comm`` and ``delay_wgrad_compute``
+(``_set_moe_a2a_overlap_overrides``). Both flex backends send a token once per destination
+NVLink domain and forward it there over NVLink (DeepEP's normal kernels; HybridEP, whose recipes
+set ``NUM_OF_HYBRID_EP_RANKS_PER_NVLINK_DOMAIN`` to 8 on H100/B200/B300 and to the EP size inside
+a 72-GPU domain): the simulator's ``deepep`` dispatcher (``step.dispatch``). Overlap is
+``plan.ep_overlap``: the engine pairs the steady state's forward and backward passes.
+
+Where two stored copies of one recipe file give different settings for the same printed
+configuration, the rule keeps the simulator's default for that setting and says so: the row does
+not say which copy it ran.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+Backend = Literal["alltoall", "deepep", "hybridep"]
+"""The recipe's dispatcher: alltoall (``moe_token_dispatcher_type``), or the flex dispatcher's
+backend (``moe_flex_dispatcher_backend``)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeMoeComm:
+    """The dispatcher and EP overlap one framework recipe sets (Megatron-Bridge performance configs).
+
+    It applies to a Megatron-Bridge row that runs one of ``models`` (preset names) on ``gpu`` at one
+    of ``precisions`` (``spellings`` labels) with the recipe's degrees, micro-batch and global batch;
+    a value the row does not print (vpp, micro_batch) is not compared."""
+
+    models: tuple[str, ...]
+    gpu: str
+    precisions: tuple[str, ...]
+    degrees: tuple[int, int, int, int, int]
+    """tp, pp, vpp, ep, micro_batch of the recipe."""
+    global_batch: int
+    """Sequences per step (the recipes' V1 and V2 differ in it)."""
+    backend: Backend
+    overlap: bool
+    """``moe_a2a_overlap``."""
+    locator: str
+    """File, stored copy and recipe names the settings come from."""
+
+    @property
+    def dispatcher(self) -> str:
+        """The simulator's ``plan.moe_dispatcher`` for this recipe's dispatcher."""
+        return "alltoall" if self.backend == "alltoall" else "deepep"
+
+
+_CFG = "Megatron-Bridge scripts/performance/configs/"
+_DSV3_NEW = _CFG + "deepseek/deepseek_workload_base_configs.py (commit 0426418, stored copy 56610329550) "
+_DSV3_OLD = _CFG + "deepseek/deepseek_workload_base_configs.py (earlier copy, stored copy 52245127557) "
+_QWEN = _CFG + "qwen/qwen3_workload_base_configs.py (commit 01b2977, stored copy 52404831658) "
+_KIMI = _CFG + "kimi/kimi_workload_base_configs.py (commit 013180a, stored copy 56158669520) "
+_OSS = _CFG + "gpt_oss/gpt_oss_workload_base_configs.py (commit 07eea52, stored copy 56362006345) "
+_DSV3 = ("deepseek-v3", "deepseek-v3-mtp")
+_Q235, _Q30 = ("qwen3-235b-a22b",), ("qwen3-30b-a3b",)
+_OSS120 = ("gpt-oss-120b",)
+_FP8, _MX, _FP4, _BF = ("fp8",), ("mxfp8",), ("nvfp4",), ("bf16",)
+_ALL = ("bf16", "fp8", "mxfp8", "nvfp4")
+_D = tuple[int, int, int, int, int]
+
+
+def _e(models: tuple[str, ...], gpu: str, precisions: tuple[str, ...], degrees: _D, gbs: int, backend: Backend,
+       overlap: bool, locator: str) -> RecipeMoeComm:
+    return RecipeMoeComm(models=models, gpu=gpu, precisions=precisions, degrees=degrees, global_batch=gbs,
+                         backend=backend, overlap=overlap, locator=locator)
+
+
+def _deepseek() -> tuple[RecipeMoeComm, ...]:
+    """DeepSeek-V3: V1 at global batch 2048 (8192 on H100), V2 at 4096 (16384); degrees (tp, pp, vpp, ep, mb)."""
+    out: list[RecipeMoeComm] = []
+    for gbs, h100_gbs, v in ((2048, 8192, "V1"), (4096, 16384, "V2")):
+        n = _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_"
+        out += [
+            _e(_DSV3, "GB300", _FP8, (1, 2, 8, 32, 2), gbs, "hybridep", False, n + f"GB300_FP8_CS_{v}"),
+            _e(_DSV3, "GB300", _BF, (1, 4, 4, 64, 1), gbs, "hybridep", False, n + f"GB300_BF16_{v}"),
+            _e(_DSV3, "GB300", _MX, (1, 2, 8, 32, 1), gbs, "hybridep", True, n + f"GB300_FP8_MX_{v}"),
+            _e(_DSV3, "GB300", _FP4, (1, 2, 8, 32, 1), gbs, "hybridep", False, n + f"GB300_NVFP4_{v}"),
+            _e(_DSV3, "GB200", _BF + _FP8, (1, 4, 4, 64, 1), gbs, "hybridep", False, n + f"GB200_BF16_{v}, _FP8_CS_{v}"),
+            _e(_DSV3, "GB200", _MX, (1, 4, 4, 64, 1), gbs, "hybridep", True, n + f"GB200_FP8_MX_{v}"),
+            _e(_DSV3, "GB200", _FP4, (1, 4, 4, 64, 1), gbs, "hybridep", False, n + f"GB200_NVFP4_{v}"),
+            _e(_DSV3, "B300", _BF + _FP8, (1, 8, 2, 8, 1), gbs, "hybridep", False, n + f"B300_BF16_{v}, _FP8_CS_{v}"),
+            _e(_DSV3, "B300", _MX, (1, 8, 2, 8, 1), gbs, "hybridep", True, n + f"B300_FP8_MX_{v}"),
+            _e(_DSV3, "B300", _FP4, (1, 8, 2, 8, 2), gbs, "hybridep", False, n + f"B300_NVFP4_{v}"),
+            _e(_DSV3, "B200", _ALL, (1, 16, 1, 8, 1), gbs, "hybridep", False, n + f"B200_{v} and variants"),
+            _e(_DSV3, "H100", _ALL, (2, 8, 4, 64, 1), h100_gbs, "hybridep", False, n + f"H100_{v} and variants"),
+            # the earlier copy: every Blackwell recipe hybridep without overlap
+            _e(_DSV3, "GB300", _ALL, (1, 2, 8, 32, 2), gbs, "hybridep", False, _DSV3_OLD + f"GB300_{v} and variants"),
+            _e(_DSV3, "GB300", _BF, (1, 4, 4, 64, 1), gbs, "hybridep", False, _DSV3_OLD + f"GB300_BF16_{v}"),
+            _e(_DSV3, "GB200", _ALL, (1, 4, 4, 64, 1), gbs, "hybridep", False, _DSV3_OLD + f"GB200_{v} and variants"),
+            _e(_DSV3, "B300", _ALL, (1, 16, 1, 8, 1), gbs, "hybridep", False, _DSV3_OLD + f"B300_{v} and variants"),
+            _e(_DSV3, "B200", _ALL, (1, 16, 1, 8, 1), gbs, "hybridep", False, _DSV3_OLD + f"B200_{v} and variants"),
+            _e(_DSV3, "H100", _ALL, (2, 8, 4, 64, 1), h100_gbs, "hybridep", False, _DSV3_OLD + f"H100_{v} and variants"),
+        ]
+    n = _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_"
+    return (*out,
+            _e(_DSV3, "B200", _MX, (1, 8, 2, 32, 1), 4096, "deepep", True, n + "B200_FP8_MX_V2"),
+            _e(_DSV3, "B200", _FP4, (1, 8, 2, 32, 1), 4096, "deepep", True, n + "B200_NVFP4_V2"),
+            _e(_DSV3, "B300", _BF, (1, 8, 1, 8, 1), 4096, "hybridep", False, _DSV3_OLD + "B300_BF16_V2"),
+            _e(_DSV3, "H100", _FP8, (2, 8, 2, 64, 1), 16384, "hybridep", False, n + "H100_FP8_SC_V2"),
+            _e(_DSV3, "GB300", _MX, (1, 2, 8, 32, 1), 15360, "hybridep", True, n + "GB300_FP8_MX_GBS15360"))
+
+
+def _qwen3() -> tuple[RecipeMoeComm, ...]:
+    """Qwen3 235B-A22B (V1 global batch 1024, 2048 on H100; V2 8192) and 30B-A3B (512, 1024 on H100)."""
+    n = _QWEN + "QWEN3_235B_A22B_PRETRAIN_CONFIG_"
+    s = _QWEN + "QWEN3_30B_A3B_PRETRAIN_CONFIG_"
+    return (
+        _e(_Q235, "GB300", _ALL, (1, 1, 1, 64, 2), 1024, "hybridep", False, n + "GB300_*_V1"),
+        _e(_Q235, "GB200", _ALL, (1, 8, 1, 8, 1), 1024, "hybridep", False, n + "GB200_*_V1"),
+        _e(_Q235, "B300", _ALL, (1, 8, 1, 8, 1), 1024, "alltoall", False, n + "B300_*_V1"),
+        _e(_Q235, "B200", _BF, (1, 8, 4, 8, 1), 1024, "alltoall", False, n + "B200_BF16_V1"),
+        _e(_Q235, "B200", _FP8 + _MX + _FP4, (1, 8, 1, 8, 1), 1024, "alltoall", False, n + "B200_FP8_CS_V1 and variants"),
+        _e(_Q235, "H100", _BF + _FP8, (2, 8, 4, 32, 1), 2048, "alltoall", True, n + "H100_BF16_V1, _FP8_CS_V1"),
+        _e(_Q235, "GB300", _BF + _FP8 + _FP4, (1, 4, 1, 32, 2), 8192, "hybridep", False, n + "GB300_BF16_V2 and variants"),
+        _e(_Q235, "GB300", _MX, (1, 4, 12, 32, 2), 8192, "hybridep", False, n + "GB300_FP8_MX_V2"),
+        _e(_Q235, "GB200", _BF, (1, 8, 1, 8, 1), 8192, "hybridep", False, n + "GB200_BF16_V2"),
+        _e(_Q235, "GB200", _FP8 + _FP4, (1, 8, 1, 32, 1), 8192, "hybridep", False, n + "GB200_FP8_CS_V2, _NVFP4_V2"),
+        _e(_Q235, "GB200", _MX, (1, 8, 3, 32, 1), 8192, "hybridep", False, n + "GB200_FP8_MX_V2"),
+        _e(_Q235, "B300", _ALL, (1, 8, 1, 8, 1), 8192, "alltoall", False, n + "B300_*_V2"),
+        _e(_Q235, "B200", _BF, (1, 8, 4, 8, 1), 8192, "alltoall", False, n + "B200_BF16_V2"),
+        _e(_Q235, "B200", _FP8 + _MX + _FP4, (1, 8, 1, 8, 1), 8192, "alltoall", False, n + "B200_FP8_CS_V2 and variants"),
+        _e(_Q235, "H100", _BF + _FP8, (2, 8, 4, 32, 1), 8192, "alltoall", True, n + "H100_BF16_V2, _FP8_CS_V2"),
+        _e(_Q30, "GB300", _ALL, (1, 1, 1, 8, 8), 512, "hybridep", False, s + "GB300_*_V1"),
+        _e(_Q30, "GB200", _ALL, (1, 1, 1, 8, 4), 512, "hybridep", False, s + "GB200_*_V1"),
+        _e(_Q30, "B300", _ALL, (1, 1, 1, 8, 8), 512, "hybridep", False, s + "B300_*_V1"),
+        _e(_Q30, "B200", _ALL, (1, 1, 1, 8, 4), 512, "hybridep", False, s + "B200_*_V1"),
+        _e(_Q30, "H100", _BF + _FP8, (1, 1, 1, 16, 1), 1024, "hybridep", False, s + "H100_BF16_V1, _FP8_CS_V1"),
+    )
+
+
+def _kimi_oss() -> tuple[RecipeMoeComm, ...]:
+    """Kimi K2 and GPT-OSS 120B (V1 global batch 512, V2 1280)."""
+    k = _KIMI + "KIMI_K2_PRETRAIN_CONFIG_"
+    o = _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_"
+    out = [
+        _e(("kimi-k2",), "GB300", _BF + _FP8 + _FP4, (1, 4, 4, 64, 2), 4096, "hybridep", False, k + "GB300 (= _BF16, _FP8_CS, _NVFP4)"),
+        _e(("kimi-k2",), "GB300", _MX, (1, 4, 4, 64, 1), 4096, "hybridep", True, k + "GB300_FP8_MX"),
+        _e(("kimi-k2",), "GB200", _ALL, (1, 4, 4, 64, 1), 2048, "hybridep", False, k + "GB200 and variants"),
+        _e(("kimi-k2",), "B300", _ALL, (1, 16, 1, 16, 2), 4096, "alltoall", False, k + "B300 and variants"),
+        _e(("kimi-k2",), "B200", _ALL, (1, 16, 1, 16, 1), 2048, "alltoall", False, k + "B200 and variants"),
+        _e(("kimi-k2",), "H100", _ALL, (8, 16, 2, 64, 1), 8192, "alltoall", False, k + "H100 and variants"),
+    ]
+    for gpu in ("GB300", "GB200", "B300", "B200"):
+        out.append(_e(_OSS120, gpu, _BF + _MX, (1, 1, 1, 64, 4), 512, "alltoall", False, o + f"{gpu}_BF16_V1, _FP8_MX_V1"))
+    out.append(_e(_OSS120, "H100", _BF + _FP8, (1, 4, 1, 8, 1), 512, "alltoall", False, o + "H100_BF16_V1, _FP8_CS_V1"))
+    return (*out,
+            _e(_OSS120, "GB300", _BF, (1, 1, 1, 64, 4), 1280, "alltoall", False, o + "GB300_BF16_V2"),
+            _e(_OSS120, "GB300", _MX, (1, 1, 1, 16, 4), 1280, "hybridep", True, o + "GB300_FP8_MX_V2"),
+            _e(_OSS120, "GB200", _BF, (1, 1, 1, 64, 4), 1280, "alltoall", True, o + "GB200_BF16_V2"),
+            _e(_OSS120, "GB200", _MX, (1, 1, 1, 64, 4), 1280, "hybridep", True, o + "GB200_FP8_MX_V2"),
+            _e(_OSS120, "B300", _BF, (1, 1, 1, 8, 4), 1280, "hybridep", False, o + "B300_BF16_V2"),
+            _e(_OSS120, "B300", _MX, (1, 1, 1, 8, 4), 1280, "hybridep", True, o + "B300_FP8_MX_V2"),
+            _e(_OSS120, "B200", _BF + _MX, (1, 1, 1, 8, 4), 1280, "alltoall", False, o + "B200_BF16_V2 (= _FP8_MX_V2)"),
+            _e(_OSS120, "H100", _BF + _FP8, (1, 4, 1, 8, 1), 1280, "alltoall", False, o + "H100_BF16_V2, _FP8_CS_V2"))
+
+
+RECIPE_MOE_COMM: tuple[RecipeMoeComm, ...] = (*_deepseek(), *_qwen3(), *_kimi_oss())
+"""Framework recipe -> dispatcher and EP overlap, for Megatron-Bridge MoE rows (which never print
+them): the performance recipes of DeepSeek-V3, Qwen3 235B-A22B and 30B-A3B, Kimi K2 and GPT-OSS
+120B from the stored copies named in each entry (DeepSeek-V3 from two copies: the later one adds
+``moe_a2a_overlap`` to the MXFP8 recipes and the B200 EP32 deepep recipes)."""
+
+
+@dataclass(frozen=True)
+class MoeCommChoice:
+    """What the rule gives a row: the plan fields and one note per field."""
+
+    moe_dispatcher: str | None
+    """``plan.moe_dispatcher``, None when no entry matches or the copies disagree."""
+    ep_overlap: bool | None
+    """``plan.ep_overlap``, likewise."""
+    notes: tuple[str, ...]
+
+
+def _agreed(values: set[str], what: str, sources: str, notes: list[str]) -> str | None:
+    if len(values) == 1:
+        (value,) = values
+        notes.append(f"{what} = {value} (not printed; framework recipe {sources})")
+        return value
+    notes.append(f"{what}: default kept, the stored recipe copies disagree ({sorted(values)}: {sources})")
+    return None
+
+
+def recipe_moe_comm(*, framework: str, model: str, gpu: str, precision: str, degrees: _D,
+                    printed: tuple[bool, bool], global_batch: int) -> MoeCommChoice:
+    """The dispatcher and overlap of the ``RECIPE_MOE_COMM`` entries that match a row: a
+    Megatron-Bridge row (``framework``, lower case), of preset ``model`` on ``gpu`` at precision
+    label ``precision``, with ``degrees`` (tp, pp, vpp, ep, micro_batch; ``printed``: whether the row
+    prints its vpp and its micro-batch) and ``global_batch``. A field the matching entries disagree
+    on keeps the default (None)."""
+    if "megatron-bridge" not in framework:
+        return MoeCommChoice(None, None, ())
+    compared = (True, True, printed[0], True, printed[1])
+    hits = [e for e in RECIPE_MOE_COMM
+            if e.gpu == gpu and model in e.models and precision in e.precisions and e.global_batch == global_batch
+            and all(a == b for a, b, c in zip(degrees, e.degrees, compared) if c)]
+    if not hits:
+        return MoeCommChoice(None, None, ())
+    notes: list[str] = []
+    sources = "; ".join(e.locator for e in hits)
+    backend = _agreed({e.backend for e in hits}, "moe dispatcher", sources, notes)
+    overlap = _agreed({str(e.overlap) for e in hits}, "moe_a2a_overlap", sources, notes)
+    dispatcher = None if backend is None else ("alltoall" if backend == "alltoall" else "deepep")
+    return MoeCommChoice(dispatcher, None if overlap is None else overlap == "True", tuple(notes))
