@@ -34,6 +34,7 @@ from clustersim.workloads import (
     Op,
     TrainingSpec,
     head_activation_bytes,
+    moe_dispatch_buffer_bytes,
     head_ops,
     layer_activation_bytes,
     layer_ops,
@@ -279,7 +280,17 @@ class Estimator:
         inflight = _in_flight(plan, m)
         head = head_activation_bytes(self.model, micro_batch=plan.micro_batch, seq_len=t.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
         head *= 1 if plan.pp > 1 else inflight
-        return states + acts * inflight + head + RESERVED_BYTES
+        return states + acts * inflight + head + self._dispatch_buffers(plan, groups) + RESERVED_BYTES
+
+    def _dispatch_buffers(self, plan: ParallelPlan, groups: tuple[tuple[int, int], ...]) -> float:
+        """One MoE layer's dispatch copies when the stage has an MoE layer, once per stage (what
+        ``step.partition`` counts under ``buffers``: ``workloads.moe_dispatch_buffer_bytes``)."""
+        if not any(n and self.model.is_moe_layer(i) for i, n in groups):
+            return 0.0
+        t = self.training
+        return moe_dispatch_buffer_bytes(self.model, micro_batch=plan.micro_batch, seq_len=t.seq_len, tp=plan.tp,
+                                         cp=plan.cp, etp=plan.etp, dtype_bytes=t.activation_bytes,
+                                         gemm_input_bytes=t.gemm_input_bytes)
 
 
 def _in_flight(plan: ParallelPlan, m: int) -> float:
