@@ -66,6 +66,7 @@ _DSV3_OLD = _CFG + "deepseek/deepseek_workload_base_configs.py (earlier copy, st
 _QWEN = _CFG + "qwen/qwen3_workload_base_configs.py (commit 01b2977, stored copy 52404831658) "
 _KIMI = _CFG + "kimi/kimi_workload_base_configs.py (commit 013180a, stored copy 56158669520) "
 _OSS = _CFG + "gpt_oss/gpt_oss_workload_base_configs.py (commit 07eea52, stored copy 56362006345) "
+_NANO = _CFG + "nemotronh/nemotron_3_nano_workload_base_configs.py (stored copy 52410454804) "
 _DSV3 = ("deepseek-v3", "deepseek-v3-mtp")
 _Q235, _Q30 = ("qwen3-235b-a22b",), ("qwen3-30b-a3b",)
 _OSS120 = ("gpt-oss-120b",)
@@ -169,10 +170,18 @@ def _kimi_oss() -> tuple[RecipeMoeComm, ...]:
             _e(_OSS120, "H100", _BF + _FP8, (1, 4, 1, 8, 1), 1280, "alltoall", False, o + "H100_BF16_V2, _FP8_CS_V2"))
 
 
-RECIPE_MOE_COMM: tuple[RecipeMoeComm, ...] = (*_deepseek(), *_qwen3(), *_kimi_oss())
+def _nano() -> tuple[RecipeMoeComm, ...]:
+    """Nemotron 3 Nano (hybrid Mamba-Transformer MoE): every recipe hybridep, EP 8, no overlap."""
+    n, nano = _NANO + "NEMOTRON_3_NANO_PRETRAIN_CONFIG_", ("nemotron-3-nano",)
+    return (*(_e(nano, gpu, _ALL, (1, 1, 1, 8, mb), 512, "hybridep", False, n + f"{gpu}_*_V1")
+              for gpu, mb in (("GB300", 4), ("GB200", 2), ("B300", 4), ("B200", 2))),
+            _e(nano, "H100", _BF + _FP8, (1, 1, 1, 8, 1), 1024, "hybridep", False, n + "H100_BF16_V1, _FP8_CS_V1"))
+
+
+RECIPE_MOE_COMM: tuple[RecipeMoeComm, ...] = (*_deepseek(), *_qwen3(), *_kimi_oss(), *_nano())
 """Framework recipe -> dispatcher and EP overlap, for Megatron-Bridge MoE rows (which never print
-them): the performance recipes of DeepSeek-V3, Qwen3 235B-A22B and 30B-A3B, Kimi K2 and GPT-OSS
-120B from the stored copies named in each entry (DeepSeek-V3 from two copies: the later one adds
+them): the performance recipes of DeepSeek-V3, Qwen3 235B-A22B and 30B-A3B, Kimi K2, GPT-OSS
+120B and Nemotron 3 Nano from the stored copies named in each entry (DeepSeek-V3 from two copies: the later one adds
 ``moe_a2a_overlap`` to the MXFP8 recipes and the B200 EP32 deepep recipes)."""
 
 
