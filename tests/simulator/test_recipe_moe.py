@@ -90,3 +90,11 @@ def test_the_recipe_settings_make_the_ep32_step_faster() -> None:
     deepep = simulate(DSV3, training, cluster, replace(base, moe_dispatcher="deepep"))
     both = simulate(DSV3, training, cluster, replace(base, moe_dispatcher="deepep", ep_overlap=True))
     assert both.step_time < deepep.step_time < flat.step_time
+
+
+def test_the_rule_reads_no_row_or_source_id() -> None:
+    cluster = get_cluster("dgx-b200", 256)
+    training = TrainingSpec(seq_len=4096, global_batch_size=4096, precision="fp8")
+    a = plan_for_row(_row(row_id=381, source_id="megatron-bridge-26.04.01"), DSV3, training, cluster, [])
+    b = plan_for_row(_row(row_id=1, source_id="other"), DSV3, training, cluster, [])
+    assert a == b and a.moe_dispatcher == "deepep"
