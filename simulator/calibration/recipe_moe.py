@@ -224,5 +224,5 @@ def recipe_moe_comm(*, framework: str, model: str, gpu: str, precision: str, deg
     sources = "; ".join(e.locator for e in hits)
     backend = _agreed({e.backend for e in hits}, "moe dispatcher", sources, notes)
     overlap = _agreed({str(e.overlap) for e in hits}, "moe_a2a_overlap", sources, notes)
-    dispatcher = None if backend is None else ("alltoall" if backend == "alltoall" else "deepep")
+    dispatcher = None if backend is None else hits[0].dispatcher  # the backends agree
     return MoeCommChoice(dispatcher, None if overlap is None else overlap == "True", tuple(notes))
