@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
@@ -21,6 +21,7 @@ import numpy as np
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.step import ADAM_BYTES_PER_PARAM
 from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.calibration.torch_backend import micro_passes
 
 BIN_DECADES = 0.5
 """Width of a FLOP bin of the efficiency curves, in decades."""
@@ -51,6 +52,11 @@ class FitReport:
     """Median |relative error| of each fitted curve or law against its microbenchmarks."""
     collectives: tuple[AlphaBeta, ...]
     """Per-kind alpha-beta fits."""
+    passes: tuple[CalibrationProfile, ...] = ()
+    """The same fit on each pass of the compute microbenchmarks alone (one per pass; the
+    collectives as in ``profile``): the predictions' interval (``torch_backend.check``)."""
+    intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
+    """(low, high) of each compute field over the passes' fits (``field_intervals``)."""
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -146,8 +152,19 @@ def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) ->
 
 def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None, name: str = "this-machine",
                 causal_factor: float = 0.5) -> FitReport:
-    """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks."""
+    """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks
+    (the compute entries' median over their passes), with each pass's own fit (``passes``)."""
     n, micro = load_micro(folder, world_size)
+    host = _host(folder)
+    central = fit_micro(micro, n, host, name=name, source=str(folder), causal_factor=causal_factor)
+    each = tuple(fit_micro({**micro, "compute": c}, n, host, name=name, source=str(folder),
+                           causal_factor=causal_factor).profile for c in micro_passes.of(micro["compute"]))
+    return replace(central, passes=each, intervals=field_intervals(central.profile, each))
+
+
+def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, name: str, source: str,
+              causal_factor: float = 0.5) -> FitReport:
+    """Fit a profile from one ``micro_w{n}.json`` document (its ``compute`` section as given)."""
     compute = micro["compute"]
     peak = max(g["flops"] / g["time_s"] for g in compute["gemm"])
     gp, ap = gemm_points(compute, peak), attention_points(compute, peak, causal_factor)
@@ -158,14 +175,36 @@ def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None
     opt_eff = float(np.clip(ADAM_BYTES_PER_PARAM * opt["params"] / (opt["time_s"] * mem_bw), 1e-4, 1.0))
     links = tuple(alpha_beta(k, micro["collectives"]["entries"]) for k in _kinds(micro)) if n > 1 else ()
     profile = CalibrationProfile(
-        name=name, source=f"clustersim calibrate fit {folder} (microbenchmarks on {n} rank(s))",
+        name=name, source=f"clustersim calibrate fit {source} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
         kernel_overhead=per_op, step_overhead=per_backward, optimizer_efficiency=opt_eff,
-        **_link_fields(links, micro), machine=_machine(compute, peak, mem_bw, links, n, _host(folder)),
+        **_link_fields(links, micro), machine=_machine(compute, peak, mem_bw, links, n, host),
     )
     quality = {"gemm_efficiency": curve_error(gcurve, gp), "attention_efficiency": curve_error(acurve, ap),
                "memory_efficiency": mem_err, **{f"collective.{ab.kind}": ab.median_abs_error for ab in links}}
     return FitReport(profile=profile, quality=quality, collectives=links)
+
+
+def interval_fields(profile: CalibrationProfile) -> dict[str, float]:
+    """The compute fields a pass moves, by name: the machine's measured rates, the scalar
+    efficiencies and overheads, and each point of the GEMM and attention curves (``gemm_efficiency@1e+07``)."""
+    out = {"machine.peak_flops": profile.machine["peak_flops"],
+           "machine.memory_bandwidth": profile.machine["memory_bandwidth"],
+           "memory_efficiency": profile.memory_efficiency, "optimizer_efficiency": profile.optimizer_efficiency,
+           "kernel_overhead": profile.kernel_overhead, "step_overhead": profile.step_overhead}
+    for key, curve in (("gemm_efficiency", profile.gemm_efficiency), ("attention_efficiency", profile.attention_efficiency)):
+        out |= {f"{key}@{x:.0e}": e for x, e in curve}
+    return out
+
+
+def field_intervals(central: CalibrationProfile, each: Sequence[CalibrationProfile]) -> dict[str, tuple[float, float]]:
+    """(low, high) of every ``interval_fields`` field: the range over the passes' fits and the
+    median fit (a curve point no pass shares is its own range). With P passes the range covers the
+    median of the passes' distribution with probability 1 - 2 / 2^P (75 % for 3)."""
+    mine = interval_fields(central)
+    theirs = [interval_fields(p) for p in each]
+    return {k: (min([v, *(t[k] for t in theirs if k in t)]), max([v, *(t[k] for t in theirs if k in t)]))
+            for k, v in mine.items()}
 
 
 def measured_worlds(folder: str | os.PathLike[str]) -> list[int]:

@@ -23,6 +23,7 @@ from clustersim.simulator.cli.options import output_file
 from clustersim.simulator.profile import CalibrationProfile, load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration import (
+    COMPUTE_PASSES,
     HOLDOUT_GPT,
     SMALL_GPT,
     STATISTICS,
@@ -100,6 +101,9 @@ def measure_command(
     trace: Annotated[Optional[Path], typer.Option(help="Also write a torch.profiler trace per plan here.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the ranks of one launch are killed.")] = 900.0,
     quick: Annotated[bool, typer.Option(help="Benchmark only the shapes the plans run (no sweeps).")] = False,
+    compute_passes: Annotated[int, typer.Option(help="Passes of the compute microbenchmarks, one after the other: "
+                                                "the profile takes each entry's median, and the range of the "
+                                                "passes' fits is its own interval.")] = COMPUTE_PASSES,
 ) -> None:
     """Run real training steps and microbenchmarks with PyTorch on this machine (gloo/NCCL)."""
     if not torch_available():
@@ -110,7 +114,7 @@ def measure_command(
     timing = TimingRecipe(warmup=warmup, warmup_max=max(10, warmup), repeats=repeats,
                           repeats_max=max(repeats_max, repeats), ci_width=ci_width, budget_s=budget,
                           threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""))
-    records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick)
+    records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick, compute_passes=compute_passes)
     table = Table(title=f"measured step times ({out})")
     for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "steps", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
@@ -133,17 +137,25 @@ def _fit_table(report: FitReport) -> Table:
     table.add_column("quantity")
     table.add_column("value", justify="right")
     table.add_column("fit quality", justify="right")
-    m = p.machine
-    table.add_row("peak matmul (per rank)", f"{m['peak_flops'] / 1e9:.1f} GFLOP/s", "")
-    table.add_row("memory bandwidth (copy)", f"{m['memory_bandwidth'] / 1e9:.1f} GB/s", "")
+    table.add_column(f"range over {len(report.passes)} passes", justify="right")
+    m, iv = p.machine, report.intervals
+
+    def span(key: str, scale: float = 1.0, fmt: str = ".1f") -> str:
+        return f"{iv[key][0] * scale:{fmt}}-{iv[key][1] * scale:{fmt}}" if key in iv and len(report.passes) > 1 else ""
+
+    table.add_row("peak matmul (per rank)", f"{m['peak_flops'] / 1e9:.1f} GFLOP/s", "", span("machine.peak_flops", 1e-9))
+    table.add_row("memory bandwidth (copy)", f"{m['memory_bandwidth'] / 1e9:.1f} GB/s", "",
+                  span("machine.memory_bandwidth", 1e-9))
     if "link_bandwidth" in m:
         table.add_row("loopback bus bandwidth", f"{m['link_bandwidth'] / 1e9:.2f} GB/s", "")
     for name, curve in (("gemm_efficiency", p.gemm_efficiency), ("attention_efficiency", p.attention_efficiency)):
-        table.add_row(name, " ".join(f"{x:.0e}:{e:.2f}" for x, e in curve), f"{report.quality[name] * 100:.0f}%")
-    table.add_row("memory_efficiency", f"{p.memory_efficiency:.3f}", f"{report.quality['memory_efficiency'] * 100:.0f}%")
-    table.add_row("kernel_overhead", f"{p.kernel_overhead * 1e6:.1f} us", "")
-    table.add_row("step_overhead", f"{p.step_overhead * 1e6:.1f} us", "")
-    table.add_row("optimizer_efficiency", f"{p.optimizer_efficiency:.3f}", "")
+        table.add_row(name, " ".join(f"{x:.0e}:{e:.2f}" for x, e in curve), f"{report.quality[name] * 100:.0f}%",
+                      " ".join(span(f"{name}@{x:.0e}", 1.0, ".2f") for x, _ in curve))
+    table.add_row("memory_efficiency", f"{p.memory_efficiency:.3f}", f"{report.quality['memory_efficiency'] * 100:.0f}%",
+                  span("memory_efficiency", 1.0, ".3f"))
+    table.add_row("kernel_overhead", f"{p.kernel_overhead * 1e6:.1f} us", "", span("kernel_overhead", 1e6))
+    table.add_row("step_overhead", f"{p.step_overhead * 1e6:.1f} us", "", span("step_overhead", 1e6))
+    table.add_row("optimizer_efficiency", f"{p.optimizer_efficiency:.3f}", "", span("optimizer_efficiency", 1.0, ".3f"))
     table.add_row("collective_overhead (per call, TP/FSDP)", f"{p.collective_overhead * 1e6:.0f} us", "")
     table.add_row("p2p_overhead", f"{p.p2p_overhead * 1e6:.0f} us", "")
     for ab in report.collectives:
@@ -223,12 +235,14 @@ def check_command(
         raise CalibrationError("calibrate check: give --calibration or --micro, not both")
     output_file("--json", json_out)
     source = micro or folder
-    profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in fit_profiles(source).items()}
+    reports = {} if calibration else fit_profiles(source)
+    profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in reports.items()}
     if not profiles:
         raise CalibrationError(f"folder {source} has no micro_w*.json microbenchmarks; give a folder written by "
                                "`clustersim calibrate measure --out DIR`")
     records = load_steps(folder)
-    rows = check(records, profiles, next(s for s in STATISTICS if s == statistic))
+    rows = check(records, profiles, next(s for s in STATISTICS if s == statistic),
+                 passes={n: r.passes for n, r in reports.items() if len(r.passes) > 1} or None)
     _console().print(_check_table(rows, records, statistic, source))
     s = summary(rows)
     for line in _summary_lines(rows, s, records):
@@ -242,12 +256,15 @@ def check_command(
 
 def _check_table(rows: Sequence[CheckRow], records: Sequence[StepRecord], statistic: str, source: Path) -> Table:
     table = Table(title=f"predicted vs measured ({statistic}), profile fitted on the microbenchmarks of {source} only")
-    for col in ("plan", "ranks", "threads", "measured ms", "CI width %", "predicted ms", "error %", "spread %",
-                "CPU withheld %", "load"):
+    for col in ("plan", "ranks", "threads", "measured ms", "CI width %", "predicted ms", "profile's range ms",
+                "outside %", "error %", "spread %", "CPU withheld %", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r, rec in zip(rows, records):
+        span = "-" if r.predicted_low is None or r.predicted_high is None else \
+            f"{r.predicted_low * 1e3:.1f}-{r.predicted_high * 1e3:.1f}"
         table.add_row(r.plan, str(r.world_size), str(rec.threads_per_rank or "?"), f"{r.measured * 1e3:.1f}",
-                      f"{r.ci_width * 100:.1f}", f"{r.predicted * 1e3:.1f}", f"{r.error * 100:+.1f}",
+                      f"{r.ci_width * 100:.1f}", f"{r.predicted * 1e3:.1f}", span,
+                      f"{r.outside * 100:+.1f}" if r.outside else "", f"{r.error * 100:+.1f}",
                       f"{r.spread * 100:.0f}", f"{rec.contention * 100:.0f}",
                       f"{rec.load_average:.1f}" if rec.load_average >= 0 else "?")
     return table
@@ -265,8 +282,23 @@ def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Seque
     lines.append(f"{len(bad)} of {len(rows) * (len(rows) - 1) // 2} pairs ordered wrongly" + (":" if bad else ""))
     lines += [f"  {m.slower} predicted no slower than {m.faster}, measured {m.measured_gap * 100:+.1f}% slower"
               + (" (within the measured intervals)" if m.within_noise else "") for m in bad]
+    lines += _interval_lines(rows)
     if loads:
         lines.append(f"host load (1-min average) when the plans started: {min(loads):.1f}-{max(loads):.1f}")
+    return lines
+
+
+def _interval_lines(rows: Sequence[CheckRow]) -> list[str]:
+    """Which plans were measured outside the range of the predictions made with each compute pass's profile."""
+    ranged = [r for r in rows if r.predicted_low is not None]
+    if not ranged:
+        return ["no interval for the predictions: the microbenchmarks hold one compute pass (measure with "
+                "--compute-passes 3 or more)"]
+    out = [r for r in ranged if r.outside]
+    lines = [f"{len(out)} of {len(ranged)} plans measured outside the profile's own interval (the predictions with "
+             "each compute pass's fit)" + (":" if out else "")]
+    lines += [f"  {r.plan}: measured {r.outside * 100:+.1f}% " + ("above" if r.outside > 0 else "below") +
+              " the range" for r in sorted(out, key=lambda r: -abs(r.outside))]
     return lines
 
 

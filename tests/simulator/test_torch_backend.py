@@ -92,6 +92,27 @@ def test_fit_on_the_real_measurements(folder: Path) -> None:
     assert reports[1].profile.machine["threads_per_rank"] == cores and two.machine["threads_per_rank"] == max(1, cores // 2)
 
 
+def test_the_compute_microbenchmarks_ran_in_passes_and_their_fits_bound_the_predictions(
+        folder: Path, records: dict[str, StepRecord]) -> None:
+    # every launch ran COMPUTE_PASSES passes of the same entries; the fitted entries are their
+    # medians, and each plan's prediction lies inside the range of the passes' predictions
+    from clustersim.simulator.calibration.torch_backend.check import check
+    from clustersim.simulator.calibration.torch_backend.measure import COMPUTE_PASSES
+
+    for world in (1, 2):
+        compute = json.loads((folder / f"micro_w{world}.json").read_text())["compute"]
+        assert len(compute["passes"]) == COMPUTE_PASSES
+        for i, entry in enumerate(compute["gemm"]):
+            times = sorted(p["gemm"][i]["time_s"] for p in compute["passes"])
+            assert entry["time_s"] == times[len(times) // 2] and entry["flops"] == compute["passes"][0]["gemm"][i]["flops"]
+    reports = fit_profiles(folder)
+    assert all(len(r.passes) == COMPUTE_PASSES for r in reports.values())
+    rows = check(list(records.values()), {n: r.profile for n, r in reports.items()}, "median",
+                 passes={n: r.passes for n, r in reports.items()})
+    assert all(r.predicted_low is not None and r.predicted_high is not None for r in rows)
+    assert all(r.predicted_low <= r.predicted <= r.predicted_high for r in rows)  # type: ignore[operator]
+
+
 def test_check_predicts_every_measured_plan(folder: Path, records: dict[str, StepRecord]) -> None:
     # only that every plan is predicted, finitely and deterministically: how close is load-
     # dependent and checked on recorded measurements (test_torch_recorded.py)

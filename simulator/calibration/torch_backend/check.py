@@ -11,7 +11,7 @@ times are only ever compared against, never fitted. Imports no torch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Mapping, Sequence
+from typing import Literal, Mapping, Sequence, TypeVar
 
 import numpy as np
 
@@ -22,6 +22,7 @@ from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord
 from clustersim.workloads import ModelSpec, TrainingSpec
 
+T = TypeVar("T")
 Statistic = Literal["median", "best", "uncontended"]
 STATISTICS: tuple[Statistic, ...] = ("median", "best", "uncontended")
 
@@ -49,11 +50,28 @@ class CheckRow:
     """(max - min) / median of the measured steps: the run-to-run noise."""
     ci_width: float = 0.0
     """(upper - lower) / median of the measured median's 95 % interval."""
+    predicted_low: float | None = None
+    """Fastest prediction over the profiles of the compute microbenchmarks' passes and their
+    median (seconds); None without passes: the profile's own interval (``fit.pass_reports``)."""
+    predicted_high: float | None = None
+    """Slowest such prediction (seconds); None without passes."""
 
     @property
     def error(self) -> float:
         """Signed relative error predicted / measured - 1."""
         return self.predicted / self.measured - 1.0
+
+    @property
+    def outside(self) -> float:
+        """How far the measurement lies outside the profile's own interval, relative: measured /
+        high - 1 above it (> 0), measured / low - 1 below it (< 0), 0 inside or without one."""
+        if self.predicted_low is None or self.predicted_high is None:
+            return 0.0
+        if self.measured > self.predicted_high:
+            return self.measured / self.predicted_high - 1.0
+        if self.measured < self.predicted_low:
+            return self.measured / self.predicted_low - 1.0
+        return 0.0
 
 
 def model_spec(cfg: GPTConfig) -> ModelSpec:
@@ -154,19 +172,28 @@ def measured(record: StepRecord, statistic: Statistic) -> float:
 
 
 def check(records: Sequence[StepRecord], profiles: Mapping[int, CalibrationProfile] | CalibrationProfile,
-          statistic: Statistic = "median") -> list[CheckRow]:
+          statistic: Statistic = "median",
+          passes: Mapping[int, Sequence[CalibrationProfile]] | None = None) -> list[CheckRow]:
     """Predicted vs measured for every record; ``profiles`` maps a world size to its profile
-    (the microbenchmarks run on that many concurrent ranks) or is one profile for all."""
+    (the microbenchmarks run on that many concurrent ranks) or is one profile for all.
+
+    ``passes`` maps a world size to the profiles fitted on each pass of its compute
+    microbenchmarks alone: each plan's prediction with every one of them and the median profile
+    gives its interval (``CheckRow.predicted_low``/``predicted_high``)."""
     rows = []
+    shared = statistic != "uncontended"  # run delay removed: no sharing
     for r in records:
         prof = profiles if isinstance(profiles, CalibrationProfile) else _for_world(profiles, r.world_size)
-        pred = predict(r, prof, time_shared=statistic != "uncontended")  # run delay removed: no sharing
+        pred = predict(r, prof, time_shared=shared)
+        each = [predict(r, p, time_shared=shared) for p in (_for_world(passes, r.world_size) if passes else ())]
         rows.append(CheckRow(plan=r.plan.name, world_size=r.world_size, predicted=pred,
-                             measured=measured(r, statistic), spread=r.spread, ci_width=r.ci_width))
+                             measured=measured(r, statistic), spread=r.spread, ci_width=r.ci_width,
+                             predicted_low=min([pred, *each]) if each else None,
+                             predicted_high=max([pred, *each]) if each else None))
     return rows
 
 
-def _for_world(profiles: Mapping[int, CalibrationProfile], world: int) -> CalibrationProfile:
+def _for_world(profiles: Mapping[int, T], world: int) -> T:
     """The profile of ``world`` ranks, else of the nearest larger (then smaller) world measured."""
     larger = sorted(w for w in profiles if w >= world)
     return profiles[larger[0]] if larger else profiles[max(profiles)]
@@ -238,4 +265,6 @@ def summary(rows: Sequence[CheckRow]) -> dict[str, float]:
     return {"median_abs_error": float(np.median(np.abs(errs))), "max_abs_error": float(np.max(np.abs(errs))),
             "mean_error": float(np.mean(errs)), "plans": float(len(rows)),
             "rank_correlation": rank_correlation(rows), "misordered_pairs": float(len(misordered(rows))),
-            "fastest_gap": fastest_gap(rows)[2]}
+            "fastest_gap": fastest_gap(rows)[2],
+            "outside_interval": float(sum(r.outside != 0.0 for r in rows)),
+            "with_interval": float(sum(r.predicted_low is not None for r in rows))}

@@ -5,7 +5,9 @@ an FSDP x TP mix), the microbenchmark shapes derived from the model (the GEMMs, 
 tensor sizes the plans run, plus a generic sweep), and writing the results folder:
 
     meta.json            model, timing recipe, host, plans
-    micro_w{N}.json      compute and collective microbenchmarks run on N concurrent ranks
+    micro_w{N}.json      compute and collective microbenchmarks run on N concurrent ranks (the
+                         compute entries: the median of COMPUTE_PASSES passes, each kept under
+                         compute.passes)
     steps.json           one StepRecord per plan (median, spread, every timed step)
 
 It runs ranks through ``launch`` and never imports torch itself. It does not fit (``clustersim.simulator.calibration.fit``).
@@ -22,6 +24,7 @@ from typing import Sequence
 
 from clustersim.files import write_atomic
 from clustersim.simulator.calibration.torch_backend.launch import launch
+from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord, TimingRecipe, record_from_dict
 
 SMALL_GPT = GPTConfig(num_layers=4, hidden_size=256, num_heads=8, seq_len=128, vocab_size=1024)
@@ -33,6 +36,13 @@ TINY_GPT = GPTConfig(num_layers=2, hidden_size=128, num_heads=4, seq_len=64, voc
 HOLDOUT_GPT = GPTConfig(num_layers=3, hidden_size=320, num_heads=10, seq_len=96, vocab_size=1024)
 """The out-of-sample model: other layers (3: an uneven 2 + 1 pipeline split), width and sequence
 than ``SMALL_GPT``, predicted with the profile fitted on ``SMALL_GPT``'s microbenchmarks."""
+
+COMPUTE_PASSES = 3
+"""Passes of the compute microbenchmarks per launch, one after the other: the profile is fitted on
+each entry's median over the passes (a disturbance of the host that lasts a few seconds slows one
+pass) and the passes' spread is the profile's own confidence (``fit.pass_reports``). Three: the
+median survives one disturbed pass, and the range of three covers the median of the passes'
+distribution with probability 1 - 2 / 2^3 = 75 %."""
 
 COLLECTIVE_KINDS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 COLLECTIVE_SIZES: tuple[int, ...] = tuple(4 ** i * 1024 for i in range(0, 7))
@@ -88,17 +98,27 @@ def memory_sizes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = Tru
     return sorted(sizes)
 
 
+def check_passes(compute_passes: int) -> None:
+    """A clear error for a pass count below 1 (before anything is written)."""
+    if compute_passes < 1:
+        raise CalibrationError(f"compute passes = {compute_passes}: run at least 1 pass of the compute "
+                               "microbenchmarks (--compute-passes 1 or more)")
+
+
 def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe, world_size: int,
-              collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True) -> list[dict[str, object]]:
-    """One launch's tasks: compute microbenchmarks, collectives (world > 1), then every plan.
+              collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
+              compute_passes: int = COMPUTE_PASSES) -> list[dict[str, object]]:
+    """One launch's tasks: compute microbenchmarks (``compute_passes`` passes), collectives
+    (world > 1), then every plan.
 
     ``sweep=False`` benchmarks only the shapes the plans run (fast, for CI).
     """
+    check_passes(compute_passes)
     params = 12 * cfg.hidden_size ** 2 * cfg.num_layers  # 4h^2 attention + 8h^2 MLP per layer
     tasks: list[dict[str, object]] = [{
         "kind": "compute", "timing": asdict(timing), "gemm_shapes": gemm_shapes(cfg, plans, sweep),
         "attention_shapes": attention_shapes(cfg, plans, sweep), "memory_sizes": memory_sizes(cfg, plans, sweep),
-        "optimizer_params": params,
+        "optimizer_params": params, "passes": compute_passes,
     }]
     if world_size > 1:
         tasks.append({"kind": "collectives", "timing": asdict(timing), "kinds": list(COLLECTIVE_KINDS),
@@ -122,21 +142,24 @@ def host_info() -> dict[str, object]:
 
 def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[BackendPlan],
             timing: TimingRecipe, *, timeout: float = 600.0,
-            collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True) -> list[StepRecord]:
+            collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
+            compute_passes: int = COMPUTE_PASSES) -> list[StepRecord]:
     """Run every plan (grouped by world size, one launch each) and write the results folder."""
+    check_passes(compute_passes)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     host = host_info()
     worlds = sorted({p.world_size for p in plans})
     timings = {w: timing.for_world(w, host_cores()) for w in worlds}
     meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host, "plans": [asdict(p) for p in plans],
+            "compute_passes": compute_passes,
             "timing_per_world": {str(w): asdict(t) for w, t in timings.items()}}
     write_atomic(out / "meta.json", json.dumps(meta, indent=1))
     records: list[StepRecord] = []
     for world in worlds:
         group = [p for p in plans if p.world_size == world]
         t = timings[world]
-        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep), world,
+        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep, compute_passes), world,
                          timeout=timeout, threads=t.threads_per_rank, log_dir=out / "logs" / f"w{world}")
         micro = {r["kind"]: r for r in results if r["kind"] in ("compute", "collectives")}
         write_atomic(out / f"micro_w{world}.json", json.dumps(micro, indent=1))

@@ -16,7 +16,7 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from clustersim.simulator.calibration.torch_backend import stats
+from clustersim.simulator.calibration.torch_backend import micro_passes, stats
 from clustersim.simulator.calibration.torch_backend.gpt import GPT
 from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, loss_backward, make_mesh
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, DataParallel, GPTConfig, TimingRecipe
@@ -168,18 +168,23 @@ def optimizer_entry(params: int, timing: TimingRecipe) -> dict[str, float]:
     return {"params": float(params), "time_s": time_call(opt.step, timing)}
 
 
-def compute_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
-    """Every compute microbenchmark the task names (all ranks run it concurrently)."""
+def compute_pass(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, Any]:
+    """One pass of every compute microbenchmark the task names (all ranks run it concurrently)."""
     return {
-        "world_size": dist.get_world_size(),
-        "threads_per_rank": torch.get_num_threads(),
-        "device": _dev().type,
         "gemm": gemm_entries(task.get("gemm_shapes", []), timing),
         "attention": attention_entries(task.get("attention_shapes", []), timing),
         "memory": memory_entries(task.get("memory_sizes", []), timing),
         "overhead": overhead_entry(timing),
         "optimizer": optimizer_entry(int(task.get("optimizer_params", 1 << 20)), timing),
     }
+
+
+def compute_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
+    """The task's compute microbenchmarks in ``passes`` passes, one after the other: the entries
+    are the median over the passes (``micro_passes.merge``) and ``passes`` keeps each pass's own."""
+    runs = [compute_pass(task, timing) for _ in range(max(1, int(task.get("passes", 1))))]
+    return {"world_size": dist.get_world_size(), "threads_per_rank": torch.get_num_threads(),
+            "device": _dev().type, **micro_passes.merge(runs), "passes": runs}
 
 
 def collective_call(kind: str, size: int) -> Callable[[], object]:
