@@ -18,8 +18,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from clustersim.simulator.profile import CalibrationProfile
-from clustersim.simulator.step import ADAM_BYTES_PER_PARAM
+from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
+from clustersim.simulator.step import ADAM_BYTES_PER_PARAM, sync_wait_fraction
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.torch_backend import micro_passes
 
@@ -174,15 +174,56 @@ def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, na
     opt = compute["optimizer"]
     opt_eff = float(np.clip(ADAM_BYTES_PER_PARAM * opt["params"] / (opt["time_s"] * mem_bw), 1e-4, 1.0))
     links = tuple(alpha_beta(k, micro["collectives"]["entries"]) for k in _kinds(micro)) if n > 1 else ()
+    skew = micro.get("collectives", {}).get("skew") if n > 1 else None
+    jitter = skew_fit(skew) if skew else None
+    machine = _machine(compute, peak, mem_bw, links, n, host)
+    if jitter:
+        machine |= {"sync_skew": jitter.fraction, "sync_wait": jitter.wait}
     profile = CalibrationProfile(
         name=name, source=f"clustersim calibrate fit {source} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
         kernel_overhead=per_op, step_overhead=per_backward, optimizer_efficiency=opt_eff,
-        **_link_fields(links, micro), machine=_machine(compute, peak, mem_bw, links, n, host),
+        **_link_fields(links, micro), machine=machine, sync_jitter_cv=jitter.cv if jitter else 0.0,
     )
     quality = {"gemm_efficiency": curve_error(gcurve, gp), "attention_efficiency": curve_error(acurve, ap),
-               "memory_efficiency": mem_err, **{f"collective.{ab.kind}": ab.median_abs_error for ab in links}}
+               "memory_efficiency": mem_err, **{f"collective.{ab.kind}": ab.median_abs_error for ab in links},
+               **({"sync_jitter_cv": jitter.error} if jitter else {})}
     return FitReport(profile=profile, quality=quality, collectives=links)
+
+
+@dataclass(frozen=True, kw_only=True)
+class SkewFit:
+    """The sync-skew microbenchmark (``microbench.skew_entry``) read as the jitter model's cv."""
+
+    fraction: float
+    """Measured E[slowest rank's chunk] / E[one rank's chunk] - 1 over the iterations (>= 0)."""
+    wait: float
+    """Median seconds from a rank's chunk end to its collective's end, less the collective alone."""
+    cv: float
+    """The ``sync_jitter_cv`` whose expected wait for the slowest of the ranks is ``fraction``
+    (``step.sync_wait_fraction``), clipped to [0, ``SYNC_JITTER_MAX``]."""
+    error: float
+    """|wait fraction at ``cv`` / ``fraction`` - 1|: 0 unless the clip bit (0 when nothing was measured)."""
+
+
+def skew_fit(entry: Mapping[str, Any]) -> SkewFit:
+    """The measured skew of a ``skew_entry`` and the cv that prices it (bisection, 60 halvings)."""
+    chunks, totals = np.asarray(entry["chunk_s"], dtype=float), np.asarray(entry["total_s"], dtype=float)
+    if chunks.ndim != 2 or chunks.shape != totals.shape or chunks.shape[0] < 2 or chunks.size == 0:
+        raise CalibrationError(f"sync-skew microbenchmark: chunk_s {chunks.shape} and total_s {totals.shape} must be "
+                               "ranks (>= 2) x iterations; re-run calibrate measure")
+    n = chunks.shape[0]
+    fraction = max(float(chunks.max(axis=0).mean() / chunks.mean() - 1.0), 0.0)
+    wait = max(float(np.median(totals - chunks) - np.median(entry["allreduce_s"])), 0.0)
+    lo, hi = 0.0, SYNC_JITTER_MAX
+    if fraction == 0.0 or sync_wait_fraction(n, hi) <= fraction:
+        lo = hi = 0.0 if fraction == 0.0 else hi
+    for _ in range(60 if lo < hi else 0):
+        mid = 0.5 * (lo + hi)
+        lo, hi = (mid, hi) if sync_wait_fraction(n, mid) < fraction else (lo, mid)
+    cv = 0.5 * (lo + hi)
+    error = abs(sync_wait_fraction(n, cv) / fraction - 1.0) if fraction > 0 else 0.0
+    return SkewFit(fraction=fraction, wait=wait, cv=cv, error=error)
 
 
 def interval_fields(profile: CalibrationProfile) -> dict[str, float]:

@@ -156,6 +156,10 @@ def _fit_table(report: FitReport) -> Table:
     table.add_row("kernel_overhead", f"{p.kernel_overhead * 1e6:.1f} us", "", span("kernel_overhead", 1e6))
     table.add_row("step_overhead", f"{p.step_overhead * 1e6:.1f} us", "", span("step_overhead", 1e6))
     table.add_row("optimizer_efficiency", f"{p.optimizer_efficiency:.3f}", "", span("optimizer_efficiency", 1.0, ".3f"))
+    if "sync_skew" in m:
+        table.add_row("sync_jitter_cv (slowest rank's wait)", f"{p.sync_jitter_cv:.3f} (measured skew "
+                      f"{m['sync_skew'] * 100:.1f}%, wait {m['sync_wait'] * 1e6:.0f} us)",
+                      f"{report.quality.get('sync_jitter_cv', 0.0) * 100:.0f}%", "")
     table.add_row("collective_overhead (per call, TP/FSDP)", f"{p.collective_overhead * 1e6:.0f} us", "")
     table.add_row("p2p_overhead", f"{p.p2p_overhead * 1e6:.0f} us", "")
     for ab in report.collectives:

@@ -29,6 +29,7 @@ from clustersim.simulator.step.energy import (
     rental_price,
     step_energy,
 )
+from clustersim.simulator.step.jitter import sync_wait_fraction
 from clustersim.simulator.step.lower import Costing, flow_shop, step_calls
 from clustersim.simulator.step.partition import (
     RESERVED_BYTES,
@@ -72,5 +73,6 @@ __all__ = [
     "stage_chunks",
     "step_calls",
     "step_energy",
+    "sync_wait_fraction",
     "write_trace",
 ]

@@ -44,6 +44,12 @@ def test_overall_is_the_worst_round_and_needs_every_round(tmp_path: Path, capsys
     summary = json.loads((tmp_path / "summary.json").read_text())
     assert [t["met_every_round"] for t in summary["overall"]] == [True, False]
     assert "NOT met" in table(load_rounds(tmp_path, 3), summary["overall"])
+    # the plans outside the profile's own interval: printed per round, the worst round overall, never a bound
+    _write(tmp_path, 3, "small", outside_interval=4.0, with_interval=7.0)
+    rows = load_rounds(tmp_path, 3)
+    assert overall(rows)[0]["outside_interval"] == 4.0 and rows[4]["met"]
+    lines = table(rows, overall(rows)).splitlines()
+    assert [ln.split()[-2] for ln in (lines[1], lines[5])] == ["0", "4"]  # round 1 small, round 3 small
 
 
 def test_a_missing_round_or_bad_arguments_exit_2(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

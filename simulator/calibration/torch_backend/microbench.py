@@ -209,6 +209,54 @@ def collective_call(kind: str, size: int) -> Callable[[], object]:
     raise ValueError(f"unknown collective {kind!r}; use all_reduce, all_gather, reduce_scatter, all_to_all, send_recv")
 
 
+SKEW_ITERATIONS = 60
+"""Iterations of the sync-skew microbenchmark (each: a GEMM chunk from a barrier, then a collective)."""
+
+SKEW_CHUNK_GEMMS = 16
+"""GEMMs of 256 x 256 x 256 per chunk of the sync-skew microbenchmark: 0.54 GFLOP, ~6 ms on one
+core at ~90 GFLOP/s, the compute of one TP half-layer or a few pipeline passes between two syncs."""
+
+
+def skew_entry(timing: TimingRecipe, iterations: int = SKEW_ITERATIONS,
+               chunk_gemms: int = SKEW_CHUNK_GEMMS) -> dict[str, Any]:
+    """The wait of a rank at a collective when its neighbour is slower.
+
+    Every rank runs the same GEMM chunk from a common barrier, then a one-element all-reduce, and
+    times both (``chunk_s``, ``total_s``: every rank's, per iteration; ``total_s - chunk_s`` is the
+    all-reduce plus the wait for the slower rank); ``allreduce_s``: the one-element all-reduce
+    alone from a barrier. What the fit reads: E[slowest rank's chunk] / E[a rank's chunk] - 1.
+    """
+    a, b, tiny = torch.randn(256, 256, device=_dev()), torch.randn(256, 256, device=_dev()), torch.ones(1, device=_dev())
+
+    def chunk() -> None:
+        for _ in range(chunk_gemms):
+            torch.mm(a, b)
+        _sync()
+
+    for _ in range(max(timing.warmup, 1)):
+        chunk()
+        dist.all_reduce(tiny)
+    alone, chunks, totals = [], [], []
+    for _ in range(iterations):
+        dist.barrier()
+        start = time.perf_counter()
+        dist.all_reduce(tiny)
+        alone.append(time.perf_counter() - start)
+    for _ in range(iterations):
+        dist.barrier()
+        start = time.perf_counter()
+        chunk()
+        chunks.append(time.perf_counter() - start)
+        dist.all_reduce(tiny)
+        totals.append(time.perf_counter() - start)
+    mine = torch.tensor([alone, chunks, totals], dtype=torch.float64)
+    every = [torch.zeros_like(mine) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, mine)
+    return {"chunk_flops": 2.0 * 256 ** 3 * chunk_gemms, "iterations": float(iterations),
+            "allreduce_s": [e[0].tolist() for e in every], "chunk_s": [e[1].tolist() for e in every],
+            "total_s": [e[2].tolist() for e in every]}
+
+
 def collective_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
     """Seconds per collective for every (kind, size) of the task, on the whole world."""
     entries = []
@@ -217,7 +265,7 @@ def collective_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str,
             t = time_call(collective_call(str(kind), int(size)), timing)
             entries.append({"kind": kind, "size": float(size), "world_size": dist.get_world_size(), "time_s": t})
     return {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "entries": entries,
-            "framework": framework_entries(timing)}
+            "framework": framework_entries(timing), "skew": skew_entry(timing)}
 
 
 def framework_calls(variant: str, layers: int) -> int:
