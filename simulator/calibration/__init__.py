@@ -37,7 +37,7 @@ from clustersim.simulator.calibration.torch_backend.check import (
     summary,
 )
 from clustersim.simulator.calibration.torch_backend.measure import (
-    COMPUTE_PASSES,
+    MICRO_PASSES,
     HOLDOUT_GPT,
     SMALL_GPT,
     TINY_GPT,
@@ -59,7 +59,7 @@ from clustersim.simulator.calibration.watch import (
 )
 
 __all__ = [
-    "COMPUTE_PASSES",
+    "MICRO_PASSES",
     "HOLDOUT_GPT",
     "SMALL_GPT",
     "STATISTICS",

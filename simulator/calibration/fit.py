@@ -53,8 +53,8 @@ class FitReport:
     collectives: tuple[AlphaBeta, ...]
     """Per-kind alpha-beta fits."""
     passes: tuple[CalibrationProfile, ...] = ()
-    """The same fit on each pass of the compute microbenchmarks alone (one per pass; the
-    collectives as in ``profile``): the predictions' interval (``torch_backend.check``)."""
+    """The same fit on each pass of the microbenchmarks alone (pass i of the compute suite with
+    pass i of the collective sweep): the predictions' interval (``torch_backend.check``)."""
     intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     """(low, high) of each compute field over the passes' fits (``field_intervals``)."""
 
@@ -153,12 +153,16 @@ def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) ->
 def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None, name: str = "this-machine",
                 causal_factor: float = 0.5) -> FitReport:
     """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks
-    (the compute entries' median over their passes), with each pass's own fit (``passes``)."""
+    (each entry's median over its passes), with each pass's own fit (``passes``: pass i of the
+    compute microbenchmarks with pass i of the collective sweep)."""
     n, micro = load_micro(folder, world_size)
     host = _host(folder)
     central = fit_micro(micro, n, host, name=name, source=str(folder), causal_factor=causal_factor)
-    each = tuple(fit_micro({**micro, "compute": c}, n, host, name=name, source=str(folder),
-                           causal_factor=causal_factor).profile for c in micro_passes.of(micro["compute"]))
+    computes = micro_passes.of(micro["compute"])
+    sweeps = micro_passes.of(micro["collectives"], len(computes)) if "collectives" in micro else [None] * len(computes)
+    each = tuple(fit_micro({**micro, "compute": c, **({"collectives": s} if s else {})}, n, host, name=name,
+                           source=str(folder), causal_factor=causal_factor).profile
+                 for c, s in zip(computes, sweeps))
     return replace(central, passes=each, intervals=field_intervals(central.profile, each))
 
 
@@ -227,14 +231,17 @@ def skew_fit(entry: Mapping[str, Any]) -> SkewFit:
 
 
 def interval_fields(profile: CalibrationProfile) -> dict[str, float]:
-    """The compute fields a pass moves, by name: the machine's measured rates, the scalar
-    efficiencies and overheads, and each point of the GEMM and attention curves (``gemm_efficiency@1e+07``)."""
+    """The fields a pass moves, by name: the machine's measured rates, the scalar efficiencies and
+    overheads, each point of the GEMM and attention curves (``gemm_efficiency@1e+07``) and each
+    collective law (``collective_laws.all_reduce.alpha``, ``.bus_bandwidth``)."""
     out = {"machine.peak_flops": profile.machine["peak_flops"],
            "machine.memory_bandwidth": profile.machine["memory_bandwidth"],
            "memory_efficiency": profile.memory_efficiency, "optimizer_efficiency": profile.optimizer_efficiency,
            "kernel_overhead": profile.kernel_overhead, "step_overhead": profile.step_overhead}
     for key, curve in (("gemm_efficiency", profile.gemm_efficiency), ("attention_efficiency", profile.attention_efficiency)):
         out |= {f"{key}@{x:.0e}": e for x, e in curve}
+    for kind, (alpha, bus) in profile.collective_laws.items():
+        out |= {f"collective_laws.{kind}.alpha": alpha, f"collective_laws.{kind}.bus_bandwidth": bus}
     return out
 
 

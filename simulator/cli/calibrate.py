@@ -23,7 +23,7 @@ from clustersim.simulator.cli.options import output_file
 from clustersim.simulator.profile import CalibrationProfile, load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration import (
-    COMPUTE_PASSES,
+    MICRO_PASSES,
     HOLDOUT_GPT,
     SMALL_GPT,
     STATISTICS,
@@ -101,9 +101,9 @@ def measure_command(
     trace: Annotated[Optional[Path], typer.Option(help="Also write a torch.profiler trace per plan here.")] = None,
     timeout: Annotated[float, typer.Option(help="Seconds before the ranks of one launch are killed.")] = 900.0,
     quick: Annotated[bool, typer.Option(help="Benchmark only the shapes the plans run (no sweeps).")] = False,
-    compute_passes: Annotated[int, typer.Option(help="Passes of the compute microbenchmarks, one after the other: "
-                                                "the profile takes each entry's median, and the range of the "
-                                                "passes' fits is its own interval.")] = COMPUTE_PASSES,
+    micro_passes: Annotated[int, typer.Option(help="Passes of the compute microbenchmarks and the collective sweep, "
+                                              "one after the other: the profile takes each entry's median, and "
+                                              "the range of the passes' fits is its own interval.")] = MICRO_PASSES,
 ) -> None:
     """Run real training steps and microbenchmarks with PyTorch on this machine (gloo/NCCL)."""
     if not torch_available():
@@ -114,7 +114,7 @@ def measure_command(
     timing = TimingRecipe(warmup=warmup, warmup_max=max(10, warmup), repeats=repeats,
                           repeats_max=max(repeats_max, repeats), ci_width=ci_width, budget_s=budget,
                           threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""))
-    records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick, compute_passes=compute_passes)
+    records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick, micro_passes=micro_passes)
     table = Table(title=f"measured step times ({out})")
     for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "steps", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
@@ -163,8 +163,11 @@ def _fit_table(report: FitReport) -> Table:
     table.add_row("collective_overhead (per call, TP/FSDP)", f"{p.collective_overhead * 1e6:.0f} us", "")
     table.add_row("p2p_overhead", f"{p.p2p_overhead * 1e6:.0f} us", "")
     for ab in report.collectives:
+        law = f"collective_laws.{ab.kind}"
         table.add_row(f"{ab.kind}", f"alpha {ab.alpha * 1e6:.0f} us, busbw {ab.bus_bandwidth / 1e9:.2f} GB/s",
-                      f"{ab.median_abs_error * 100:.0f}%")
+                      f"{ab.median_abs_error * 100:.0f}%",
+                      " ".join(x for x in (span(f"{law}.alpha", 1e6, ".0f"), span(f"{law}.bus_bandwidth", 1e-9, ".2f"))
+                               if x))
     return table
 
 
@@ -296,11 +299,11 @@ def _interval_lines(rows: Sequence[CheckRow]) -> list[str]:
     """Which plans were measured outside the range of the predictions made with each compute pass's profile."""
     ranged = [r for r in rows if r.predicted_low is not None]
     if not ranged:
-        return ["no interval for the predictions: the microbenchmarks hold one compute pass (measure with "
-                "--compute-passes 3 or more)"]
+        return ["no interval for the predictions: the microbenchmarks hold one pass (measure with "
+                "--micro-passes 3 or more)"]
     out = [r for r in ranged if r.outside]
     lines = [f"{len(out)} of {len(ranged)} plans measured outside the profile's own interval (the predictions with "
-             "each compute pass's fit)" + (":" if out else "")]
+             "each microbenchmark pass's fit)" + (":" if out else "")]
     lines += [f"  {r.plan}: measured {r.outside * 100:+.1f}% " + ("above" if r.outside > 0 else "below") +
               " the range" for r in sorted(out, key=lambda r: -abs(r.outside))]
     return lines

@@ -38,7 +38,7 @@ PASSES = 2
 def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("measured")
     measure(out, TINY_GPT, PLANS, TIMING, timeout=200, collective_sizes=(4096, 1 << 16, 1 << 22), sweep=False,
-            compute_passes=PASSES)
+            micro_passes=PASSES)
     return out
 
 
@@ -115,6 +115,8 @@ def test_the_compute_microbenchmarks_ran_in_passes_and_their_fits_bound_the_pred
             times = [p["gemm"][i]["time_s"] for p in compute["passes"]]
             assert entry["time_s"] == pytest.approx(sum(times) / PASSES)
             assert entry["flops"] == compute["passes"][0]["gemm"][i]["flops"]
+    sweep = json.loads((folder / "micro_w2.json").read_text())["collectives"]
+    assert len(sweep["passes"]) == PASSES and all(len(p["entries"]) == len(sweep["entries"]) for p in sweep["passes"])
     reports = fit_profiles(folder)
     assert all(len(r.passes) == PASSES for r in reports.values())
     rows = check(list(records.values()), {n: r.profile for n, r in reports.items()}, "median",

@@ -53,6 +53,11 @@ def _with_passes(folder: Path, factors: tuple[float, ...] = FACTORS) -> Path:
         micro = json.loads(path.read_text())
         runs = [_scaled(micro["compute"], f) for f in factors]
         micro["compute"] = {**micro["compute"], **micro_passes.merge(runs), "passes": runs}
+        if "collectives" in micro:  # the sweep's passes: every call's time x the same factor
+            sweeps = [{"entries": [{**e, "time_s": e["time_s"] * f} for e in micro["collectives"]["entries"]]}
+                      for f in factors]
+            micro["collectives"] = {**micro["collectives"], **micro_passes.merge(sweeps, ("entries",), ()),
+                                    "passes": sweeps}
         path.write_text(json.dumps(micro))
     return folder
 
@@ -83,6 +88,8 @@ def test_passes_of_other_shapes_are_refused_naming_the_entry(breaks: Any, says: 
         micro_passes.merge([a, b])
     with pytest.raises(CalibrationError, match="none measured"):
         micro_passes.merge([])
+    with pytest.raises(CalibrationError, match="2 recorded, 3 expected"):
+        micro_passes.of({"passes": [a, b]}, 3)
 
 
 def test_a_recording_without_passes_is_one_pass() -> None:
@@ -110,6 +117,11 @@ def test_each_field_ranges_over_the_passes_fits(tmp_path: Path) -> None:
     for x, e in base.profile.gemm_efficiency:
         lo, hi = report.intervals[f"gemm_efficiency@{x:.0e}"]
         assert lo == pytest.approx(e) and hi == pytest.approx(e)
+    # the collective laws: t = alpha + size / bw, every time x f: alpha x f, bandwidth / f
+    for kind, (alpha, bus) in base.profile.collective_laws.items():
+        assert report.profile.collective_laws[kind] == pytest.approx((alpha, bus))
+        assert report.intervals[f"collective_laws.{kind}.alpha"] == pytest.approx((alpha * 0.8, alpha * 1.25))
+        assert report.intervals[f"collective_laws.{kind}.bus_bandwidth"] == pytest.approx((bus / 1.25, bus / 0.8))
     lo, hi = report.intervals["step_overhead"]
     assert (lo, hi) == pytest.approx((base.profile.step_overhead * 0.8, base.profile.step_overhead * 1.25))
     # deterministic, and a pass equal to the median fit adds nothing to the range
@@ -129,8 +141,8 @@ def test_check_gives_each_plan_the_interval_of_the_passes(tmp_path: Path) -> Non
     for r in rows:
         assert r.predicted_low is not None and r.predicted_high is not None
         assert r.predicted_low <= r.predicted <= r.predicted_high
-        # every compute timing of one pass 25 % slower: its prediction is slower, but by at most
-        # 25 % (the collectives keep their measured laws)
+        # every timing of one pass 25 % slower (compute and collectives): its prediction is slower,
+        # by at most 25 % (the frameworks' per-call cost is measured once)
         assert r.predicted < r.predicted_high <= 1.25 * r.predicted * (1 + 1e-9), r.plan
         assert r.predicted_low < r.predicted, r.plan
     s = summary(rows)
@@ -168,13 +180,14 @@ def test_cli_check_prints_and_writes_the_interval(tmp_path: Path) -> None:
 
 def test_the_tasks_ask_for_the_passes_and_refuse_none(tmp_path: Path) -> None:
     plans = standard_plans(2)
-    (compute, *_rest) = tasks_for(TINY_GPT, plans, TimingRecipe(), 2, compute_passes=4)
+    (compute, collectives, *_rest) = tasks_for(TINY_GPT, plans, TimingRecipe(), 2, micro_passes=4)
     assert compute["kind"] == "compute" and compute["passes"] == 4
-    with pytest.raises(CalibrationError, match="compute passes = 0"):
-        measure(tmp_path / "never", TINY_GPT, plans, TimingRecipe(), compute_passes=0)
+    assert collectives["kind"] == "collectives" and collectives["passes"] == 4
+    with pytest.raises(CalibrationError, match="microbenchmark passes = 0"):
+        measure(tmp_path / "never", TINY_GPT, plans, TimingRecipe(), micro_passes=0)
     assert not (tmp_path / "never").exists()
     # as a user runs it: the installed CLI's one error path (exit 2, one line, no traceback), nothing written
     res = subprocess.run([sys.executable, "-m", "clustersim.simulator.cli", "calibrate", "measure", "--out",
-                          str(tmp_path / "never"), "--compute-passes", "0"], capture_output=True, text=True, timeout=300)
-    assert res.returncode == 2 and "compute passes = 0" in res.stderr and "Traceback" not in res.stderr, res.stderr
+                          str(tmp_path / "never"), "--micro-passes", "0"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "microbenchmark passes = 0" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()

@@ -6,8 +6,8 @@ tensor sizes the plans run, plus a generic sweep), and writing the results folde
 
     meta.json            model, timing recipe, host, plans
     micro_w{N}.json      compute and collective microbenchmarks run on N concurrent ranks (the
-                         compute entries: the median of COMPUTE_PASSES passes, each kept under
-                         compute.passes)
+                         compute and collective entries: the median of MICRO_PASSES passes,
+                         each kept under compute.passes and collectives.passes)
     steps.json           one StepRecord per plan (median, spread, every timed step)
 
 It runs ranks through ``launch`` and never imports torch itself. It does not fit (``clustersim.simulator.calibration.fit``).
@@ -37,10 +37,11 @@ HOLDOUT_GPT = GPTConfig(num_layers=3, hidden_size=320, num_heads=10, seq_len=96,
 """The out-of-sample model: other layers (3: an uneven 2 + 1 pipeline split), width and sequence
 than ``SMALL_GPT``, predicted with the profile fitted on ``SMALL_GPT``'s microbenchmarks."""
 
-COMPUTE_PASSES = 3
-"""Passes of the compute microbenchmarks per launch, one after the other: the profile is fitted on
-each entry's median over the passes (a disturbance of the host that lasts a few seconds slows one
-pass) and the passes' spread is the profile's own confidence (``fit.pass_reports``). Three: the
+MICRO_PASSES = 3
+"""Passes of the compute microbenchmarks and of the collective sweep per launch, one after the
+other: the profile is fitted on each entry's median over the passes (a disturbance of the host that
+lasts a few seconds slows one pass) and the passes' spread is the profile's own confidence
+(``FitReport.passes``, ``FitReport.intervals``). Three: the
 median survives one disturbed pass, and the range of three covers the median of the passes'
 distribution with probability 1 - 2 / 2^3 = 75 %."""
 
@@ -98,31 +99,31 @@ def memory_sizes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = Tru
     return sorted(sizes)
 
 
-def check_passes(compute_passes: int) -> None:
+def check_passes(micro_passes: int) -> None:
     """A clear error for a pass count below 1 (before anything is written)."""
-    if compute_passes < 1:
-        raise CalibrationError(f"compute passes = {compute_passes}: run at least 1 pass of the compute "
-                               "microbenchmarks (--compute-passes 1 or more)")
+    if micro_passes < 1:
+        raise CalibrationError(f"microbenchmark passes = {micro_passes}: run at least 1 pass of the "
+                               "microbenchmarks (--micro-passes 1 or more)")
 
 
 def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe, world_size: int,
               collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
-              compute_passes: int = COMPUTE_PASSES) -> list[dict[str, object]]:
-    """One launch's tasks: compute microbenchmarks (``compute_passes`` passes), collectives
-    (world > 1), then every plan.
+              micro_passes: int = MICRO_PASSES) -> list[dict[str, object]]:
+    """One launch's tasks: compute microbenchmarks and (world > 1) collectives, ``micro_passes``
+    passes of each, then every plan.
 
     ``sweep=False`` benchmarks only the shapes the plans run (fast, for CI).
     """
-    check_passes(compute_passes)
+    check_passes(micro_passes)
     params = 12 * cfg.hidden_size ** 2 * cfg.num_layers  # 4h^2 attention + 8h^2 MLP per layer
     tasks: list[dict[str, object]] = [{
         "kind": "compute", "timing": asdict(timing), "gemm_shapes": gemm_shapes(cfg, plans, sweep),
         "attention_shapes": attention_shapes(cfg, plans, sweep), "memory_sizes": memory_sizes(cfg, plans, sweep),
-        "optimizer_params": params, "passes": compute_passes,
+        "optimizer_params": params, "passes": micro_passes,
     }]
     if world_size > 1:
         tasks.append({"kind": "collectives", "timing": asdict(timing), "kinds": list(COLLECTIVE_KINDS),
-                      "sizes": list(collective_sizes)})
+                      "sizes": list(collective_sizes), "passes": micro_passes})
     tasks += [{"kind": "step", "timing": asdict(timing), "plan": asdict(p), "model": asdict(cfg)} for p in plans]
     return tasks
 
@@ -143,23 +144,23 @@ def host_info() -> dict[str, object]:
 def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[BackendPlan],
             timing: TimingRecipe, *, timeout: float = 600.0,
             collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
-            compute_passes: int = COMPUTE_PASSES) -> list[StepRecord]:
+            micro_passes: int = MICRO_PASSES) -> list[StepRecord]:
     """Run every plan (grouped by world size, one launch each) and write the results folder."""
-    check_passes(compute_passes)
+    check_passes(micro_passes)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     host = host_info()
     worlds = sorted({p.world_size for p in plans})
     timings = {w: timing.for_world(w, host_cores()) for w in worlds}
     meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host, "plans": [asdict(p) for p in plans],
-            "compute_passes": compute_passes,
+            "micro_passes": micro_passes,
             "timing_per_world": {str(w): asdict(t) for w, t in timings.items()}}
     write_atomic(out / "meta.json", json.dumps(meta, indent=1))
     records: list[StepRecord] = []
     for world in worlds:
         group = [p for p in plans if p.world_size == world]
         t = timings[world]
-        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep, compute_passes), world,
+        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep, micro_passes), world,
                          timeout=timeout, threads=t.threads_per_rank, log_dir=out / "logs" / f"w{world}")
         micro = {r["kind"]: r for r in results if r["kind"] in ("compute", "collectives")}
         write_atomic(out / f"micro_w{world}.json", json.dumps(micro, indent=1))

@@ -1,11 +1,12 @@
-"""Repeated passes of the compute microbenchmarks: their median, and each pass on its own.
+"""Repeated passes of the microbenchmarks: their median, and each pass on its own.
 
 Owns merging P passes of the compute suite (``microbench.compute_suite`` runs every GEMM,
 attention, memory, overhead and optimizer microbenchmark once per pass, one pass after the other,
 so a disturbance of the host that lasts a few seconds slows the entries of one pass, not one
-entry in every pass) into the entry set the profile is fitted on (every timing the median over
-the passes), and handing out each pass's own entries (``calibrate fit`` fits one profile per pass:
-their spread is the profile's own confidence, ``fit.pass_reports``). Pure Python, no torch, no
+entry in every pass) or of the collective sweep (``microbench.collective_suite``) into the entry
+set the profile is fitted on (every timing the median over the passes), and handing out each
+pass's own entries (``fit.fit_profile`` fits one profile per pass: their spread is the profile's
+own confidence, ``FitReport.passes``). Pure Python, no torch, no
 numpy, so the ranks and the fit apply the same rule. It measures nothing and fits nothing.
 """
 
@@ -33,34 +34,41 @@ def _merge_entry(entries: Sequence[Mapping[str, Any]], where: str) -> dict[str, 
         elif all(v == first for v in values):
             out[key] = first
         else:
-            raise CalibrationError(f"compute passes disagree on {where}.{key}: {values}; the passes must "
+            raise CalibrationError(f"microbenchmark passes disagree on {where}.{key}: {values}; the passes must "
                                    "benchmark the same shapes in the same order")
     return out
 
 
-def merge(passes: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """The compute entries of ``passes`` (each a ``compute_suite`` pass) with every timing the
-    median over the passes; the shapes, sizes, kinds and layouts must be the same in every pass."""
+def merge(passes: Sequence[Mapping[str, Any]], sections: Sequence[str] = SECTIONS,
+          singles: Sequence[str] = SINGLE) -> dict[str, Any]:
+    """The entries of ``passes`` (each a ``compute_suite`` pass, or with ``sections=("entries",)``
+    a collective sweep's) with every timing the median over the passes; the shapes, sizes, kinds
+    and layouts must be the same in every pass."""
     if not passes:
-        raise CalibrationError("compute passes: none measured; run at least one pass")
+        raise CalibrationError("microbenchmark passes: none measured; run at least one pass")
     out: dict[str, Any] = {}
-    for section in SECTIONS:
+    for section in sections:
         lists = [list(p.get(section, [])) for p in passes]
         if len({len(x) for x in lists}) != 1:
-            raise CalibrationError(f"compute passes disagree on {section}: {[len(x) for x in lists]} entries; "
+            raise CalibrationError(f"microbenchmark passes disagree on {section}: {[len(x) for x in lists]} entries; "
                                    "the passes must benchmark the same shapes")
         out[section] = [_merge_entry([x[i] for x in lists], f"{section}[{i}]") for i in range(len(lists[0]))]
-    for single in SINGLE:
+    for single in singles:
         if all(single in p for p in passes):
             out[single] = _merge_entry([p[single] for p in passes], single)
     return out
 
 
-def of(compute: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """Each pass of a ``compute`` section as a compute section of its own (the run's shared fields
-    kept); one pass, the section itself, when it was measured before passes existed."""
-    shared = {k: v for k, v in compute.items() if k not in (*SECTIONS, *SINGLE, "passes")}
-    recorded = compute.get("passes") or []
-    if not recorded:
-        return [{k: v for k, v in compute.items() if k != "passes"}]
+def of(section: Mapping[str, Any], passes: int | None = None) -> list[dict[str, Any]]:
+    """Each pass of a ``compute`` or ``collectives`` section as a section of its own (the shared
+    fields kept, each pass's entries in place of the merged ones); the section itself once per pass
+    asked for (``passes``, default 1) when it was measured in one pass or before passes existed
+    (one pass: no spread to show)."""
+    recorded = section.get("passes") or []
+    if len(recorded) <= 1:
+        return [{k: v for k, v in section.items() if k != "passes"}] * (passes or 1)
+    if passes is not None and passes != len(recorded):
+        raise CalibrationError(f"microbenchmark passes: {len(recorded)} recorded, {passes} expected; the compute "
+                               "and collective sections of one launch run the same passes")
+    shared = {k: v for k, v in section.items() if k != "passes"}
     return [{**shared, **p} for p in recorded]

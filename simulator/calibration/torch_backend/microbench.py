@@ -258,14 +258,23 @@ def skew_entry(timing: TimingRecipe, iterations: int = SKEW_ITERATIONS,
 
 
 def collective_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
-    """Seconds per collective for every (kind, size) of the task, on the whole world."""
+    """Seconds per collective for every (kind, size) of the task, on the whole world, in ``passes``
+    passes (the entries: the median over them, ``micro_passes.merge``); the frameworks' per-call
+    cost and the sync skew once."""
+    runs = [{"entries": collective_entries(task, timing)} for _ in range(max(1, int(task.get("passes", 1))))]
+    return {"world_size": dist.get_world_size(), "backend": dist.get_backend(),
+            **micro_passes.merge(runs, sections=("entries",), singles=()), "passes": runs,
+            "framework": framework_entries(timing), "skew": skew_entry(timing)}
+
+
+def collective_entries(task: Mapping[str, Any], timing: TimingRecipe) -> list[dict[str, Any]]:
+    """One pass of the collective sweep: seconds per call of every (kind, size) of the task."""
     entries = []
     for kind in task.get("kinds", []):
         for size in task.get("sizes", []):
             t = time_call(collective_call(str(kind), int(size)), timing)
             entries.append({"kind": kind, "size": float(size), "world_size": dist.get_world_size(), "time_s": t})
-    return {"world_size": dist.get_world_size(), "backend": dist.get_backend(), "entries": entries,
-            "framework": framework_entries(timing), "skew": skew_entry(timing)}
+    return entries
 
 
 def framework_calls(variant: str, layers: int) -> int:
