@@ -11,8 +11,12 @@
 #   median |error| X%, max |error| Y%, ...        <- the error figures
 #   rank correlation (Spearman) R; predicted fastest P, measured fastest M (+G% slower than it)
 #   N of 21 pairs ordered wrongly: ...
+#   K of 7 plans measured outside the profile's own interval ...  <- the predictions with each
+#                                                     microbenchmark pass's fit (3 passes by default)
 # and a final table: every round, then per model the worst round of each figure and whether every
 # round met the bounds (also written to OUT_DIR/summary.json; the script exits 1 when one missed).
+# The microbenchmarks run in 3 passes (MICRO_PASSES; MEASURE_ARGS="--micro-passes N" changes it):
+# at load 8 the small GPT's compute passes took ~50 s (1 rank) and ~80 s with the sweep (2 ranks).
 # Run it on a quiet machine (the load is printed before and after, and per plan in the tables).
 set -euo pipefail
 OUT=${1:-/tmp/clustersim-torch-check}
@@ -21,6 +25,7 @@ CS=${CLUSTERSIM:-.venv/bin/clustersim}
 # each plan: >= 10 timed steps, stop at a 5 % wide 95 % interval of the median, <= 30 steps or 10 s
 # (TIMING_ARGS overrides, e.g. TIMING_ARGS="--repeats 2 --repeats-max 2 --budget 1" for a smoke test)
 read -r -a TIMING <<< "${TIMING_ARGS:---repeats 10 --repeats-max 30 --budget 10 --ci-width 0.05}"
+read -r -a MEASURE <<< "${MEASURE_ARGS:-}"
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT"
 echo "load before: $(uptime)"
@@ -28,9 +33,9 @@ for run in $(seq 1 "$RUNS"); do
   R="$OUT/run$run"
   rm -rf "$R"
   echo "round $run: $(uptime)"
-  "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2 "${TIMING[@]}"
+  "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2 "${TIMING[@]}" "${MEASURE[@]}"
   "$CS" calibrate check "$R/small" --json "$R/small-check.json"
-  "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick "${TIMING[@]}"
+  "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick "${TIMING[@]}" "${MEASURE[@]}"
   "$CS" calibrate check "$R/holdout" --micro "$R/small" --json "$R/holdout-check.json"
 done
 echo "load after: $(uptime)"
