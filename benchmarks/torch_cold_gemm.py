@@ -3,8 +3,8 @@ working set, on 2 pinned 1-thread ranks at once and on 1 rank with every core (i
 
 The question it answers: the calibration's GEMM microbenchmarks repeat one call on the same
 operands (they stay in the core's caches), while a training step walks through the whole model's
-weights and activations. In the lead's quiet rounds every 2-rank plan was predicted 25-35 ms
-(15-18 % of its compute) fast, DDP and the pipelines included, while the single rank (one
+weights and activations. In the lead's quiet rounds every 2-rank plan was predicted 25-34 ms
+(16-24 % of its compute) fast, DDP and the pipelines included, while the single rank (one
 process, 2 threads, one copy of the model in the shared cache) was predicted within a few %. If
 the cold/hot ratio is ~1.15 on 2 ranks and ~1.0 on 1 rank, the GEMM microbenchmarks should cycle
 their operands through the working set a rank really has. Prints one row per (shape, ranks).
