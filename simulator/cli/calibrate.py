@@ -252,7 +252,7 @@ def check_command(
                  passes={n: r.passes for n, r in reports.items() if len(r.passes) > 1} or None)
     _console().print(_check_table(rows, records, statistic, source))
     s = summary(rows)
-    for line in _summary_lines(rows, s, records):
+    for line in _summary_lines(rows, s, records, from_file=calibration is not None):
         _console().print(line)
     if json_out:
         doc = {"statistic": statistic, "profile_from": str(calibration or source),
@@ -277,7 +277,8 @@ def _check_table(rows: Sequence[CheckRow], records: Sequence[StepRecord], statis
     return table
 
 
-def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Sequence[StepRecord]) -> list[str]:
+def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Sequence[StepRecord], *,
+                   from_file: bool = False) -> list[str]:
     """The headline: error, ranking (Spearman, misordered pairs, fastest plan) and the load."""
     pred_fast, meas_fast, gap = fastest_gap(rows)
     loads = [r.load_average for r in records if r.load_average >= 0]
@@ -289,15 +290,18 @@ def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Seque
     lines.append(f"{len(bad)} of {len(rows) * (len(rows) - 1) // 2} pairs ordered wrongly" + (":" if bad else ""))
     lines += [f"  {m.slower} predicted no slower than {m.faster}, measured {m.measured_gap * 100:+.1f}% slower"
               + (" (within the measured intervals)" if m.within_noise else "") for m in bad]
-    lines += _interval_lines(rows)
+    lines += _interval_lines(rows, from_file)
     if loads:
         lines.append(f"host load (1-min average) when the plans started: {min(loads):.1f}-{max(loads):.1f}")
     return lines
 
 
-def _interval_lines(rows: Sequence[CheckRow]) -> list[str]:
-    """Which plans were measured outside the range of the predictions made with each compute pass's profile."""
+def _interval_lines(rows: Sequence[CheckRow], from_file: bool = False) -> list[str]:
+    """Which plans were measured outside the range of the predictions made with each pass's profile."""
     ranged = [r for r in rows if r.predicted_low is not None]
+    if not ranged and from_file:
+        return ["no interval for the predictions: a profile file (--calibration) keeps no microbenchmark passes; "
+                "check against the measure folder (or --micro FOLDER) for one"]
     if not ranged:
         return ["no interval for the predictions: the microbenchmarks hold one pass (measure with "
                 "--micro-passes 3 or more)"]

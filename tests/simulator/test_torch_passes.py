@@ -191,3 +191,15 @@ def test_the_tasks_ask_for_the_passes_and_refuse_none(tmp_path: Path) -> None:
                           str(tmp_path / "never"), "--micro-passes", "0"], capture_output=True, text=True, timeout=300)
     assert res.returncode == 2 and "microbenchmark passes = 0" in res.stderr and "Traceback" not in res.stderr, res.stderr
     assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
+
+
+def test_cli_check_says_why_a_prediction_has_no_interval(tmp_path: Path) -> None:
+    app = typer.Typer()
+    register(app)
+    app.command("noop")(lambda: None)  # a second command keeps `calibrate` a sub-command
+    one = CliRunner().invoke(app, ["calibrate", "check", str(RECORDED)])
+    assert one.exit_code == 0 and "hold one pass (measure with --micro-passes 3" in one.output
+    profile = tmp_path / "p.yaml"
+    assert CliRunner().invoke(app, ["calibrate", "fit", str(_with_passes(tmp_path / "small")), "--out", str(profile)]).exit_code == 0
+    given = CliRunner().invoke(app, ["calibrate", "check", str(tmp_path / "small"), "--calibration", str(profile)])
+    assert given.exit_code == 0 and "a profile file (--calibration) keeps no microbenchmark passes" in given.output
