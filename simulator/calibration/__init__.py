@@ -37,8 +37,8 @@ from clustersim.simulator.calibration.torch_backend.check import (
     summary,
 )
 from clustersim.simulator.calibration.torch_backend.measure import (
-    MICRO_PASSES,
     HOLDOUT_GPT,
+    MICRO_PASSES,
     SMALL_GPT,
     TINY_GPT,
     census,
@@ -59,8 +59,8 @@ from clustersim.simulator.calibration.watch import (
 )
 
 __all__ = [
-    "MICRO_PASSES",
     "HOLDOUT_GPT",
+    "MICRO_PASSES",
     "SMALL_GPT",
     "STATISTICS",
     "TINY_GPT",

@@ -23,8 +23,8 @@ from clustersim.simulator.cli.options import output_file
 from clustersim.simulator.profile import CalibrationProfile, load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration import (
-    MICRO_PASSES,
     HOLDOUT_GPT,
+    MICRO_PASSES,
     SMALL_GPT,
     STATISTICS,
     TINY_GPT,
