@@ -4,8 +4,9 @@ Per scenario (llama3-70b on 1,024 H100 at GBS 1,024 x 8k, the issue's case; llam
 H100 at GBS 128; llama3-8b on 64 H100; mixtral-8x7b on 256 H100) and tree:
 
 - the analytical tier in-process: enumeration, plan checks and the step-time and static-memory
-  bounds of every valid plan (the old tree: ``StepBound`` plan by plan; this tree:
-  ``search.grid.grid_bounds``), median CPU seconds and valid plans per CPU second;
+  bounds of every valid plan (the oldest trees: ``StepBound`` plan by plan; then
+  ``search.grid.grid_bounds`` over ``ParallelPlan``s; this tree: ``search.valid_columns`` and
+  ``search.grid.column_bounds`` over numpy columns), median CPU seconds and valid plans per CPU second;
 - the whole command in a fresh process (old and new alternate run by run, so both see the same
   load): median wall and CPU seconds (user + system of the command and its engine workers, from
   ``os.wait4``), peak RSS (the largest process), and whether the printed tables are the old
@@ -54,12 +55,17 @@ try:
 except ImportError:
     grid_bounds = None
 t0 = time.process_time()
-plans, _ = S._valid_plans(model, training, cluster, None)
-sb = StepBound(model, training, cluster, prof)
-if grid_bounds is None:
-    bounds = [(sb.step_time(p), sb.static_memory(p)) for p in plans]
+if hasattr(S, "valid_columns"):  # the plan grid as numpy columns (issue 18, third stop)
+    from clustersim.simulator.search.grid import column_bounds
+    plans, _ = S.valid_columns(model, training, cluster)
+    g = column_bounds(StepBound(model, training, cluster, prof), plans)
 else:
-    g = grid_bounds(sb, plans)
+    plans, _ = S._valid_plans(model, training, cluster, None)
+    sb = StepBound(model, training, cluster, prof)
+    if grid_bounds is None:
+        bounds = [(sb.step_time(p), sb.static_memory(p)) for p in plans]
+    else:
+        g = grid_bounds(sb, plans)
 print(json.dumps([len(plans), time.process_time() - t0]))
 """
 

@@ -6,8 +6,11 @@ room import their siblings directly. ``__all__`` is what the other rooms use, so
 """
 
 from clustersim.simulator.plan.checks import BUCKET_RANGE, check_plan
+from clustersim.simulator.plan.columns import FSDPS, PlanColumns, columns_valid, plan_columns
 from clustersim.simulator.plan.placement import Axis, Placement
 from clustersim.simulator.plan.plan import (
+    RECOMPUTES,
+    SCHEDULES,
     Fsdp,
     ParallelPlan,
     Recompute,
@@ -32,16 +35,21 @@ from clustersim.simulator.plan.schedules import (
 
 __all__ = [
     "BUCKET_RANGE",
+    "FSDPS",
+    "RECOMPUTES",
+    "SCHEDULES",
     "Action",
     "Axis",
     "Fsdp",
     "ParallelPlan",
     "Placement",
+    "PlanColumns",
     "Recompute",
     "Schedule",
     "Step",
     "check_plan",
     "chunks_per_stage",
+    "columns_valid",
     "dependency",
     "destination",
     "dualpipe_program",
@@ -50,6 +58,7 @@ __all__ = [
     "num_microbatches",
     "num_model_chunks",
     "pairs_forward_backward",
+    "plan_columns",
     "plan_from_mapping",
     "program_ends",
     "stage_in_flight_peak",

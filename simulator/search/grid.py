@@ -1,7 +1,9 @@
 """``StepBound`` over a whole plan grid at once: the optimistic step time and static memory of every
 candidate as numpy arrays.
 
-Owns ``grid_bounds``. The scalar ``search.bound.StepBound`` stays the reference and the source of
+Owns ``grid_bounds`` (over ``ParallelPlan``s) and ``column_bounds`` (over ``plan.PlanColumns``, the
+search's grid as numpy columns: a ``ParallelPlan`` is built only per distinct shard and per
+layout, and the figures are ``grid_bounds``' bit for bit). The scalar ``search.bound.StepBound`` stays the reference and the source of
 every per-layer figure: this module asks it for the pass times of each distinct (layer signature,
 shard) and the exposed TP seconds of each distinct TP layout, lays them out per layer as prefix
 sums, and then prices all plans of one pipeline layout (schedule, pp, vpp, layer split) together:
@@ -21,13 +23,13 @@ does) and simulates nothing.
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Callable, Sequence
 
 import numpy as np
 
-from clustersim.simulator.plan import ParallelPlan, num_model_chunks
+from clustersim.simulator.plan import FSDPS, ParallelPlan, PlanColumns, num_model_chunks
 from clustersim.simulator.search.bound import SAFETY, PassTimes, StepBound
 from clustersim.simulator.step import ADAM_BYTES_PER_PARAM, RESERVED_BYTES, op_kwargs, stage_chunks
 
@@ -40,6 +42,7 @@ _TP_FIELDS = attrgetter("tp", "cp", "dp", "pp", "ep", "etp", "order", "micro_bat
 """What a plan's TP block seconds depend on: the TP groups (placement) and the tensor size."""
 _COLUMNS = attrgetter("tp", "dp", "cp", "micro_batch", "zero", "grad_dtype_bytes", "ep", "etp")
 _NCOLUMNS = 8
+_DEFAULT = ParallelPlan()
 
 
 @dataclass(frozen=True)
@@ -91,9 +94,85 @@ def grid_bounds(sb: StepBound, plans: Sequence[ParallelPlan]) -> GridBounds:
     table, start = shards.table(), 0
     for layout, idx in by_layout.items():
         group = [plans[i] for i in idx]
-        step[idx], memory[idx] = _price_layout(sb, table, layout, group, rows[start:start + len(idx)])
+        step[idx], memory[idx] = _price_layout(sb, table, layout, group[0], _Degrees.of(group),
+                                               rows[start:start + len(idx)])
         start += len(idx)
     return GridBounds(step_time=step, static_memory=memory, scalar=len(scalar))
+
+
+def column_bounds(sb: StepBound, plans: PlanColumns) -> GridBounds:
+    """``grid_bounds`` of the plans of ``plans`` without building a ``ParallelPlan`` per plan: one
+    per distinct shard (its pass times) and one per layout (its chunks). The same figures, bit for
+    bit, as ``grid_bounds(sb, plans.plans())``."""
+    n = len(plans)
+    if not _uniform_kinds(sb):
+        every = plans.plans()
+        step = np.array([sb.step_time(p) for p in every], dtype=float).reshape(n)
+        memory = np.array([sb.static_memory(p) for p in every], dtype=float).reshape(n)
+        return GridBounds(step_time=step, static_memory=memory, scalar=n)
+    step, memory = np.empty(n), np.empty(n)
+    shards = _Shards(sb)
+    firsts, which = _distinct(plans.tp, plans.cp, plans.dp, plans.pp, plans.ep, plans.micro_batch, plans.sp,
+                              plans.recompute)  # _SHARD_FIELDS that vary in columns
+    rows = np.array([shards.row(plans.plan(int(i))) for i in firsts], dtype=np.int64).reshape(-1)[which]
+    table, degrees = shards.table(), _Degrees.of_columns(plans)
+    firsts, which = _distinct(plans.schedule, plans.pp, plans.vpp)
+    for u, i in enumerate(firsts):
+        first = plans.plan(int(i))
+        idx = np.flatnonzero(which == u)
+        layout = (first.schedule, first.pp, first.vpp, first.layer_split)
+        step[idx], memory[idx] = _price_layout(sb, table, layout, first, degrees.take(idx), rows[idx])
+    return GridBounds(step_time=step, static_memory=memory, scalar=0)
+
+
+def _distinct(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(the first row of each distinct combination of ``columns``, in first-seen order; each row's
+    combination as an index into those)."""
+    key = np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1)
+    _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    order = np.argsort(first)
+    rank = np.empty(len(order), dtype=np.int64)
+    rank[order] = np.arange(len(order))
+    return first[order], rank[np.asarray(inverse).reshape(-1)]
+
+
+@dataclass(frozen=True)
+class _Degrees:
+    """The per-plan integers ``_price_layout`` reads, one array each."""
+
+    tp: np.ndarray
+    dp: np.ndarray
+    cp: np.ndarray
+    micro_batch: np.ndarray
+    zero: np.ndarray
+    grad_bytes: np.ndarray
+    ep: np.ndarray
+    etp: np.ndarray
+    fsdp: np.ndarray
+    """FSDP of any kind (bool)."""
+    shard: np.ndarray
+    """``ParallelPlan.shard_degree`` / cp: dp_shard (or dp) under hybrid sharding, else dp."""
+
+    @staticmethod
+    def of(group: Sequence[ParallelPlan]) -> _Degrees:
+        n = len(group)
+        cols = np.fromiter(itertools.chain.from_iterable(map(_COLUMNS, group)), dtype=np.int64, count=n * _NCOLUMNS)
+        tp, dp, cp, mb, zero, grad_bytes, ep, etp = cols.reshape(n, _NCOLUMNS).T
+        fsdp = np.fromiter((p.fsdp != "none" for p in group), dtype=bool, count=n)
+        shard = np.fromiter(((p.dp_shard or p.dp) if p.fsdp == "hybrid" else p.dp for p in group), dtype=np.int64, count=n)
+        return _Degrees(tp=tp, dp=dp, cp=cp, micro_batch=mb, zero=zero, grad_bytes=grad_bytes, ep=ep, etp=etp,
+                        fsdp=fsdp, shard=shard)
+
+    @staticmethod
+    def of_columns(c: PlanColumns) -> _Degrees:
+        """Columns' plans: grad_dtype_bytes, etp and dp_shard at ``ParallelPlan``'s defaults (hybrid shards over dp)."""
+        full = np.full(len(c), 1, dtype=np.int64)
+        return _Degrees(tp=c.tp, dp=c.dp, cp=c.cp, micro_batch=c.micro_batch, zero=c.zero,
+                        grad_bytes=full * _DEFAULT.grad_dtype_bytes, ep=c.ep, etp=full * _DEFAULT.etp,
+                        fsdp=c.fsdp != FSDPS.index("none"), shard=c.dp)
+
+    def take(self, idx: np.ndarray) -> _Degrees:
+        return _Degrees(**{f.name: getattr(self, f.name)[idx] for f in fields(self)})
 
 
 def _uniform_kinds(sb: StepBound) -> bool:
@@ -201,21 +280,19 @@ def _chunks(sb: StepBound, table: _Table, layout: Layout, rows: np.ndarray, firs
                    dense=params - expert, expert=expert)
 
 
-def _price_layout(sb: StepBound, table: _Table, layout: Layout, group: list[ParallelPlan],
+def _price_layout(sb: StepBound, table: _Table, layout: Layout, first: ParallelPlan, d: _Degrees,
                   rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(step time, static memory) of every plan of one layout, as ``StepBound`` prices them."""
+    """(step time, static memory) of every plan of one layout (``first`` one of them, ``d`` their
+    degrees), as ``StepBound`` prices them."""
     schedule, pp, vpp, _ = layout
-    n = len(group)
-    cols = np.fromiter(itertools.chain.from_iterable(map(_COLUMNS, group)), dtype=np.int64, count=n * _NCOLUMNS)
-    tp, dp, cp, mb, zero, grad_bytes, ep, etp = cols.reshape(n, _NCOLUMNS).T
-    fsdp = np.fromiter((p.fsdp != "none" for p in group), dtype=bool, count=n)
-    shard_degree = np.fromiter(((p.dp_shard or p.dp) if p.fsdp == "hybrid" else p.dp for p in group), dtype=np.int64,
-                               count=n) * cp
+    n = len(rows)
+    tp, dp, cp, mb, zero, grad_bytes, ep, etp, fsdp = d.tp, d.dp, d.cp, d.micro_batch, d.zero, d.grad_bytes, d.ep, d.etp, d.fsdp
+    shard_degree = d.shard * cp
     param_shard = np.where((zero >= 3) | fsdp, shard_degree, 1)
     grad_shard = np.where((zero >= 2) | fsdp, shard_degree, 1)
     opt_shard = np.where((zero >= 1) | fsdp, shard_degree, 1)
     expert_dp = tp * cp * dp // (ep * etp)
-    c = _chunks(sb, table, layout, rows, group[0])
+    c = _chunks(sb, table, layout, rows, first)
 
     def sharded(dense: np.ndarray, expert: np.ndarray, per_param: float = 1.0) -> np.ndarray:  # ParallelPlan.sharded_state
         o, e = opt_shard.reshape(-1, *[1] * (dense.ndim - 1)), expert_dp.reshape(-1, *[1] * (dense.ndim - 1))

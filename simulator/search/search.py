@@ -1,7 +1,9 @@
 """Plan search: the engine's best plan for a model on N GPUs, proven by branch and bound.
 
 Owns the enumeration of candidate plans (tp, pp, vpp, dp, cp, ep, ZeRO/FSDP, micro-batch,
-recompute, schedule), pruning by divisibility (``check_plan``), the objectives (step time, $ per
+recompute, schedule; ``candidate_plans`` one by one, ``candidate_columns`` the same plans as numpy
+columns, which the search uses), pruning by divisibility (``check_plan``; over the columns
+``plan.columns_valid``), the objectives (step time, $ per
 token, peak memory, facility joules per token from ``step.energy``), the branch and bound over the optimistic bounds of ``search.bound`` (the
 engine prices plans best bound first until no bound can beat the best engine score; memory is
 the engine's own phase-1 check), the Pareto front of the priced plans (time, memory, energy), and how far the analytical
@@ -18,7 +20,9 @@ import os
 import time
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Literal, TypedDict
+from typing import Callable, Iterable, Iterator, Literal, TypedDict
+
+import numpy as np
 
 from clustersim.simulator.step import (
     J_PER_KWH,
@@ -29,12 +33,24 @@ from clustersim.simulator.step import (
     simulate_step as simulate,
 )
 from clustersim.simulator.profile import CalibrationProfile, default_profile
-from clustersim.simulator.plan import Fsdp, ParallelPlan, Recompute, Schedule, check_plan
+from clustersim.simulator.plan import (
+    FSDPS,
+    RECOMPUTES,
+    SCHEDULES,
+    Fsdp,
+    ParallelPlan,
+    PlanColumns,
+    Recompute,
+    Schedule,
+    check_plan,
+    columns_valid,
+    plan_columns,
+)
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.energy_bound import EnergyBound
 from clustersim.simulator.search.estimate import Estimate, Estimator
-from clustersim.simulator.search.grid import grid_bounds
+from clustersim.simulator.search.grid import column_bounds
 from clustersim.topologies import Cluster
 from clustersim.topologies.power import FacilitySpec
 from clustersim.workloads import ModelSpec, TrainingSpec
@@ -144,6 +160,43 @@ def candidate_plans(model: ModelSpec, training: TrainingSpec, cluster: Cluster, 
             yield from _variants(model, tp, pp, cp, ep, dp, mb)
 
 
+def candidate_columns(model: ModelSpec, training: TrainingSpec, cluster: Cluster, max_micro_batch: int = 8) -> PlanColumns:
+    """``candidate_plans`` as columns: the same plans in the same order, no ``ParallelPlan`` built."""
+    gpus = cluster.num_gpus
+    tps = [t for t in _powers(min(cluster.nvlink_domain_size, 16)) if model.num_heads % t == 0 and gpus % t == 0]
+    pps = [p for p in _divisors(gpus) if p <= model.num_layers and p <= 64]
+    cps = [c for c in _powers(16) if training.seq_len % (2 * c) == 0 and training.seq_len // c >= 1024 or c == 1]
+    eps = [e for e in _powers(model.num_experts or 1) if (model.num_experts or 1) % e == 0]
+    rows: list[tuple[int, ...]] = []
+    for tp, pp, cp, ep in itertools.product(tps, pps, cps, eps):
+        if gpus % (tp * pp * cp):
+            continue
+        dp = gpus // (tp * pp * cp)
+        for mb in _powers(max_micro_batch):
+            if training.global_batch_size % (dp * mb):
+                continue
+            head = (tp, pp, dp, cp, ep)
+            rows += [(*head, vpp, mb, tp > 1, s, r, z, f) for (s, vpp), r, (z, f) in _variant_codes(model, pp, tp)]
+    return plan_columns(rows)
+
+
+def _variant_codes(model: ModelSpec, pp: int, tp: int) -> Iterator[tuple[tuple[int, int], int, tuple[int, int]]]:
+    """``_variants``' (schedule, vpp), recompute and (zero, fsdp) as codes, in its order."""
+    schedules = [(SCHEDULES.index(s), v) for s, v in _schedules(model, pp)]
+    shardings = [(0, 0), (1, 0)] + ([(0, FSDPS.index("full"))] if pp == 1 and tp <= 8 else [])
+    return itertools.product(schedules, range(len(RECOMPUTES)), shardings)
+
+
+def _schedules(model: ModelSpec, pp: int) -> list[tuple[Schedule, int]]:
+    """The (schedule, vpp) pairs searched at ``pp`` stages."""
+    schedules: list[tuple[Schedule, int]] = [("1f1b", 1)]
+    if pp > 1:
+        schedules.append(("zb-h1", 1))
+        schedules += [("interleaved", v) for v in (2, 3, 4, 5) if model.num_layers % (pp * v) == 0]
+        schedules += [("dualpipe", 1)] if pp % 2 == 0 else []
+    return schedules
+
+
 class _Sharding(TypedDict, total=False):
     """The sharding keywords of one ParallelPlan variant."""
 
@@ -152,11 +205,7 @@ class _Sharding(TypedDict, total=False):
 
 
 def _variants(model: ModelSpec, tp: int, pp: int, cp: int, ep: int, dp: int, mb: int) -> Iterator[ParallelPlan]:
-    schedules: list[tuple[Schedule, int]] = [("1f1b", 1)] if pp > 1 else [("1f1b", 1)]
-    if pp > 1:
-        schedules.append(("zb-h1", 1))
-        schedules += [("interleaved", v) for v in (2, 3, 4, 5) if model.num_layers % (pp * v) == 0]
-        schedules += [("dualpipe", 1)] if pp % 2 == 0 else []
+    schedules = _schedules(model, pp)
     shardings: list[_Sharding] = [{"zero": 0}, {"zero": 1}]
     if pp == 1 and tp <= 8:
         shardings.append({"fsdp": "full"})
@@ -250,8 +299,10 @@ def search(
     the step-time bound's GPU-seconds plus ``EnergyBound``'s joules at those prices); ``energy`` by
     facility joules per token (PUE 1), bounded by ``search.energy_bound.EnergyBound``.
 
-    The bounds of all valid plans come from ``search.grid.grid_bounds`` (``StepBound`` in array
-    form). With ``workers > 1`` the engine runs on that many local processes, ``workers`` plans
+    The plan space is enumerated, checked and bounded as numpy columns (``valid_columns``,
+    ``search.grid.column_bounds``: ``StepBound`` in array form); a ``ParallelPlan`` is built only
+    for the plans the branch and bound reaches, in bound order (for every plan with ``shortlist``
+    and for the energy and cost bounds, which price plan by plan). With ``workers > 1`` the engine runs on that many local processes, ``workers`` plans
     at a time in bound order; results are taken in that order and the serial stopping rule applied
     to them, so the report is the one ``workers=1`` gives (runs past the stop are dropped and
     counted in ``speculative``).
@@ -261,20 +312,29 @@ def search(
     price = price_per_token(cluster, training, facility) if objective == "cost" else TokenPrice(per_second=1.0)
     prof = profile or default_profile(cluster.accelerator.name)
     t0, cpu0 = time.perf_counter(), time.process_time()
-    plans, candidates = _valid_plans(model, training, cluster, progress)
+    columns, candidates = valid_columns(model, training, cluster)
+    if progress:
+        progress(candidates)
     est = Estimator(model, training, cluster, prof)
-    seeds = _analytic_best(est, plans, shortlist) if shortlist else []
+    every = columns.plans() if shortlist or objective in ("energy", "cost") else None  # bounds that need each plan
+    seeds = _analytic_best(est, every, shortlist) if shortlist and every else []
     t1 = time.perf_counter()
     sb = StepBound(model, training, cluster, prof)
-    eb = EnergyBound(model, training, cluster, prof)
-    grid = grid_bounds(sb, plans)
-    bounds = {p: _bound(objective, p, t, m, eb, price)
-              for p, t, m in zip(plans, grid.step_time.tolist(), grid.static_memory.tolist())}
+    grid = column_bounds(sb, columns)
+    if every is None:
+        score = grid.static_memory if objective == "memory" else grid.step_time
+    else:
+        eb = EnergyBound(model, training, cluster, prof)
+        score = np.array([_bound(objective, p, t, m, eb, price)
+                          for p, t, m in zip(every, grid.step_time.tolist(), grid.static_memory.tolist())], dtype=float)
     t2, cpu2 = time.perf_counter(), time.process_time()
+    bounds: dict[ParallelPlan, float] = {}
+    if every is not None:
+        bounds.update(zip(every, score.tolist()))
     bb = _BranchAndBound(model, training, cluster, prof, objective, price, est, bounds, sb)
     for plan in seeds:
         bb.price(plan)
-    ordered = sorted(plans, key=lambda p: (bounds[p], p.describe()))
+    ordered = _bound_order(columns, score, bounds)
     if workers > 1 and objective != "memory":
         with _engine_pool(workers, model, training, cluster, prof) as pool:
             bb.run_parallel(ordered, pool, workers)
@@ -282,12 +342,27 @@ def search(
         bb.run(ordered)
     ranked = bb.ranked()
     return SearchReport(
-        ranked=tuple(ranked[:top]), candidates=candidates, valid=len(plans), fitting=bb.fitting,
+        ranked=tuple(ranked[:top]), candidates=candidates, valid=len(columns), fitting=bb.fitting,
         analytic_seconds=t1 - t0, objective=objective, bound_seconds=t2 - t1,
         engine_calls=bb.engine_calls, memory_rejected=bb.memory_rejected, engine_seconds=bb.seconds,
-        pruned=len(plans) - len(bb.priced), pareto=pareto_front(ranked),
+        pruned=len(columns) - len(bb.priced), pareto=pareto_front(ranked),
         workers=workers if objective != "memory" else 1, speculative=bb.speculative, tier_cpu_seconds=cpu2 - cpu0,
     )
+
+
+def _bound_order(columns: PlanColumns, score: np.ndarray, bounds: dict[ParallelPlan, float]) -> Iterator[ParallelPlan]:
+    """The plans of ``columns`` by (score, ``describe()``), as ``sorted`` orders them, each built
+    (and its score put in ``bounds``) only when the caller reaches it: a run of equal scores is
+    built at once and ordered by its labels (stable, so equal labels keep the grid's order)."""
+    order = np.argsort(score, kind="stable")
+    ranked = score[order]
+    starts = np.flatnonzero(np.concatenate([[True], ranked[1:] != ranked[:-1]])).tolist() + [len(order)]
+    for a, z in itertools.pairwise(starts):
+        run = [columns.plan(i) for i in order[a:z].tolist()]
+        value = float(ranked[a])
+        for plan in sorted(run, key=ParallelPlan.describe):
+            bounds.setdefault(plan, value)
+            yield plan
 
 
 def _bound(objective: Objective, plan: ParallelPlan, step: float, static: float, eb: EnergyBound, price: TokenPrice) -> float:
@@ -310,16 +385,11 @@ def _analytic_best(est: Estimator, plans: list[ParallelPlan], n: int) -> list[Pa
     return [p for _, _, p in sorted(fits, key=lambda t: t[:2])[:n]]
 
 
-def _valid_plans(model: ModelSpec, training: TrainingSpec, cluster: Cluster,
-                 progress: Callable[[int], None] | None) -> tuple[list[ParallelPlan], int]:
-    plans, candidates = [], 0
-    for plan in candidate_plans(model, training, cluster):
-        candidates += 1
-        if progress and candidates % 500 == 0:
-            progress(candidates)
-        if plan_is_valid(model, training, cluster, plan):
-            plans.append(plan)
-    return plans, candidates
+def valid_columns(model: ModelSpec, training: TrainingSpec, cluster: Cluster) -> tuple[PlanColumns, int]:
+    """The valid plans of the search space as columns (``candidate_columns`` where ``columns_valid``),
+    in the grid's order, and how many candidates there were."""
+    columns = candidate_columns(model, training, cluster)
+    return columns.take(columns_valid(model, training, cluster, columns)), len(columns)
 
 
 @dataclass
@@ -382,7 +452,7 @@ class _BranchAndBound:
         score = r.memory if self.objective == "memory" else _score(self.objective, r, self.token_price)[0]
         self.best = min(self.best, score)
 
-    def run_parallel(self, ordered: list[ParallelPlan], pool: ProcessPoolExecutor, workers: int) -> None:
+    def run_parallel(self, ordered: Iterable[ParallelPlan], pool: ProcessPoolExecutor, workers: int) -> None:
         """``run`` with the engine on ``pool``: the engine runs of the next ``workers`` plans the
         serial loop could reach run at once; the verdicts are then taken in bound order under the
         serial stopping rule, so what is priced and recorded is what ``run`` prices and records."""
@@ -413,7 +483,7 @@ class _BranchAndBound:
                 else:
                     self._record(verdicts[plan])
 
-    def run(self, ordered: list[ParallelPlan]) -> None:
+    def run(self, ordered: Iterable[ParallelPlan]) -> None:
         """Price best bound first until no bound can beat the incumbent."""
         for plan in ordered:
             if self.bounds[plan] >= self.best:
