@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from clustersim.collector import paused
 from clustersim.units import GBIT
 from clustersim.topologies.accelerators import (
     A100_40GB, A100_80GB, B200, B300, GB200, GB300, H100_SXM, H200, AcceleratorSpec, cpu_accelerator, get_accelerator,
@@ -215,7 +216,14 @@ def _params(system: SystemSpec, node: NodeSpec, o: dict[str, Any]) -> dict[str, 
 
 
 def build_cluster(system: SystemSpec, num_gpus: int, **overrides: Any) -> Cluster:
-    """A validated ``Cluster`` of ``num_gpus`` devices of ``system`` (overrides in SI units)."""
+    """A validated ``Cluster`` of ``num_gpus`` devices of ``system`` (overrides in SI units), built
+    with the cyclic garbage collector paused (``clustersim.collector``: the node and edge lists are
+    never garbage)."""
+    with paused():
+        return _build_cluster(system, num_gpus, **overrides)
+
+
+def _build_cluster(system: SystemSpec, num_gpus: int, **overrides: Any) -> Cluster:
     _check_override_keys(overrides)
     o = dict(overrides)
     acc = o.get("accelerator", system.accelerator)

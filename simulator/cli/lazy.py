@@ -18,6 +18,8 @@ import typer
 import typer.core
 import typer.main
 
+from clustersim.collector import paused
+
 if TYPE_CHECKING:  # typer vendors click; its classes are only named in the signatures it overrides
     from typer import _click as click
 
@@ -47,8 +49,10 @@ PACKAGE = "clustersim.simulator.cli"
 
 
 def load_command(name: str) -> click.Command:
-    """The click command ``name``, built from its module's ``register`` on a scratch Typer app."""
-    module = importlib.import_module(f"{PACKAGE}.{COMMANDS[name][0]}")
+    """The click command ``name``, built from its module's ``register`` on a scratch Typer app (its
+    modules imported with the cyclic garbage collector paused: ``clustersim.collector``)."""
+    with paused():
+        module = importlib.import_module(f"{PACKAGE}.{COMMANDS[name][0]}")
     scratch = typer.Typer(add_completion=False, pretty_exceptions_enable=False)
     module.register(scratch)
     command = typer.main.get_group(scratch).commands.get(name)
