@@ -23,6 +23,7 @@ does) and simulates nothing.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import dataclass, fields
 from operator import attrgetter
 from typing import Callable, Sequence
@@ -128,8 +129,15 @@ def column_bounds(sb: StepBound, plans: PlanColumns) -> GridBounds:
 def _distinct(*columns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(the first row of each distinct combination of ``columns``, in first-seen order; each row's
     combination as an index into those)."""
-    key = np.stack([np.asarray(c, dtype=np.int64) for c in columns], axis=1)
-    _, first, inverse = np.unique(key, axis=0, return_index=True, return_inverse=True)
+    cols = [np.asarray(c, dtype=np.int64) for c in columns]
+    radix = [int(c.max(initial=0)) + 1 for c in cols]
+    if min(int(c.min(initial=0)) for c in cols) >= 0 and math.prod(radix) < 2**62:
+        key = np.zeros(len(cols[0]), dtype=np.int64)
+        for c, r in zip(cols, radix):  # one integer per combination (mixed radix): a 1-d unique
+            key = key * r + c
+        _, first, inverse = np.unique(key, return_index=True, return_inverse=True)
+    else:
+        _, first, inverse = np.unique(np.stack(cols, axis=1), axis=0, return_index=True, return_inverse=True)
     order = np.argsort(first)
     rank = np.empty(len(order), dtype=np.int64)
     rank[order] = np.arange(len(order))

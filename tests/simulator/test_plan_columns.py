@@ -27,7 +27,7 @@ from clustersim.simulator.search.search import (
     plan_is_valid,
     valid_columns,
 )
-from clustersim.topologies import get_cluster
+from clustersim.topologies import Cluster, get_cluster
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model
 
 GRIDS = [  # (model, layers kept (None: all), GPUs, global batch, seq)
@@ -41,7 +41,7 @@ GRIDS = [  # (model, layers kept (None: all), GPUs, global batch, seq)
 IDS = [f"{g[0]}-{g[2]}-{g[3]}" for g in GRIDS]
 
 
-def _scenario(name: str, layers: int | None, gpus: int, gbs: int, seq: int) -> tuple[ModelSpec, TrainingSpec, object]:
+def _scenario(name: str, layers: int | None, gpus: int, gbs: int, seq: int) -> tuple[ModelSpec, TrainingSpec, Cluster]:
     m = get_model(name)
     m = m if layers is None else dataclasses.replace(m, num_layers=layers)
     return m, TrainingSpec(seq_len=seq, global_batch_size=gbs), get_cluster("dgx-h100", gpus)
@@ -50,13 +50,13 @@ def _scenario(name: str, layers: int | None, gpus: int, gbs: int, seq: int) -> t
 @pytest.mark.parametrize(("name", "layers", "gpus", "gbs", "seq"), GRIDS, ids=IDS)
 def test_columns_enumerate_and_check_the_scalar_plans(name: str, layers: int | None, gpus: int, gbs: int, seq: int) -> None:
     model, training, cluster = _scenario(name, layers, gpus, gbs, seq)
-    plans = list(candidate_plans(model, training, cluster))  # type: ignore[arg-type]
-    columns = candidate_columns(model, training, cluster)  # type: ignore[arg-type]
+    plans = list(candidate_plans(model, training, cluster))
+    columns = candidate_columns(model, training, cluster)
     assert len(plans) > 1000 and columns.plans() == plans
-    valid = [plan_is_valid(model, training, cluster, p) for p in plans]  # type: ignore[arg-type]
+    valid = [plan_is_valid(model, training, cluster, p) for p in plans]
     assert 0 < sum(valid) < len(plans)  # the checks prune something and keep something
-    assert columns_valid(model, training, cluster, columns).tolist() == valid  # type: ignore[arg-type]
-    kept, count = valid_columns(model, training, cluster)  # type: ignore[arg-type]
+    assert columns_valid(model, training, cluster, columns).tolist() == valid
+    kept, count = valid_columns(model, training, cluster)
     assert count == len(plans) and kept.plans() == [p for p, ok in zip(plans, valid) if ok]
 
 
@@ -110,10 +110,10 @@ def test_columns_check_every_rule_as_check_plan(name: str) -> None:
 @pytest.mark.parametrize(("name", "layers", "gpus", "gbs", "seq"), GRIDS, ids=IDS)
 def test_column_bounds_are_grid_bounds_bit_for_bit(name: str, layers: int | None, gpus: int, gbs: int, seq: int) -> None:
     model, training, cluster = _scenario(name, layers, gpus, gbs, seq)
-    prof = default_profile(cluster.accelerator.name)  # type: ignore[attr-defined]
-    columns, _ = valid_columns(model, training, cluster)  # type: ignore[arg-type]
-    got = column_bounds(StepBound(model, training, cluster, prof), columns)  # type: ignore[arg-type]
-    want = grid_bounds(StepBound(model, training, cluster, prof), columns.plans())  # type: ignore[arg-type]
+    prof = default_profile(cluster.accelerator.name)
+    columns, _ = valid_columns(model, training, cluster)
+    got = column_bounds(StepBound(model, training, cluster, prof), columns)
+    want = grid_bounds(StepBound(model, training, cluster, prof), columns.plans())
     assert np.all(got.step_time > 0) and np.all(got.static_memory > 0)
     assert np.array_equal(got.step_time, want.step_time) and np.array_equal(got.static_memory, want.static_memory)
     assert got.scalar == want.scalar == (len(columns) if name == "gpt-oss-120b" else 0)
@@ -123,9 +123,9 @@ def test_column_bounds_are_grid_bounds_bit_for_bit(name: str, layers: int | None
 def test_bound_order_is_sorted_by_bound_then_label(digits: int | None) -> None:
     """Rounded bounds make long runs of ties, which the labels must order as ``sorted`` does."""
     model, training, cluster = _scenario("llama3-70b", None, 1024, 1024, 8192)
-    prof = default_profile(cluster.accelerator.name)  # type: ignore[attr-defined]
-    columns, _ = valid_columns(model, training, cluster)  # type: ignore[arg-type]
-    score = column_bounds(StepBound(model, training, cluster, prof), columns).step_time  # type: ignore[arg-type]
+    prof = default_profile(cluster.accelerator.name)
+    columns, _ = valid_columns(model, training, cluster)
+    score = column_bounds(StepBound(model, training, cluster, prof), columns).step_time
     score = score if digits is None else np.round(score, digits)
     plans = columns.plans()
     by_plan = dict(zip(plans, score.tolist()))
