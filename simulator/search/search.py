@@ -302,8 +302,8 @@ def search(
     The plan space is enumerated, checked and bounded as numpy columns (``valid_columns``,
     ``search.grid.column_bounds``: ``StepBound`` in array form); a ``ParallelPlan`` is built only
     for the plans the branch and bound reaches, in bound order (for every plan with ``shortlist``
-    and for the energy and cost bounds, which price plan by plan). With ``workers > 1`` the engine runs on that many local processes, ``workers`` plans
-    at a time in bound order; results are taken in that order and the serial stopping rule applied
+    and for the energy and cost bounds, which price plan by plan). With ``workers > 1`` the engine
+    runs on that many local processes, ``workers`` plans at a time in bound order; results are taken in that order and the serial stopping rule applied
     to them, so the report is the one ``workers=1`` gives (runs past the stop are dropped and
     counted in ``speculative``).
     """
