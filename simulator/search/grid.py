@@ -41,6 +41,18 @@ _SHARD_FIELDS = attrgetter("tp", "cp", "dp", "pp", "ep", "etp", "order", "micro_
 """What a plan's shard depends on: its sharding keywords, recompute and (through its placement) its TP seconds."""
 _TP_FIELDS = attrgetter("tp", "cp", "dp", "pp", "ep", "etp", "order", "micro_batch", "sp", "tp_comm_overlap")
 """What a plan's TP block seconds depend on: the TP groups (placement) and the tensor size."""
+
+
+def _tp_key(p: ParallelPlan) -> tuple[object, ...]:
+    """What ``StepBound._tp_block`` depends on: the TP groups (its pricer is cached by them) and the
+    tensor (micro-batch, cp, sp) and the overlap. With tp fastest in the rank order the groups are
+    consecutive blocks of tp ranks whatever the other degrees (``Placement.groups``), so the other
+    degrees drop out of the key; with any other order they stay in it."""
+    if [a for a in p.order.split("-") if a != "ep"][0] == "tp":
+        return ("blocks", p.tp, p.world_size, p.micro_batch, p.cp, p.sp, p.tp_comm_overlap)
+    return _TP_FIELDS(p)
+
+
 _COLUMNS = attrgetter("tp", "dp", "cp", "micro_batch", "zero", "grad_dtype_bytes", "ep", "etp")
 _NCOLUMNS = 8
 _DEFAULT = ParallelPlan()
@@ -211,7 +223,7 @@ class _Shards:
 
     def tp_block(self, p: ParallelPlan) -> float:
         """Exposed seconds of one TP block (``StepBound._tp_block``), once per placement of TP and size."""
-        key = _TP_FIELDS(p)
+        key = _tp_key(p)
         if key not in self._tp:
             self._tp[key] = self.sb._tp_block(p) * (1.0 - p.tp_comm_overlap)
         return self._tp[key]
