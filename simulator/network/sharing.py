@@ -31,8 +31,9 @@ import numpy as np
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.network.flows import max_min_rates
 
-TrafficClass = Literal["pp", "dp", "param_gather"]
-"""What a transfer carries: pipeline activations/gradients, DP gradient buckets, ZeRO gathers."""
+TrafficClass = Literal["pp", "dp", "param_gather", "ep"]
+"""What a transfer carries: pipeline activations/gradients, DP gradient buckets, ZeRO gathers, the
+EP all-to-alls inside a pass."""
 class FabricLoadError(ClusterSimError):
     """A background load or a degraded link that does not fit the fabric."""
 

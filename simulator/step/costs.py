@@ -73,6 +73,11 @@ class ChunkCost:
     exposed in full when it runs alone. 0 when ``ep_fwd`` already holds them (override, no pairing)."""
     ep_a2a_bwd: float = 0.0
     """The same for one backward (input gradient, with the recompute's all-to-alls)."""
+    ep_call_fwd: Call | None = None
+    """The all-to-alls behind one forward's ``exposed_ep`` when it is whole calls (``count`` of
+    them back to back), for the flows over time; None: not whole calls, or none."""
+    ep_call_bwd: Call | None = None
+    """The same for one backward (``exposed_ep`` of B; W has none)."""
 
     def duration(self, kind: str, split_w: bool) -> float:
         """Seconds of pass ``kind`` (F, B or W) run alone; without ``split_w`` B includes W."""

@@ -7,9 +7,10 @@ prefetched before the first forward, the cross-stage sync before the optimizer, 
 Symmetric mode runs one replica (one representative pipeline); full mode runs every DP replica with
 per-rank compute scales (stragglers), each unit gated by the slowest rank of its TP/CP group.
 It records immutable intervals while running; the ``Result`` is summarised from them at the end.
-With ``EngineInput.flows`` the p2p, DP and gather streams' calls share the fabric's links over time
-(``clustersim.simulator.step.fluid``): a call slowed by sharing logs its time alone under its own
-category and the rest as ``p2p_shared`` / ``dp_shared``.
+With ``EngineInput.flows`` the p2p, DP and gather streams' calls, and the EP all-to-alls a pass
+exposes, share the fabric's links over time (``clustersim.simulator.step.fluid``): a call slowed by
+sharing logs its time alone under its own category and the rest as ``p2p_shared`` / ``dp_shared`` /
+``ep_shared`` (EP on the EP stream; the compute stream waits for it all as ``exposed_ep``).
 A long steady state is simulated for a few periods only and extrapolated exactly
 (``clustersim.simulator.step.steady``), so the cost does not grow with the micro-batches.
 """
@@ -238,17 +239,40 @@ def _input_ready(st: _Run, r: int, s: int, action: Action) -> bool:
 
 
 def _pass(st: _Run, r: int, s: int, action: Action, dp_queue: simpy.Store, left: Counter[int]) -> Process:
-    """Run one pass; the chunk's last backward (its last W with a split backward) releases its DP buckets."""
+    """Run one pass; the chunk's last backward (its last W with a split backward) releases its DP
+    buckets. With its EP all-to-alls as flows (``StreamTransfers.ep``) the pass's ``exposed_ep``
+    runs on the shared fabric in its place (after the compute and the TP/CP waits, as priced)."""
     kind, mb, v = action
     chunk = st.inp.stages[s].chunks[v]
     start = st.env.now
-    dur = _record_pass(st, r, s, chunk, action, start)
+    ep = st.inp.flows.ep.get((s, v, kind)) if st.inp.flows is not None else None
+    parts = chunk.parts(kind, _split_w(st.inp))
+    head = parts if ep is None else {k: x for k, x in parts.items() if k not in ("exposed_ep", "exposed_dp")}
+    dur = _record_parts(st, r, s, head, f"{kind}{mb}.{v}", start)
+    release = False
     if kind == ("W" if _split_w(st.inp) else "B"):
         left[v] -= 1
-        if left[v] == 0:
-            st.env.process(_release(st, dp_queue, chunk, start, dur))
+        release = left[v] == 0
+    if release and (ep is None or st.inp.overlap_grad_reduce):  # at their fractions of the pass as priced
+        priced = dur if ep is None else dur + parts["exposed_ep"] + parts["exposed_dp"]
+        st.env.process(_release(st, dp_queue, chunk, start, priced))
     yield st.env.timeout(dur)
+    if ep is not None:
+        yield from _ep_flow(st, r, s, ep, f"{kind}{mb}.{v}")
+        tail = _record_parts(st, r, s, {"exposed_dp": parts["exposed_dp"]}, f"{kind}{mb}.{v}", st.env.now)
+        yield st.env.timeout(tail)
+        if release and not st.inp.overlap_grad_reduce:  # after the pass, however long sharing made it
+            st.env.process(_release(st, dp_queue, chunk, st.env.now, 0.0))
     _send(st, r, s, action)
+
+
+def _ep_flow(st: _Run, r: int, s: int, transfer: Transfer, label: str) -> Process:
+    """A pass's EP all-to-alls on the shared fabric: the compute stream waits for them (all of it
+    ``exposed_ep``); the EP stream logs their time alone and what sharing added (``ep_shared``)."""
+    t0 = st.env.now
+    yield from _transfer(st, r, s, "ep", "ep_comm", transfer, label)
+    if st.env.now > t0:
+        st.log.append(Interval(r, s, "compute", "exposed_ep", t0, st.env.now, label))
 
 
 def _partner(st: _Run, r: int, s: int, queues: list[deque[Action]], lane: int, action: Action) -> int | None:
@@ -322,19 +346,18 @@ def _bucket_count(stage: StageCost) -> int:
     return sum(len(c.buckets) for c in stage.chunks)
 
 
-def _record_pass(st: _Run, r: int, s: int, chunk: ChunkCost, action: Action, start: float) -> float:
-    """Log the pass split by cause; returns its scaled duration."""
-    kind, mb, v = action
-    split = _split_w(st.inp)
+def _record_parts(st: _Run, r: int, s: int, parts: dict[str, float], label: str, start: float) -> float:
+    """Log a pass's ``parts`` (seconds by cause) from ``start`` one after another; returns their
+    scaled duration."""
     scale = float(st.inp.scale[r, s])
     t = start
-    for cat, secs in chunk.parts(kind, split).items():
+    for cat, secs in parts.items():
         if secs > 0:
             d = secs * scale if cat == "compute" else secs
-            st.log.append(Interval(r, s, "compute", cat, t, t + d, f"{kind}{mb}.{v}"))
+            st.log.append(Interval(r, s, "compute", cat, t, t + d, label))
             t += d
             if cat == "compute":
-                t = _sync_wait(st, r, s, d, t, f"{kind}{mb}.{v}")
+                t = _sync_wait(st, r, s, d, t, label)
     return t - start
 
 
@@ -411,7 +434,7 @@ def _transfer(st: _Run, r: int, s: int, stream: str, category: str, transfer: Tr
     if alone > t0:
         st.log.append(Interval(r, s, stream, category, t0, alone, label))
     if st.env.now > alone:
-        shared = "p2p_shared" if category == "p2p" else "dp_shared"
+        shared = {"p2p": "p2p_shared", "ep_comm": "ep_shared"}.get(category, "dp_shared")
         st.log.append(Interval(r, s, stream, shared, alone, st.env.now, label))
 
 

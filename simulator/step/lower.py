@@ -106,8 +106,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
         out["cp_bwd"] += scan_a2a * (2 if full_recompute else 1)
     a2a = 0.0
     if moe and plan.ep > 1 and plan.moe_dispatcher == "alltoall":
-        per_rank = tokens / plan.tp * m.top_k * m.hidden_size * t.activation_bytes
-        a2a = 2 * c.pricer.time("all_to_all", per_rank, "ep")
+        a2a = 2 * c.pricer.time("all_to_all", ep_alltoall_bytes(c), "ep")
     elif moe and plan.ep > 1:  # dispatch and combine by the plan's dispatcher, bytes per tier
         shape = ep_shape(c.pricer.placement, c.pricer.cluster)
         a2a = 2 * dispatch_time(plan.moe_dispatcher, m, tokens / plan.tp, m.hidden_size * t.activation_bytes,
@@ -119,6 +118,33 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
     hideable = a2a if paired else 0.0
     out["ep_a2a_fwd"], out["ep_a2a_bwd"] = hideable, hideable * rec
     return out
+
+
+def ep_alltoall_bytes(c: Costing) -> float:
+    """Bytes per rank of one EP all-to-all (dispatch or combine) of one MoE layer and micro-batch,
+    ``alltoall`` dispatcher: the tp group's tokens, ``top_k`` copies of each, full-width."""
+    plan, t, m = c.plan, c.training, c.model
+    return plan.micro_batch * t.seq_len / plan.cp / plan.tp * m.top_k * m.hidden_size * t.activation_bytes
+
+
+def ep_pass_calls(c: Costing, per_layer: list[tuple[list[Op], bool]], n_full: int) -> tuple[Call | None, Call | None]:
+    """(forward, backward) EP all-to-alls one pass of a chunk exposes on its compute stream, as
+    calls (dispatch and combine of every MoE layer; the backward's recompute runs them again), for
+    the flows over time; None where the exposed EP time is not whole calls (another dispatcher, a
+    paired schedule that hides them, an ``ep_comm_overlap`` override) or there is none."""
+    plan = c.plan
+    paired = plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule, plan.ep_overlap)
+    if plan.ep <= 1 or plan.moe_dispatcher != "alltoall" or paired or (plan.ep_comm_overlap or 0.0) > 0:
+        return None, None
+    fwd = bwd = 0
+    for j, (_, moe) in enumerate(per_layer):
+        if moe:
+            full = plan.recompute == "full" and j < n_full
+            fwd += 2
+            bwd += 2 * (2 if full or moe_recomputes_dispatch(moe, plan.recomputed_modules) else 1)
+    size = ep_alltoall_bytes(c)
+    return (Call("all_to_all", size, "ep", fwd) if fwd else None,
+            Call("all_to_all", size, "ep", bwd) if bwd else None)
 
 
 TPCall = tuple[CollectiveKind, float]
@@ -227,11 +253,13 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     rec_flops = sum(o.flops for ops in recomputed for o in ops)
     dp_fwd, dp_bwd = _fsdp_exposed(c, ops_all, per_layer)
     gather, lead, gather_call = _param_gathers(c, ops_all, per_layer)
+    ep_call_fwd, ep_call_bwd = ep_pass_calls(c, per_layer, n_full)
     return ChunkCost(
         chunk=chunk, fwd=c.time(ops_all, "fwd"), bwd_input=c.time(ops_all, "bwd_input"),
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
-        buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_call=gather_call, **acc,
+        buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_call=gather_call,
+        ep_call_fwd=ep_call_fwd, ep_call_bwd=ep_call_bwd, **acc,
     )
 
 

@@ -93,7 +93,7 @@ def simulate(
     stage_parts = compute_parts(costing, part)
     parts = {k: v * scale for k, v in stage_parts[crit[1]].items()}
     fabric = {} if flows is None else fabric_report(
-        flows, send_counts(plan.schedule, plan.pp, m, inp.vpp), intervals, step)
+        flows, send_counts(plan.schedule, plan.pp, m, inp.vpp), intervals, step, microbatches=m)
     return dataclasses.replace(result, collectives=lowered.collectives, compute_breakdown=parts, fabric=fabric,
                                stage_compute_breakdowns=stage_parts,
                                labels={**result.labels, **scenario_labels(model, training, cluster, prof)})

@@ -1,13 +1,15 @@
 """The engine's communication streams as transfers on one shared fabric (``fabric_sharing="flows"``).
 
 Owns ``StreamTransfers``: for every call the engine's streams make (pipeline sends in both
-directions, DP gradient buckets, ZeRO parameter gathers) the ``Transfer`` the flows-over-time model
+directions, DP gradient buckets, ZeRO parameter gathers, and the EP all-to-alls a pass exposes on
+the compute stream when they are whole calls) the ``Transfer`` the flows-over-time model
 runs, built by ``CommPricer`` over the groups of that call's pipeline stage, and the link
 capacities they share (with other tenants' load and degraded links taken away). Built from the
 lowered costs (each ``Call`` says what a stream moves), so the byte counts stay those of
 ``clustersim.simulator.step.lower``. It schedules nothing (``clustersim.simulator.step.engine``).
 
-Communication inside a pass (TP, CP, EP, FSDP exposed on the compute stream) stays priced alone.
+Other communication inside a pass (TP, CP, FSDP exposed on the compute stream, EP under another
+dispatcher or partly hidden) stays priced alone.
 """
 
 from __future__ import annotations
@@ -40,6 +42,8 @@ class StreamTransfers:
     """(stage, chunk, bucket index) -> the bucket's reduction."""
     gathers: dict[tuple[int, int], Transfer] = field(default_factory=dict)
     """(stage, chunk) -> the chunk's ZeRO parameter all-gathers."""
+    ep: dict[tuple[int, int, str], Transfer] = field(default_factory=dict)
+    """(stage, chunk, pass ``"F"``/``"B"``) -> the EP all-to-alls that pass exposes (``ChunkCost.ep_call_*``)."""
     edge_name: Callable[[int], str] = str
     """Name ``"u->v"`` of a link id (for the fabric report)."""
 
@@ -62,10 +66,14 @@ def stream_transfers(pricer: CommPricer, stages: tuple[StageCost, ...], load: Fa
             tr = _call(pricer, ch.param_gather_call, st.stage, "param_gather")
             if tr is not None:
                 out.gathers[(st.stage, ch.chunk)] = tr
+            for kind, call in (("F", ch.ep_call_fwd), ("B", ch.ep_call_bwd)):
+                tr = _call(pricer, call, st.stage, "ep")
+                if tr is not None:
+                    out.ep[(st.stage, ch.chunk, kind)] = tr
     return out
 
 
-def _call(pricer: CommPricer, call: Call | None, stage: int, traffic: Literal["dp", "param_gather"]) -> Transfer | None:
+def _call(pricer: CommPricer, call: Call | None, stage: int, traffic: Literal["dp", "param_gather", "ep"]) -> Transfer | None:
     if call is None:
         return None
     tr = pricer.transfer(call.kind, call.size, call.axis, stage, traffic)
@@ -84,21 +92,28 @@ def send_counts(schedule: str, pp: int, microbatches: int, vpp: int) -> Counter[
     return out
 
 
+SHARED = {"p2p_shared": "pp", "dp_shared": "dp", "ep_shared": "ep"}
+"""Interval category of the time a call lost to sharing -> its traffic class in the report."""
+
+
 def fabric_report(flows: StreamTransfers, sends: Counter[tuple[int, str]], intervals: list[Interval],
-                  step_time: float, top: int = 10) -> dict[str, Any]:
+                  step_time: float, top: int = 10, microbatches: int = 0) -> dict[str, Any]:
     """What the streams' traffic did to the fabric in one step: seconds each traffic class lost to
     sharing (the representative pipeline's ``*_shared`` intervals, the time its calls took beyond
-    their priced time: ``pp`` on the p2p streams, ``dp`` on the DP stream, buckets and gathers;
-    capacity taken by other tenants or lost to a degraded link counts here too) and the ``top`` links by time-averaged utilisation of the
-    streams' bytes (every message, bucket and gather of the step once; TP/CP/EP traffic inside the
-    passes is not counted), over the capacity left to this job."""
-    lost = {"pp": 0.0, "dp": 0.0}
+    their priced time: ``pp`` on the p2p streams, ``dp`` on the DP stream, buckets and gathers,
+    ``ep`` the all-to-alls inside passes when they run as flows; capacity taken by other tenants or
+    lost to a degraded link counts here too) and the ``top`` links by time-averaged utilisation of
+    the streams' bytes (every message, bucket and gather of the step once, and the EP flows of
+    ``microbatches`` forward and backward passes of every chunk; TP/CP traffic and EP priced alone
+    inside the passes is not counted), over the capacity left to this job."""
+    lost = {"pp": 0.0, "dp": 0.0} | ({"ep": 0.0} if flows.ep else {})
     for iv in intervals:
-        if iv.category in ("p2p_shared", "dp_shared"):
-            lost["pp" if iv.category == "p2p_shared" else "dp"] += iv.end - iv.start
+        if iv.category in SHARED:
+            lost[SHARED[iv.category]] += iv.end - iv.start
     volume = np.zeros(len(flows.capacity))
     calls = [(tr, float(sends[key])) for key, tr in flows.p2p.items()]
     calls += [(tr, 1.0) for tr in (*flows.buckets.values(), *flows.gathers.values())]
+    calls += [(tr, float(microbatches)) for tr in flows.ep.values()]
     for tr, count in calls:
         for ph in tr.phases:
             np.add.at(volume, ph.edges, count * ph.load * ph.work)
