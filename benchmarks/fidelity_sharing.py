@@ -3,10 +3,11 @@
 where the engine's streams can overlap (pp > 1, or ep > 1), and the weak-scaling series (same
 source, model, GPU and per-GPU batch at growing GPU counts): predicted growth against published.
 
-    .venv/bin/python benchmarks/fidelity_sharing.py [--all] [--static VALIDATE.csv]
+    .venv/bin/python benchmarks/fidelity_sharing.py [--all] [--static VALIDATE.csv] [--out DIR]
 
 ``--static`` reads the static figures from ``clustersim validate --fidelity flow -o VALIDATE.csv``
 (the same predictions: the static path is what validate runs) instead of simulating them again.
+``--out DIR`` writes each mode's rows (``static.csv``, ``flows.csv``) there, to compare row by row.
 
 Not part of the test run (minutes). It replaces the simulate that ``validate_row`` calls by one
 with ``fabric_sharing`` set; nothing else of the validation changes.
@@ -19,7 +20,11 @@ import functools
 import os
 import time
 
+from pathlib import Path
+
 import pandas as pd
+
+from clustersim.files import write_atomic
 
 from clustersim.simulator.calibration import validate as validation
 from clustersim.simulator.calibration.validate import error_stats, load_runs, validate_row
@@ -53,6 +58,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--all", action="store_true", help="every row, not only pp > 1 or ep > 1")
     ap.add_argument("--static", default=None, help="validate --fidelity flow CSV with the static figures")
+    ap.add_argument("--out", default=None, help="folder for static.csv and flows.csv (per-row predictions)")
     args = ap.parse_args()
     print(f"load average (1, 5, 15 min): {os.getloadavg()}, {os.cpu_count()} CPUs")
     table = load_runs()
@@ -69,6 +75,10 @@ def main() -> None:
         t0 = time.perf_counter()
         res[sharing] = _run(rows, sharing).set_index("row_id")
         print(f"{sharing}: {len(rows)} rows in {time.perf_counter() - t0:.0f} s")
+    if args.out:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        for sharing, frame in res.items():
+            write_atomic(Path(args.out) / f"{sharing}.csv", frame.to_csv())
     ok = res["static"].status.eq("ok") & res["flows"].status.eq("ok")
     for name, mask in (("pp > 1", rows.set_index("row_id").pp.fillna(1) > 1),
                        ("ep > 1", rows.set_index("row_id").ep.fillna(1) > 1)):

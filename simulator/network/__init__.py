@@ -14,8 +14,8 @@ from clustersim.simulator.network.collectives import (
     price_collective,
 )
 from clustersim.simulator.network.pricing import CollectiveRow, CommPricer, Fidelity
-from clustersim.simulator.network.routing import fabric_of
-from clustersim.simulator.network.sharing import FabricLoad, FluidShare, Transfer
+from clustersim.simulator.network.routing import Fabric, fabric_of
+from clustersim.simulator.network.sharing import FabricLoad, FluidShare, Phase, Transfer
 
 __all__ = [
     "CollectiveCost",
@@ -23,10 +23,12 @@ __all__ = [
     "CollectiveKind",
     "CollectiveRow",
     "CommPricer",
+    "Fabric",
     "FabricLoad",
     "Fidelity",
     "FluidShare",
     "GroupShape",
+    "Phase",
     "Transfer",
     "collective_kind",
     "collective_time",

@@ -65,6 +65,8 @@ def activity(stream: str, category: str) -> str:
     stands for its stage's kernel mix (``compute_mix``)."""
     if stream == "compute":
         return _COMPUTE_STREAM_ACTIVITY.get(category, "wait")
+    if stream.startswith("nic-"):  # a NIC's rate samples (flows): the stream that moves the bytes counts
+        return "wait"
     return "comm"
 
 

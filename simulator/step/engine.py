@@ -120,7 +120,7 @@ def _simulate(inp: EngineInput) -> tuple[list[Interval], float]:
     """Simulate every pass of every micro-batch."""
     st = _Run(inp=inp)
     if inp.flows is not None:
-        st.fabric = FabricStreams(st.env, inp.flows.capacity)
+        st.fabric = FabricStreams(st.env, inp.flows.capacity, inp.flows.nics, st.log)
     ends: dict[tuple[int, int], float] = {}
     ready = [[st.env.event() for _ in range(st.pp)] for _ in range(st.replicas)]
     for r in range(st.replicas):

@@ -20,9 +20,10 @@ from typing import Any, Callable, Literal
 
 import numpy as np
 
-from clustersim.simulator.network import CommPricer, FabricLoad, Transfer, fabric_of
+from clustersim.simulator.network import CommPricer, Fabric, FabricLoad, Transfer, fabric_of
 from clustersim.simulator.plan import destination, lanes
 from clustersim.simulator.step.costs import Call, StageCost
+from clustersim.simulator.step.fluid import Watched
 from clustersim.simulator.step.interval import Interval
 
 FabricSharing = Literal["static", "flows"]
@@ -46,13 +47,17 @@ class StreamTransfers:
     """(stage, chunk, pass ``"F"``/``"B"``) -> the EP all-to-alls that pass exposes (``ChunkCost.ep_call_*``)."""
     edge_name: Callable[[int], str] = str
     """Name ``"u->v"`` of a link id (for the fabric report)."""
+    nics: tuple[Watched, ...] = ()
+    """The links whose rates the engine logs for the trace: each stage's representative GPU (of
+    the representative pipeline) to its NIC (``nic-out``) and back (``nic-in``)."""
 
 
 def stream_transfers(pricer: CommPricer, stages: tuple[StageCost, ...], load: FabricLoad) -> StreamTransfers:
     """The transfers of every stream call of ``stages``."""
     fabric = fabric_of(pricer.cluster, pricer.profile)
+    reps = pricer.placement.groups("pp")[0]
     out = StreamTransfers(capacity=load.capacity(fabric.capacity, fabric.link_class, fabric.edge_id),
-                          edge_name=fabric.edge_name)
+                          edge_name=fabric.edge_name, nics=nic_links(fabric, [int(g) for g in reps]))
     for st in stages:
         for direction in ("fwd", "bwd"):
             tr = pricer.p2p_transfer(st.p2p_size, st.stage, "fwd" if direction == "fwd" else "bwd")
@@ -71,6 +76,20 @@ def stream_transfers(pricer: CommPricer, stages: tuple[StageCost, ...], load: Fa
                 if tr is not None:
                     out.ep[(st.stage, ch.chunk, kind)] = tr
     return out
+
+
+def nic_links(fabric: Fabric, gpus: list[int]) -> tuple[Watched, ...]:
+    """(stage, link, stream, name) of the GPU -> NIC and NIC -> GPU links of ``gpus[stage]``
+    (none for a GPU wired to no NIC of its own)."""
+    nic = np.array([k == "nic" for k in fabric.kind])
+    src, dst = np.asarray(fabric.src_of), np.asarray(fabric.dst_of)
+    out: list[Watched] = []
+    for stage, g in enumerate(gpus):
+        node = int(fabric.gpu_node[g])
+        for stream, edges in (("nic-out", np.flatnonzero((src == node) & nic[dst])),
+                              ("nic-in", np.flatnonzero((dst == node) & nic[src]))):
+            out += [(stage, int(e), stream, fabric.edge_name(int(e))) for e in edges[:1]]
+    return tuple(out)
 
 
 def _call(pricer: CommPricer, call: Call | None, stage: int, traffic: Literal["dp", "param_gather", "ep"]) -> Transfer | None:

@@ -7,7 +7,9 @@ one thread per stream (compute, DP, p2p forward, p2p backward, EP all-to-all); c
 microseconds whose args say the pass, micro-batch and chunk, the bytes, algorithm and link of
 communication; exposed communication named for its axis ("exposed TP", "exposed DP: ..."), never
 like the compute it interrupts; flow events ("s"/"f") from each activation transfer to the
-stage that receives it; and the run's metadata (scenario, plan, step time) in ``otherData``.
+stage that receives it; with flows, counter tracks ("C") of each stage's representative NIC, GB/s
+out and in over time (a steady state the engine extrapolated is drawn merged, and an instant event
+says so); and the run's metadata (scenario, plan, step time) in ``otherData``.
 Written through the one atomic writer.
 """
 
@@ -20,6 +22,7 @@ from typing import Any, Mapping
 
 from clustersim.files import write_json
 from clustersim.simulator.step.engine import Interval
+from clustersim.simulator.step.fluid import category_rate
 from clustersim.simulator.step.result import Result
 
 STREAMS = {"compute": 0, "dp": 1, "p2p-fwd": 2, "p2p-bwd": 3, "ep": 4}
@@ -31,6 +34,12 @@ NAMES = {"exposed_tp": "exposed TP", "exposed_cp": "exposed CP", "exposed_ep": "
          "ep_comm": "EP all-to-all"}
 """Slice names by category (compute slices keep the pass label, e.g. ``F3.0``)."""
 PASS = re.compile(r"^([FBW])(\d+)\.(\d+)$")
+MERGED = re.compile(r"^(\d+) steady periods")
+"""The label of an interval that stands for merged steady-state periods (``step.steady``)."""
+STRETCHED = re.compile(r" \(x(\d+) steady periods\)$")
+"""The label suffix of an interval inside one steady period stretched n-fold (``step.steady``)."""
+NIC_TRACKS = {"nic-out": "NIC out", "nic-in": "NIC in"}
+"""The engine's NIC rate streams (``step.fluid``) -> counter track name prefix."""
 AXIS_OF = {"exposed_tp": ("tp",), "exposed_cp": ("cp",), "exposed_ep": ("ep",), "ep_comm": ("ep",), "dp_comm": ("dp", "dp+cp", "edp", "dp_shard", "dp_rep")}
 
 
@@ -106,15 +115,62 @@ def trace_events(result: Result) -> list[dict[str, Any]]:
     pids: dict[int, tuple[int, int]] = {}
     slices: list[dict[str, Any]] = []
     flows: list[dict[str, Any]] = []
+    nics: list[Interval] = []
     for iv in result.intervals:
         pid = pid_of(iv, pp)
         pids.setdefault(pid, (iv.replica, iv.stage))
+        if iv.stream in NIC_TRACKS:
+            nics.append(iv)
+            continue
         ts, dur = iv.start * 1e6, (iv.end - iv.start) * 1e6
         slices.append({"ph": "X", "name": _name(iv), "cat": iv.category, "pid": pid,
                        "tid": STREAMS.get(iv.stream, 9), "ts": ts, "dur": dur, "args": _args(iv, pp, comm, p2p_bytes)})
         if iv.stream.startswith("p2p"):
             flows += _flow(iv, pp, len(flows) // 2 + 1, ts, dur)
-    return _metadata(pids) + slices + flows
+    return _metadata(pids) + slices + flows + nic_counters(nics, pp)
+
+
+def nic_counters(intervals: list[Interval], pp: int) -> list[dict[str, Any]]:
+    """Counter events ("C") of each stage's representative NIC, GB/s out and in over time, from
+    its ``nic_rate`` intervals (flows only): the rate at each interval's start, 0 where it goes
+    idle. A steady state the engine extrapolated comes back as one interval per rate, the time
+    spent at each rate over its periods merged and not in time order: drawn as such, with an
+    instant event saying so at its start; one stretched n-fold (``step.steady``: every interval of
+    one period n times as long, in order) is drawn stretched, and said so too."""
+    tracks: dict[tuple[int, str], list[Interval]] = {}
+    for iv in intervals:
+        tracks.setdefault((pid_of(iv, pp), iv.stream), []).append(iv)
+    events: list[dict[str, Any]] = []
+    for (pid, stream), ivs in sorted(tracks.items()):
+        ivs.sort(key=lambda iv: iv.start)
+        name = f"{NIC_TRACKS[stream]} {_link_of(ivs)} (GB/s)"
+        said = ""
+        for k, iv in enumerate(ivs):
+            note = _extrapolated(iv.label)
+            if note and note != said:
+                events.append({"ph": "i", "s": "p", "name": f"{name}: {note}", "pid": pid, "tid": 0, "ts": iv.start * 1e6})
+            said = note
+            events.append({"ph": "C", "name": name, "pid": pid, "ts": iv.start * 1e6,
+                           "args": {"GB/s": category_rate(iv.category) / 1e9}})
+            if k + 1 == len(ivs) or ivs[k + 1].start > iv.end:
+                events.append({"ph": "C", "name": name, "pid": pid, "ts": iv.end * 1e6, "args": {"GB/s": 0.0}})
+    return events
+
+
+def _extrapolated(label: str) -> str:
+    """What a NIC interval's label says the extrapolation did to it ("" when nothing)."""
+    m = MERGED.match(label)
+    if m:
+        return f"{m[1]} steady periods extrapolated: time at each rate merged, not in time order"
+    m = STRETCHED.search(label)
+    if m:
+        return f"{m[1]} steady periods extrapolated: one period drawn {m[1]} times as long"
+    return ""
+
+
+def _link_of(ivs: list[Interval]) -> str:
+    """The link name of a NIC track (the label of its intervals that are not merged periods)."""
+    return next((STRETCHED.sub("", iv.label) for iv in ivs if MERGED.match(iv.label) is None), "")
 
 
 def _flow(iv: Interval, pp: int, ident: int, ts: float, dur: float) -> list[dict[str, Any]]:
