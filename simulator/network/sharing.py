@@ -179,6 +179,10 @@ class FluidShare:
                 best = (t, fid)
         return best
 
+    def rate(self, fid: int) -> float:
+        """Current rate of flow ``fid`` (bytes of work per second)."""
+        return self._flows[fid].rate
+
     def rates(self) -> dict[int, float]:
         """Current rate of every flow in flight (bytes of work per second)."""
         return {fid: f.rate for fid, f in self._flows.items()}

@@ -54,10 +54,10 @@ class FabricStreams:
         self._watch_ids = np.array([e for _, e, _ in self._watch], dtype=np.int64)
         self._index = {e: k for k, (_, e, _) in enumerate(self._watch)}
         self._log = log if log is not None else []
-        self._rates = np.zeros(len(self._watch))
+        self._rates = [0.0] * len(self._watch)
         """Each watched link's rate (bytes/s) since ``_open``."""
         self._open = [0.0] * len(self._watch)
-        self._at: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._at: dict[int, tuple[list[int], list[float]]] = {}
         """Per phase (by identity): which watched links it crosses, and its load on each."""
         self._phase_of: dict[int, Phase] = {}
         """The phase of each flow in flight."""
@@ -106,27 +106,26 @@ class FabricStreams:
         when a flow starts or ends): one interval per constant stretch, none while idle."""
         if not self._watch:
             return
-        rates = np.zeros(len(self._watch))
-        flow_rates = self.fluid.rates()
+        rates = [0.0] * len(self._watch)
         for fid, phase in self._phase_of.items():
             pos, load = self._crossing(phase)
-            if len(pos):
-                np.add.at(rates, pos, load * flow_rates[fid])
+            if pos:
+                rate = self.fluid.rate(fid)
+                for k, x in zip(pos, load):
+                    rates[k] += x * rate
         now = self.env.now
-        for k in np.flatnonzero(rates != self._rates).tolist():
-            old, new = float(self._rates[k]), float(rates[k])
-            if old > 0 and new > 0 and rate_category(old) == rate_category(new):
-                continue  # the same rate to its digits: the stretch goes on
+        for k, (old, new) in enumerate(zip(self._rates, rates)):
+            if old == new or (old > 0 and new > 0 and rate_category(old) == rate_category(new)):
+                continue  # the same rate (to its digits): the stretch goes on
             stage, _, stream = self._watch[k]
             if old > 0 and now > self._open[k]:
                 self._log.append(Interval(0, stage, stream, rate_category(old), self._open[k], now, self._names[k]))
             self._rates[k], self._open[k] = new, now
 
-    def _crossing(self, phase: Phase) -> tuple[np.ndarray, np.ndarray]:
+    def _crossing(self, phase: Phase) -> tuple[list[int], list[float]]:
         """(watched positions, loads) of the watched links ``phase`` crosses (memoised by identity)."""
         key = id(phase)
         if key not in self._at:
             hit = np.flatnonzero(np.isin(phase.edges, self._watch_ids))
-            pos = np.array([self._index[int(e)] for e in phase.edges[hit]], dtype=np.int64)
-            self._at[key] = (pos, phase.load[hit])
+            self._at[key] = ([self._index[int(e)] for e in phase.edges[hit]], [float(x) for x in phase.load[hit]])
         return self._at[key]
