@@ -31,7 +31,7 @@ from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABL
 from clustersim.simulator.network.algorithms import pairwise_flows
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.network.ecmp import hashed_loads
-from clustersim.simulator.network.routing import Fabric, fabric_of
+from clustersim.simulator.network.routing import Fabric, add_at, fabric_of
 
 MEMO_LIMIT: int = 256
 """Patterns kept per fabric before the memo is emptied."""
@@ -169,9 +169,9 @@ def _step_cost(fabric: Fabric, step: Step) -> tuple[float, float, float, np.ndar
     rep_loads, _ = fabric.loads(step.src[step.rep], step.dst[step.rep], step.weight[step.rep])
     for gpus, w, up in ((step.up_gpu, step.up_weight, True), (step.down_gpu, step.down_weight, False)):
         edges = (fabric.local_up if up else fabric.local_down)[gpus]
-        loads += np.bincount(edges, weights=w, minlength=len(loads))
+        add_at(loads, edges, w)
         rep = step.switch_rep if up else step.switch_rep_down
-        rep_loads += np.bincount(edges[rep], weights=w[rep], minlength=len(loads))
+        add_at(rep_loads, edges[rep], w[rep])
     priced = hashed_loads(fabric, step.src, step.dst, loads)  # fabric edges only; the local ones as they are
     ratio = priced / fabric.capacity
     beta_rep = float(ratio[rep_loads > 0].max(initial=0.0))

@@ -56,6 +56,21 @@ DENSE_FILL: int = 64
 pairs are cheaper to sort than an f x f count is to clear)."""
 
 
+SPARSE: int = 8
+"""``add_at`` sums over the indices it is given, not over every link, when they are fewer than
+1 / SPARSE of the links (a stage's groups on a 16,384-GPU fabric touch a small part of it)."""
+
+
+def add_at(out: np.ndarray, index: np.ndarray, weights: np.ndarray) -> None:
+    """``out += np.bincount(index, weights, minlength=len(out))``, bit for bit (each bin sums its
+    weights in input order either way), without a pass over all of ``out`` when ``index`` is short."""
+    if len(index) * SPARSE >= len(out):
+        out += np.bincount(index, weights=weights, minlength=len(out))
+        return
+    used, inv = np.unique(index, return_inverse=True)
+    out[used] += np.bincount(inv.ravel(), weights=weights, minlength=len(used))
+
+
 @dataclass(frozen=True, kw_only=True)
 class _Egress:
     """Padded per-GPU tables of the path GPU -> NIC(s) -> fabric switch(es) (or the reverse)."""
@@ -276,7 +291,7 @@ class Fabric:
             st, e = self._next_hops(cu, cb)
             frac = 1.0 / np.bincount(st, minlength=len(keys))[st]
             flow = m[st] * frac
-            loads += np.bincount(e, weights=flow, minlength=len(loads))
+            add_at(loads, e, flow)
             heads = self.fabric_index[self.dst_of[e]] * f + cb[st]
             rounds.append((keys, st, e, frac, heads))
             live = heads // f != heads % f
@@ -325,15 +340,15 @@ class Fabric:
 
     def _local_loads(self, s: np.ndarray, d: np.ndarray, w: np.ndarray, loads: np.ndarray,
                      lat: np.ndarray, mask: np.ndarray) -> None:
-        loads += np.bincount(self.local_up[s], weights=w, minlength=len(loads))
-        loads += np.bincount(self.local_down[d], weights=w, minlength=len(loads))
+        add_at(loads, self.local_up[s], w)
+        add_at(loads, self.local_down[d], w)
         lat[mask] = self.latency[self.local_up[s]] + self.latency[self.local_down[d]]
 
     def chain_loads(self, tab: alltoall.ChainTable, g: np.ndarray, w: np.ndarray, loads: np.ndarray) -> np.ndarray:
         """Add the NIC-chain loads of GPUs ``g``; returns their expected chain latency."""
         e, f = tab.edges[g], tab.edge_frac[g]
         ok = e >= 0
-        loads += np.bincount(e[ok], weights=(f * w[:, None])[ok], minlength=len(loads))
+        add_at(loads, e[ok], (f * w[:, None])[ok])
         chain: np.ndarray = np.where(ok, f * self.latency[np.where(ok, e, 0)], 0.0).sum(axis=1)
         return chain
 

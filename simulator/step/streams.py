@@ -56,7 +56,8 @@ def stream_transfers(pricer: CommPricer, stages: tuple[StageCost, ...], load: Fa
     """The transfers of every stream call of ``stages``."""
     fabric = fabric_of(pricer.cluster, pricer.profile)
     reps = pricer.placement.groups("pp")[0]
-    out = StreamTransfers(capacity=load.capacity(fabric.capacity, fabric.link_class, fabric.edge_id),
+    edge_id = fabric.edge_id if load.degraded else {}  # every link's name: built only when one is named
+    out = StreamTransfers(capacity=load.capacity(fabric.capacity, fabric.link_class, edge_id),
                           edge_name=fabric.edge_name, nics=nic_links(fabric, [int(g) for g in reps]))
     for st in stages:
         for direction in ("fwd", "bwd"):
