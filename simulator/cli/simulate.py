@@ -90,7 +90,8 @@ def result_table(result: Result, title: str, energy: StepEnergy | None = None) -
 def fabric_table(result: Result) -> Table:
     """The hottest links of the streams' traffic and what each traffic class lost to sharing."""
     lost = result.fabric.get("lost_to_sharing_s", {})
-    table = Table(title="fabric: hottest links (pipeline sends, DP buckets, gathers); lost to sharing "
+    streams = "pipeline sends, DP buckets, gathers" + (", EP all-to-alls" if "ep" in lost else "")
+    table = Table(title=f"fabric: hottest links ({streams}); lost to sharing "
                         + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in lost.items()))
     for col in ("link", "GB per step", "time-averaged util"):
         table.add_column(col, justify="left" if col == "link" else "right")
