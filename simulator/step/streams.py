@@ -74,7 +74,7 @@ def stream_transfers(pricer: CommPricer, stages: tuple[StageCost, ...], load: Fa
                 out.gathers[(st.stage, ch.chunk)] = tr
             for kind, call in (("F", ch.ep_call_fwd), ("B", ch.ep_call_bwd)):
                 tr = _call(pricer, call, st.stage, "ep")
-                if tr is not None:
+                if tr is not None and call is not None and _translate(pricer, call, tr):
                     out.ep[(st.stage, ch.chunk, kind)] = tr
     return out
 
@@ -91,6 +91,15 @@ def nic_links(fabric: Fabric, gpus: list[int]) -> tuple[Watched, ...]:
                               ("nic-in", np.flatnonzero((dst == node) & nic[src]))):
             out += [(stage, int(e), stream, fabric.edge_name(int(e))) for e in edges[:1]]
     return tuple(out)
+
+
+def _translate(pricer: CommPricer, call: Call, transfer: Transfer) -> bool:
+    """Whether the stage's groups run ``call`` alone in its priced time (they are translates of the
+    group the static pricing prices). Where they are not (EP groups of 64 on NVLink domains of 72:
+    a later stage's groups straddle two domains), the flows would price another group than the
+    static pricing does, and the pass keeps its priced exposed EP."""
+    priced = call.count * pricer.time(call.kind, call.size, call.axis)
+    return abs(transfer.static_time - priced) <= 1e-9 * priced
 
 
 def _call(pricer: CommPricer, call: Call | None, stage: int, traffic: Literal["dp", "param_gather", "ep"]) -> Transfer | None:

@@ -14,7 +14,7 @@ import simpy
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.network.routing import fabric_of
-from clustersim.simulator.network.sharing import Transfer
+from clustersim.simulator.network.sharing import FabricLoad, Transfer
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step import simulate as simulate_module
@@ -24,6 +24,7 @@ from clustersim.simulator.step.fluid import FabricStreams
 from clustersim.simulator.step.lower import Costing, lower
 from clustersim.simulator.step.result import CATEGORIES, breakdowns
 from clustersim.simulator.step.simulate import simulate
+from clustersim.simulator.step.streams import stream_transfers
 from clustersim.topologies import get_cluster
 from clustersim.workloads import TrainingSpec, get_model
 
@@ -158,3 +159,22 @@ def test_ep_flows_stay_exact_under_steady_state_extrapolation(monkeypatch: pytes
     for unit, row in want.items():
         for cat in CATEGORIES:
             assert got[unit][cat] == pytest.approx(row[cat], rel=0.0, abs=1e-9 * t_full), (unit, cat)
+
+
+def test_stages_whose_ep_groups_are_not_translates_keep_the_priced_exposed_ep() -> None:
+    # NVLink domains of 72, EP groups of 64: stage 0's groups (GPUs 0-63) sit in one domain, as the
+    # static pricing's group does; stages 1-3 (GPUs 64-127, ...) straddle two, so alone they would
+    # not take the priced time: those passes keep their priced exposed EP, stage 0's run as flows
+    cluster = get_cluster("gb200-nvl72", 256)
+    plan = ParallelPlan(tp=1, pp=4, dp=64, ep=64, zero=1)
+    pricer = CommPricer(cluster, Placement(plan, cluster.gpus_per_node), PROFILE)
+    c = Costing(MOE, TRAIN, plan, cluster.accelerator, PROFILE, pricer)
+    stages = lower(c).stages
+    call = stages[1].chunks[0].ep_call_fwd
+    assert call is not None
+    alone = [pricer.transfer(call.kind, call.size, call.axis, s, "ep") for s in range(4)]
+    priced = pricer.time(call.kind, call.size, call.axis)  # one call; the transfers are one call each
+    assert alone[0] is not None and alone[0].static_time == pytest.approx(priced, rel=1e-12)
+    assert all(tr is not None and tr.static_time > 2 * priced for tr in alone[1:])
+    flows = stream_transfers(pricer, stages, FabricLoad())
+    assert {s for s, _, _ in flows.ep} == {0}
