@@ -8,7 +8,9 @@ families (``coverage_by_family``: intervals calibrated on the other families' he
 scored on the family left out), the interval table stored as data
 (``simulator/calibration/intervals.yaml``, written by ``write_intervals``) and the interval of one
 prediction (``interval_for``), marked extrapolated when its regime or scale has no held-out
-evidence, with the nearest validated regime named and the interval widened by ``WIDEN``.
+evidence, with the nearest validated regime named and the pooled interval widened by a factor
+measured on the residuals themselves (``extrapolation_widening``: each validated regime left out of
+the pooled set in turn, the conformal quantile of how far its rows fall outside the others' interval).
 It does not fit profiles nor simulate (``calibration.fit_crossval``).
 """
 
@@ -46,9 +48,9 @@ GENERATIONS: Mapping[str, str] = {
 MIN_REGIME_ROWS = 10
 """Fewer held-out residuals than this in a regime: the pooled residuals are used (extrapolated)."""
 
-WIDEN = 2.0
-"""Extrapolated intervals: the pooled interval's log-ratio bounds times this factor (a documented
-rule, not fitted: no held-out evidence says how wrong an unseen regime is)."""
+WIDEN_FALLBACK = 2.0
+"""The widening of a stored table written before ``extrapolation_widening`` (its ``widen`` is one
+number): the pooled interval's log-ratio bounds times this factor, the rule of those tables."""
 
 SCALE_HEADROOM = 2.0
 """A prediction on more than this times the largest validated GPU count of its regime extrapolates."""
@@ -130,10 +132,52 @@ def _calibration(frame: pd.DataFrame, reg: object) -> tuple[npt.NDArray[np.float
     return ratios(frame), family_weights(frame), True
 
 
-def _widen(lo: float, hi: float) -> tuple[float, float]:
-    lo_w = math.exp(WIDEN * math.log(lo)) if lo > 0 else 0.0
-    hi_w = math.exp(WIDEN * math.log(hi)) if math.isfinite(hi) else math.inf
+def _widen(lo: float, hi: float, factor: float) -> tuple[float, float]:
+    """(lo, hi) with their log-ratios times ``factor`` (never narrower; inf factor: unbounded)."""
+    if not math.isfinite(factor):
+        return 0.0, math.inf
+    lo_w = math.exp(factor * math.log(lo)) if lo > 0 else 0.0
+    hi_w = math.exp(factor * math.log(hi)) if math.isfinite(hi) else math.inf
     return min(lo_w, lo), max(hi_w, hi)
+
+
+def widening_scores(q: npt.NDArray[np.float64], lo: float, hi: float) -> npt.NDArray[np.float64]:
+    """Per ratio in ``q``: the smallest factor w >= 0 with lo^w <= ratio <= hi^w, the factor by
+    which (lo, hi)'s log-ratios must grow to cover it (inf when no factor can: a ratio above 1 with
+    hi <= 1, or below 1 with lo >= 1)."""
+    lq = np.log(q)
+    up_base = math.log(hi) if math.isfinite(hi) else math.inf
+    down_base = math.log(lo) if lo > 0 else -math.inf
+    with np.errstate(divide="ignore", invalid="ignore"):
+        up = np.where(up_base > 0, lq / up_base, np.inf)
+        down = np.where(down_base < 0, lq / down_base, np.inf)
+    out: npt.NDArray[np.float64] = np.where(lq > 0, up, np.where(lq < 0, down, 0.0))
+    return out
+
+
+def extrapolation_widening(frame: pd.DataFrame, level: float) -> tuple[float, int]:
+    """(factor, validated regimes): the widening of the pooled interval for a regime without evidence.
+
+    Each validated regime (>= ``MIN_REGIME_ROWS`` rows) is treated in turn as the unseen one: the
+    pooled interval at ``level`` is calibrated on the other regimes' rows (family-weighted, as
+    ``conformal_bounds``), and each of its rows scores the factor its log-ratio needs
+    (``widening_scores``). The factor is the split-conformal ``level`` quantile of the scores with
+    each regime one unit of evidence (a new regime is exchangeable with a regime, not with a row:
+    the family argument of ``family_weights`` one level up), never below 1 (an extrapolated
+    prediction is never more confident than the pooled one). Fewer than two validated regimes
+    leave nothing to measure the factor on: inf (unbounded)."""
+    fr = frame if "regime_key" in frame else with_regimes(frame)
+    regs = [r for r, p in fr.groupby("regime_key") if len(p) >= MIN_REGIME_ROWS]
+    if len(regs) < 2:
+        return math.inf, len(regs)
+    scores, weights = [], []
+    for reg in regs:
+        mine, rest = fr[fr.regime_key == reg], fr[fr.regime_key != reg]
+        lo, hi = conformal_bounds(ratios(rest), level, family_weights(rest))
+        scores.append(widening_scores(ratios(mine), lo, hi))
+        weights.append(np.full(len(mine), 1.0 / len(mine)))
+    factor = _weighted_upper(np.concatenate(scores), np.concatenate(weights), level)
+    return max(1.0, factor), len(regs)
 
 
 def with_regimes(frame: pd.DataFrame) -> pd.DataFrame:
@@ -146,7 +190,8 @@ def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) ->
 
     The calibration set of family f is the held-out residuals of every other family (each itself
     predicted by a fit that did not see it); a regime with fewer than ``MIN_REGIME_ROWS`` of them
-    uses the pooled set widened by ``WIDEN`` (the extrapolation rule). Columns: family, level,
+    uses the pooled set widened by ``extrapolation_widening`` of the same calibration set (the
+    extrapolation rule, measured without the family scored). Columns: family, level,
     rows, covered, coverage, extrapolated_rows; plus one "all" line per level.
     """
     import pandas as pd  # the fitting side only: ``simulate`` reads the stored table without pandas
@@ -159,11 +204,13 @@ def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) ->
             cal = fr[fr.family != fam]
             inside = 0
             extra = 0
+            factor: float | None = None
             for reg, part in test.groupby("regime_key"):
                 r, w, extrapolated = _calibration(cal, reg)
                 lo, hi = conformal_bounds(r, level, w)
                 if extrapolated:
-                    lo, hi = _widen(lo, hi)
+                    factor = extrapolation_widening(cal, level)[0] if factor is None else factor
+                    lo, hi = _widen(lo, hi, factor)
                     extra += len(part)
                 q = ratios(part)
                 inside += int(np.sum((q >= lo) & (q <= hi)))
@@ -185,7 +232,8 @@ def interval_table(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> dic
                              **{f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(part), lv, family_weights(part)))
                                 for lv in levels}}
     pooled = {f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(fr), lv, family_weights(fr))) for lv in levels}
-    return {"levels": list(levels), "min_regime_rows": MIN_REGIME_ROWS, "widen": WIDEN,
+    widen = {f"ratio_{int(lv * 100)}": extrapolation_widening(fr, lv)[0] for lv in levels}
+    return {"levels": list(levels), "min_regime_rows": MIN_REGIME_ROWS, "widen": widen,
             "pooled": {"rows": int(len(fr)), **pooled}, "regimes": regimes}
 
 
@@ -227,7 +275,7 @@ class Interval:
     regime: str
     """kind/generation of the prediction."""
     extrapolated: bool
-    """No held-out evidence for this regime or scale: pooled interval widened by ``WIDEN``."""
+    """No held-out evidence for this regime or scale: pooled interval widened (``extrapolation_widening``)."""
     nearest: str
     """The validated regime (or "pooled") the interval comes from, with its rows and GPU range."""
 
@@ -249,20 +297,28 @@ def interval_for(step_time: float, kind: str, gpu: str, num_gpus: int, *, level:
         lo, hi = (_bound(v) for v in entry[key])
         return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=False,
                         nearest=f"{reg} ({entry['rows']} held-out rows, up to {entry['max_gpus']} GPUs)")
-    lo, hi = _widen(*(_bound(v) for v in tab["pooled"][key]))
-    near = _nearest(tab, reg)
+    factor = stored_widening(tab, key)
+    lo, hi = _widen(*(_bound(v) for v in tab["pooled"][key]), factor)
+    near = _nearest(tab, reg, factor)
     return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=True,
                     nearest=near)
 
 
-def _nearest(tab: Mapping[str, Any], reg: str) -> str:
+def stored_widening(tab: Mapping[str, Any], key: str) -> float:
+    """The table's widening factor at level ``key`` (``ratio_80``): per level since the factor is
+    measured (``extrapolation_widening``); one number (``WIDEN_FALLBACK``'s rule) in older tables."""
+    widen = tab.get("widen", WIDEN_FALLBACK)
+    return float(widen[key]) if isinstance(widen, Mapping) else float(widen)
+
+
+def _nearest(tab: Mapping[str, Any], reg: str, factor: float) -> str:
     """The validated regime sharing the model kind, else the generation, else 'pooled'."""
     kind, gen = reg.split("/", 1)
     regs = tab["regimes"]
     for cand in [r for r in regs if r.startswith(kind + "/")] + [r for r in regs if r.endswith("/" + gen)]:
         if regs[cand]["rows"] >= tab["min_regime_rows"]:
-            return f"{cand} ({regs[cand]['rows']} held-out rows, up to {regs[cand]['max_gpus']} GPUs); interval: pooled x{WIDEN}"
-    return f"pooled ({tab['pooled']['rows']} held-out rows); interval: pooled x{WIDEN}"
+            return f"{cand} ({regs[cand]['rows']} held-out rows, up to {regs[cand]['max_gpus']} GPUs); interval: pooled, log-ratio x{factor:.2f}"
+    return f"pooled ({tab['pooled']['rows']} held-out rows); interval: pooled, log-ratio x{factor:.2f}"
 
 
 def model_kind(layer_pattern: str | None, is_moe: bool) -> str:

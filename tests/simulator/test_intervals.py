@@ -15,8 +15,8 @@ import pandas as pd
 import pytest
 
 from clustersim.simulator.intervals import (
-    MIN_REGIME_ROWS, WIDEN, conformal_bounds, coverage_by_family, generation, interval_for, interval_table,
-    load_intervals, write_intervals,
+    MIN_REGIME_ROWS, WIDEN_FALLBACK, conformal_bounds, coverage_by_family, extrapolation_widening, generation,
+    interval_for, interval_table, load_intervals, widening_scores, write_intervals,
 )
 
 VALUES = np.round(np.arange(0.90, 1.095, 0.01), 2)
@@ -68,9 +68,14 @@ def test_interval_for_and_the_table_round_trip(tmp_path) -> None:
     assert (iv.low_s, iv.high_s) == (pytest.approx(2 * lo), pytest.approx(2 * hi))
     far = interval_for(2.0, "dense", "H100", 100_000, level=0.8, table=tab)  # beyond 2x the validated 64 GPUs
     moe = interval_for(2.0, "moe", "B200", 64, level=0.8, table=tab)
+    # one validated regime: no other regime to measure the widening on, so unbounded (never narrow)
+    assert tab["widen"] == {"ratio_80": math.inf, "ratio_90": math.inf}
     for x in (far, moe):
-        assert x.extrapolated and x.low_s <= 2 * lo ** WIDEN * 1.0001 and x.high_s >= 2 * hi ** WIDEN * 0.9999
+        assert x.extrapolated and (x.low_s, x.high_s) == (0.0, math.inf)
     assert "dense/hopper" in far.nearest
+    old = {**tab, "widen": WIDEN_FALLBACK}  # a table written before the measured widening: its one factor
+    x = interval_for(2.0, "moe", "B200", 64, level=0.8, table=old)
+    assert (x.low_s, x.high_s) == (pytest.approx(2 * lo ** WIDEN_FALLBACK), pytest.approx(2 * hi ** WIDEN_FALLBACK))
     assert generation("GB200 NVL72") == "blackwell" and generation("H100-SXM5") == "hopper"
 
 
@@ -106,3 +111,37 @@ def test_family_weights_make_each_family_one_unit_of_evidence() -> None:
     # equal-size families: the weights change nothing (the rank rule of test_conformal_ranks)
     eq = _cv()
     assert conformal_bounds(eq.measured_s.to_numpy(), 0.8, family_weights(eq)) == conformal_bounds(eq.measured_s.to_numpy(), 0.8)
+
+
+def _two_regimes(r_dense: float, r_moe: float) -> pd.DataFrame:
+    return pd.concat([_cv(values=np.full(20, r_dense), families=("a",)),
+                      _cv(values=np.full(20, r_moe), families=("b",), kind="moe")])
+
+
+def test_widening_scores_are_the_factor_each_ratio_needs() -> None:
+    q = np.array([1.21, 1.1, 1.0, 1.0 / 1.21, 2.0])
+    s = widening_scores(q, 1.0 / 1.1, 1.1)
+    assert s[:4] == pytest.approx([2.0, 1.0, 0.0, 2.0])
+    assert widening_scores(np.array([1.2]), 0.5, 0.9)[0] == math.inf  # above 1 with hi <= 1: no factor covers it
+
+
+def test_extrapolation_widening_known_answer() -> None:
+    # dense ratios all 1.21 = 1.1^2, moe all 1.1: left out, dense needs the moe interval [1.1, 1.1]'s
+    # log-ratio doubled (score 2), moe needs half of dense's (0.5); each regime one unit, the new
+    # point's mass 1/20: the 0.8 quantile of (1 x 0.5, 1 x 2.0) over 2.05 lies among the 2.0s
+    factor, regimes = extrapolation_widening(_two_regimes(1.21, 1.1), 0.8)
+    assert regimes == 2 and factor == pytest.approx(2.0)
+    # identical regimes: the pooled interval already covers an unseen one, and the floor keeps it at 1
+    assert extrapolation_widening(_two_regimes(1.1, 1.1), 0.8)[0] == pytest.approx(1.0)
+    # one validated regime: nothing to measure it on
+    assert extrapolation_widening(_cv(), 0.8) == (math.inf, 1)
+
+
+def test_coverage_uses_the_widening_of_its_own_calibration_set() -> None:
+    # family c (hybrid, 5 rows: extrapolated) is scored with the widening measured on a and b only
+    frame = pd.concat([_two_regimes(1.21, 1.1), _cv(values=np.full(5, 1.1 ** 3), families=("c",), kind="hybrid")])
+    cov = coverage_by_family(frame, levels=(0.8,)).set_index("family")
+    # pooled a+b bounds [1.1, 1.21] widened x2 (log): up to 1.21^2 = 1.4641 >= 1.331, so c is covered
+    assert cov.loc["c", "extrapolated_rows"] == 5 and cov.loc["c", "coverage"] == 1.0
+    table = interval_table(frame, levels=(0.8,))
+    assert table["widen"]["ratio_80"] == pytest.approx(extrapolation_widening(frame, 0.8)[0])
