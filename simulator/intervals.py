@@ -298,7 +298,8 @@ def interval_for(step_time: float, kind: str, gpu: str, num_gpus: int, *, level:
         return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=False,
                         nearest=f"{reg} ({entry['rows']} held-out rows, up to {entry['max_gpus']} GPUs)")
     factor = stored_widening(tab, key)
-    lo, hi = _widen(*(_bound(v) for v in tab["pooled"][key]), factor)
+    pooled_lo, pooled_hi = (_bound(v) for v in tab["pooled"][key])
+    lo, hi = _widen(pooled_lo, pooled_hi, factor)
     near = _nearest(tab, reg, factor)
     return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=True,
                     nearest=near)
