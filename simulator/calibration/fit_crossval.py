@@ -25,8 +25,8 @@ import pandas as pd
 
 from clustersim.simulator.calibration.fit_defaults import profile_key
 from clustersim.simulator.calibration.fit_first_order import (
-    FLASH2_FACTOR, GEMM_POINTS, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
-    predict, row_weights,
+    GEMM_POINTS, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
+    predict, row_weights, with_cited_constants,
 )
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
@@ -120,9 +120,7 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
     for i, g in enumerate(pb.groups):
         if not np.any(train & (pb.gi == i)):
             continue
-        prof = apply_scales(profiles[g], i, x)
-        if g in FLASH2_FACTOR:
-            prof = prof.replace(attention_kernel_efficiency={"flash2": FLASH2_FACTOR[g]})
+        prof = with_cited_constants(apply_scales(profiles[g], i, x), g)
         have = [p for p in PER_GROUP if _evidence(pb, train, i, p)]
         for p in PRIORS:
             if p not in have:

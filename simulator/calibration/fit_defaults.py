@@ -26,9 +26,9 @@ from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.network import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
-    FLASH2_FACTOR, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors,
+    JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors,
     first_order_problem, fit_scales,
-    held_out_folds, measured_times, row_weights,
+    held_out_folds, measured_times, row_weights, with_cited_constants,
 )
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row
 from clustersim.topologies import Cluster
@@ -217,8 +217,7 @@ def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, Ca
         if stem in fitted and donor in out and not (sens.loc[sens.group == stem, "exp"] != sens.loc[sens.group == stem, "base"]).any():
             out[stem] = out[stem].replace(expert_efficiency=out[donor].expert_efficiency)
     for stem, prof in fitted.items():
-        if stem in FLASH2_FACTOR:
-            out[stem] = out[stem].replace(attention_kernel_efficiency={"flash2": FLASH2_FACTOR[stem]})
+        out[stem] = with_cited_constants(out[stem], stem)
         rows = sens[(sens.group == stem) & (sens.status == "ok")]
         out[stem] = out[stem].replace(name=f"{stem}-published-runs", source=(
             f"fitted by clustersim validate --fit-profiles on workloads/data/published_runs.csv ({len(rows)} "

@@ -97,3 +97,18 @@ def test_cli_rejects_an_unknown_cross_validation_scheme() -> None:
     res = CliRunner().invoke(app, ["validate", "--cross-validate", "random", "--no-progress"])
     assert res.exit_code == 2
     assert "--cross-validate 'random': use family" in res.output
+
+
+def test_fold_profiles_carry_the_cited_constants_not_fitted_values() -> None:
+    from clustersim.simulator.calibration.fit_first_order import FLASH2_FACTOR, OVERLAP_SLOWDOWN
+    from clustersim.simulator.profile import OVERLAP_SLOWDOWN_MEASURED
+    sens = _families()
+    bridge = sens.source_id.str.startswith("megatron-bridge").to_numpy()
+    for fold in (fit_fold(sens, PROFILES, ~bridge, family="megatron-bridge", sweeps=1),
+                 fit_fold(sens, PROFILES, np.ones(len(sens), bool), sweeps=1)):
+        for stem in ("h100", "b200"):  # fitted, and taken from its donor
+            prof = fold.profiles[stem]
+            assert prof.overlap_slowdown == OVERLAP_SLOWDOWN == {"all_gather": OVERLAP_SLOWDOWN_MEASURED,
+                                                                  "reduce_scatter": OVERLAP_SLOWDOWN_MEASURED}
+            assert prof.attention_kernel_efficiency == {"flash2": FLASH2_FACTOR[stem]}
+    assert BASE.overlap_slowdown == {}  # the starting profile had none: the fit sets it, it does not fit it
