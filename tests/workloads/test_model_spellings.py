@@ -37,8 +37,7 @@ def test_known_family_without_preset_is_a_named_skip_not_gpt_style() -> None:
         model_for_row(row, [])
 
 
-@pytest.mark.parametrize("name", ["databricks/dbrx-base", "nvidia/Nemotron-4-15B", "deepseek-ai/DeepSeek-V2",
-                                  "bigcode/starcoder2-15b"])
+@pytest.mark.parametrize("name", ["databricks/dbrx-base", "nvidia/Nemotron-4-15B", "bigcode/starcoder2-15b"])
 def test_presets_still_without_a_cited_config_are_named_skips(name: str) -> None:
     # no config.json copy of these was found with the code search (December 2026): a row naming one is
     # skipped with its name, never simulated as a GPT-style model
@@ -57,6 +56,7 @@ def test_presets_still_without_a_cited_config_are_named_skips(name: str) -> None
     ("tiiuae/falcon-180B", "falcon-180b", 180.0, 0.02),         # model card "180B" (rounded)
     ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b", 141.0, 0.005),  # Mistral AI announcement: 141B total
     ("xai-org/grok-1", "grok-1", 314.0, 0.01),  # xAI grok-1 README: 314B (the config leaves the head untied: 316.5B)
+    ("deepseek-ai/DeepSeek-V2", "deepseek-v2", 236.0, 0.005),  # DeepSeek-V2 paper (arXiv:2405.04434): 236B total
 ])
 def test_new_presets_resolve_and_match_the_published_parameter_count(text: str, preset: str, billions: float,
                                                                      rel: float) -> None:
@@ -67,7 +67,8 @@ def test_new_presets_resolve_and_match_the_published_parameter_count(text: str, 
 @pytest.mark.parametrize(("preset", "folder"), [
     ("gpt-oss-20b", "gpt-oss-20b"), ("olmo2-1b", "OLMo-2-0425-1B"), ("qwen2.5-32b", "Qwen2.5-32B"),
     ("gemma2-9b", "gemma-2-9b"), ("phi3-mini", "Phi-3-mini-4k-instruct"), ("falcon-40b", "falcon-40b-instruct"),
-    ("gemma3-12b", "gemma-3-12b"), ("mixtral-8x22b", "Mixtral-8x22B-v0.1"), ("grok-1", "grok-1")])
+    ("gemma3-12b", "gemma-3-12b"), ("mixtral-8x22b", "Mixtral-8x22B-v0.1"), ("grok-1", "grok-1"),
+    ("deepseek-v2", "DeepSeek-V2")])
 def test_config_presets_equal_their_config_json(preset: str, folder: str) -> None:
     from pathlib import Path
     from clustersim.workloads.hf_config import model_from_hf_config
@@ -118,3 +119,8 @@ def test_moe_row_is_simulated_with_its_printed_shape() -> None:
     # an MoE without a preset is a skip naming the facts the table cannot print
     with pytest.raises(SkipRow, match="expert FFN width, shared experts, dense layers"):
         model_for_row({"model": "DeepSeekV4 Flash", "arch_type": "moe", "num_experts": 256, "moe_topk": 6}, [])
+
+
+def test_deepseek_v2_activates_the_published_21b() -> None:
+    # DeepSeek-V2 (arXiv:2405.04434) abstract: "21B are activated for each token"
+    assert get_model("deepseek-v2").num_active_params() / 1e9 == pytest.approx(21.0, rel=0.02)
