@@ -102,7 +102,7 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
                                   ("fp4", profile.precision_efficiency.get("fp4", 1.0), bounds.fp4)):
         if value <= lo + tol or value >= up - tol:
             out.append(f"{name} = {value:.3f} (bounds {lo}..{up})")
-    if profile.sync_jitter_cv >= bounds.jitter[1] - tol:
+    if bounds.jitter[1] > bounds.jitter[0] and profile.sync_jitter_cv >= bounds.jitter[1] - tol:
         out.append(f"sync_jitter_cv = {profile.sync_jitter_cv:.3f} (bound {bounds.jitter[1]})")
     return out
 
