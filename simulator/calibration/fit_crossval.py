@@ -49,9 +49,10 @@ PRIORS: Mapping[str, tuple[str, float]] = {
 1.0, i.e. expert GEMMs on the dense GEMM curve and FP8/FP4 GEMMs at the same fraction of their
 datasheet peak as BF16. Never the value fitted on the held-out rows."""
 
-SHARED_PARAMS: int = GEMM_POINTS + 3
+SHARED_PARAMS: int = GEMM_POINTS + 2 + int(Bounds().jitter[1] > Bounds().jitter[0])
 """Parameters shared by every GPU type: the GEMM curve shape (one scale per point), kernel overhead,
-memory efficiency and the sync jitter (``sync_jitter_cv``)."""
+memory efficiency, and the sync jitter (``sync_jitter_cv``) only where its range is free (pinned at 0
+by default: ``Bounds.jitter``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
