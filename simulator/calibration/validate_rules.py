@@ -15,7 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from clustersim.simulator.calibration.recipe_moe import recipe_moe_comm
+# the recipe files' locators are recipe_moe's: one spelling of each stored copy
+from clustersim.simulator.calibration.recipe_moe import _CFG, _DSV3, _DSV3_NEW, _DSV3_OLD, _NANO, _OSS, recipe_moe_comm
+from clustersim.simulator.calibration.recipe_moe import _KIMI as _KIMI_NEW
 from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
 from clustersim.simulator.plan import ParallelPlan, Recompute
 from clustersim.topologies import Cluster
@@ -54,15 +56,8 @@ class RecipeRecompute:
 
 
 _MB = ("megatron-bridge",)
-_DSV3 = ("deepseek-v3", "deepseek-v3-mtp")
-_CFG = "Megatron-Bridge scripts/performance/configs/"
-_DSV3_NEW = _CFG + "deepseek/deepseek_workload_base_configs.py (commit 0426418, stored copy 56610329550) "
-_DSV3_OLD = _CFG + "deepseek/deepseek_workload_base_configs.py (earlier copy, stored copy 52245127557) "
 _DSV3_MID = _CFG + "deepseek/deepseek_workload_base_configs.py (later copy, stored copy 67566028990) "
-_KIMI_NEW = _CFG + "kimi/kimi_workload_base_configs.py (commit 013180a, stored copy 56158669520) "
 _KIMI_OLD = _CFG + "kimi/kimi_workload_base_configs.py (earlier copy, stored copy 55843530975) "
-_OSS = _CFG + "gpt_oss/gpt_oss_workload_base_configs.py (commit 07eea52, stored copy 56362006345) "
-_NANO = _CFG + "nemotronh/nemotron_3_nano_workload_base_configs.py (stored copy 52410454804) "
 _ALL = ("bf16", "fp8", "mxfp8", "nvfp4")
 
 

@@ -145,6 +145,14 @@ def _powers(limit: int) -> list[int]:
 
 def candidate_plans(model: ModelSpec, training: TrainingSpec, cluster: Cluster, max_micro_batch: int = 8) -> Iterator[ParallelPlan]:
     """Every plan of the search space, valid or not (the checks prune later)."""
+    for tp, pp, cp, ep, dp, mb in _layouts(model, training, cluster, max_micro_batch):
+        yield from _variants(model, tp, pp, cp, ep, dp, mb)
+
+
+def _layouts(model: ModelSpec, training: TrainingSpec, cluster: Cluster,
+             max_micro_batch: int) -> Iterator[tuple[int, int, int, int, int, int]]:
+    """(tp, pp, cp, ep, dp, micro-batch) of the search space in enumeration order; the plan variants
+    (sp, vpp, recompute, ZeRO) of each come from ``_variants`` / ``_variant_codes``."""
     gpus = cluster.num_gpus
     tps = [t for t in _powers(min(cluster.nvlink_domain_size, 16)) if model.num_heads % t == 0 and gpus % t == 0]
     pps = [p for p in _divisors(gpus) if p <= model.num_layers and p <= 64]
@@ -157,26 +165,15 @@ def candidate_plans(model: ModelSpec, training: TrainingSpec, cluster: Cluster, 
         for mb in _powers(max_micro_batch):
             if training.global_batch_size % (dp * mb):
                 continue
-            yield from _variants(model, tp, pp, cp, ep, dp, mb)
+            yield tp, pp, cp, ep, dp, mb
 
 
 def candidate_columns(model: ModelSpec, training: TrainingSpec, cluster: Cluster, max_micro_batch: int = 8) -> PlanColumns:
     """``candidate_plans`` as columns: the same plans in the same order, no ``ParallelPlan`` built."""
-    gpus = cluster.num_gpus
-    tps = [t for t in _powers(min(cluster.nvlink_domain_size, 16)) if model.num_heads % t == 0 and gpus % t == 0]
-    pps = [p for p in _divisors(gpus) if p <= model.num_layers and p <= 64]
-    cps = [c for c in _powers(16) if training.seq_len % (2 * c) == 0 and training.seq_len // c >= 1024 or c == 1]
-    eps = [e for e in _powers(model.num_experts or 1) if (model.num_experts or 1) % e == 0]
     rows: list[tuple[int, ...]] = []
-    for tp, pp, cp, ep in itertools.product(tps, pps, cps, eps):
-        if gpus % (tp * pp * cp):
-            continue
-        dp = gpus // (tp * pp * cp)
-        for mb in _powers(max_micro_batch):
-            if training.global_batch_size % (dp * mb):
-                continue
-            head = (tp, pp, dp, cp, ep)
-            rows += [(*head, vpp, mb, tp > 1, s, r, z, f) for (s, vpp), r, (z, f) in _variant_codes(model, pp, tp)]
+    for tp, pp, cp, ep, dp, mb in _layouts(model, training, cluster, max_micro_batch):
+        head = (tp, pp, dp, cp, ep)
+        rows += [(*head, vpp, mb, tp > 1, s, r, z, f) for (s, vpp), r, (z, f) in _variant_codes(model, pp, tp)]
     return plan_columns(rows)
 
 
