@@ -1,15 +1,16 @@
 """Bundled model presets (one YAML file per model) and the name resolution used to find them.
 
-Owns `MODEL_PRESETS` (name -> ModelSpec, read once from workloads/presets/*.yaml), the alias table
-that maps the model strings of published_runs.csv and common spellings onto preset names,
-`get_model` and `load_model` (user YAML files or mappings). Does not own training settings.
+Owns `MODEL_PRESETS` (name -> ModelSpec from workloads/presets/*.yaml, each file read on its first
+lookup: `PresetFiles`), the alias table that maps the model strings of published_runs.csv and
+common spellings onto preset names, `get_model` and `load_model` (user YAML files or mappings).
+Does not own training settings.
 
 YAML keys are exactly the `ModelSpec` field names plus `source` (the citation of the shape).
 """
 
 import dataclasses
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -166,16 +167,38 @@ def _read_mapping(path: str | Path) -> dict[str, Any]:
     return data
 
 
-def _load_presets(directory: Path) -> dict[str, ModelSpec]:
-    presets: dict[str, ModelSpec] = {}
-    for file in sorted(directory.glob("*.yaml")):
-        spec = model_from_mapping(_read_mapping(file))
-        if spec.name != file.stem:
-            raise WorkloadError(
-                f"preset file {file.name}: name {spec.name!r} must equal the file stem"
-            )
-        presets[spec.name] = spec
-    return presets
+class PresetFiles(Mapping[str, ModelSpec]):
+    """Preset name (file stem) -> ModelSpec of the YAML files in one folder, each file read and
+    checked on its first lookup (a command that needs one model reads one file, not 65): a
+    read-only mapping with a dict's lookups, order (sorted file names), ``KeyError`` and identity
+    (the same ModelSpec on every lookup)."""
+
+    def __init__(self, directory: Path) -> None:
+        self._files: dict[str, Path] = {f.stem: f for f in sorted(directory.glob("*.yaml"))}
+        self._specs: dict[str, ModelSpec] = {}
+
+    def __getitem__(self, name: str) -> ModelSpec:
+        spec = self._specs.get(name)
+        if spec is None:
+            file = self._files[name]
+            spec = model_from_mapping(_read_mapping(file))
+            if spec.name != file.stem:
+                raise WorkloadError(f"preset file {file.name}: name {spec.name!r} must equal the file stem")
+            spec = self._specs.setdefault(name, spec)  # the first one read stays (identity)
+        return spec
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._files
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._files)
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def __repr__(self) -> str:
+        return f"PresetFiles({len(self)} presets, {len(self._specs)} read)"
 
 
-MODEL_PRESETS: dict[str, ModelSpec] = _load_presets(PRESET_DIR)
+MODEL_PRESETS: Mapping[str, ModelSpec] = PresetFiles(PRESET_DIR)
+"""Every bundled preset by name (``PresetFiles``: a file is read when its preset is first looked up)."""

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Mapping
 import numpy as np
 
 from clustersim.simulator.profile import CalibrationProfile
-from clustersim.simulator.network import alltoall
+from clustersim.simulator.network import alltoall, spread
 from clustersim.topologies.graph import Wiring
 
 if TYPE_CHECKING:  # the graph is built only for the per-pair fallback router
@@ -69,6 +69,21 @@ def add_at(out: np.ndarray, index: np.ndarray, weights: np.ndarray) -> None:
         return
     used, inv = np.unique(index, return_inverse=True)
     out[used] += np.bincount(inv.ravel(), weights=weights, minlength=len(used))
+
+
+_Round = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+"""A round expanded state by state: its keys, (state, edge) rows, their fractions and heads."""
+
+
+def _first_known(keys: np.ndarray, lat: np.ndarray, f: int) -> np.ndarray:
+    """(f, f) table of the sorted ``keys`` (-1 first: none) -> ``lat``, a key's first entry where it
+    repeats (what ``searchsorted`` finds), zero on the diagonal (head = destination: arrived)."""
+    uniq, first = np.unique(keys, return_index=True)
+    flat = np.zeros(f * f)
+    flat[uniq[uniq >= 0]] = lat[first[uniq >= 0]]
+    table = flat.reshape(f, f)
+    np.fill_diagonal(table, 0.0)
+    return table
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -232,6 +247,9 @@ class Fabric:
             self._edge_mat = np.full((len(ids), len(ids)), -1, dtype=np.int64)
             self._edge_mat[self._fe_src, self._fe_dst] = self._fe
             self._dist = self._bfs_all(len(ids))
+            simple = len(np.unique(self._fe_src * len(ids) + self._fe_dst)) == len(self._fe)
+            self._csr = spread.FabricCsr(dist=self._dist, ptr=self._fe_ptr, edge=self._fe, head=self._fe_dst,
+                                         edge_mat=self._edge_mat, latency=self.latency, simple=simple)
         return self._dist
 
     @property
@@ -281,12 +299,20 @@ class Fabric:
         round, merging equal (switch, destination) states); add edge loads; return each pair's
         expected path latency (ECMP-averaged). States are merged by counting into the f x f state
         space when it is small and the pairs fill enough of it (same order and sums as sorting them,
-        without the sort)."""
+        without the sort). A round whose far states all send over every out-edge of their switch
+        (leaf uplinks) is done by rows instead of state by state (``network.spread``: same sums in
+        the same order) when that state space is small."""
         f = len(self._dist)  # type: ignore[arg-type]  # the all-pairs BFS ran in __init__ (None only before it)
         dense = f * f <= DENSE_STATES and len(u) * DENSE_FILL >= f * f
-        rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        by_rows = f * f <= DENSE_STATES
+        rounds: list[_Round | spread.Spread] = []
         keys, m = u * f + b, mass
         while len(keys):
+            done = spread.spread(self._csr, keys, m, loads) if by_rows else None
+            if done is not None:
+                rounds.append(done)
+                keys, m = done.next_keys, done.next_mass
+                continue
             cu, cb = keys // f, keys % f
             st, e = self._next_hops(cu, cb)
             frac = 1.0 / np.bincount(st, minlength=len(keys))[st]
@@ -304,20 +330,29 @@ class Fabric:
         if dense:
             return self._latencies_dense(rounds, u * f + b, f)
         known_k, known_l = np.full(1, -1, dtype=np.int64), np.zeros(1)  # sorted keys -> latency to b
-        for keys, st, e, frac, heads in reversed(rounds):  # nearest round first: heads are known
-            child = np.where(heads // f != heads % f, known_l[np.searchsorted(known_k, heads).clip(max=len(known_k) - 1)], 0.0)
-            lat = np.bincount(st, weights=frac * (self.latency[e] + child), minlength=len(keys))
+        for rnd in reversed(rounds):  # nearest round first: heads are known
+            if isinstance(rnd, spread.Spread):
+                keys, lat = rnd.keys, spread.latency(self._csr, rnd, _first_known(known_k, known_l, f))
+            else:
+                keys, st, e, frac, heads = rnd
+                child = np.where(heads // f != heads % f, known_l[np.searchsorted(known_k, heads).clip(max=len(known_k) - 1)], 0.0)
+                lat = np.bincount(st, weights=frac * (self.latency[e] + child), minlength=len(keys))
             order = np.argsort(np.concatenate([known_k, keys]), kind="stable")
             known_k, known_l = np.concatenate([known_k, keys])[order], np.concatenate([known_l, lat])[order]
         start = np.searchsorted(known_k, u * f + b).clip(max=len(known_k) - 1)
         return np.where(u != b, known_l[start], 0.0)
 
-    def _latencies_dense(self, rounds: list[tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
-                         pairs: np.ndarray, f: int) -> np.ndarray:
+    def _latencies_dense(self, rounds: list[_Round | spread.Spread], pairs: np.ndarray, f: int) -> np.ndarray:
         """Expected latency of each state to its destination, nearest round first, in an f x f table
         (a state met in two rounds gets the same value twice)."""
         known = np.zeros(f * f)
-        for keys, st, e, frac, heads in reversed(rounds):
+        for rnd in reversed(rounds):
+            if isinstance(rnd, spread.Spread):
+                table = known.reshape(f, f).copy()
+                np.fill_diagonal(table, 0.0)  # head = destination: arrived
+                known[rnd.keys] = spread.latency(self._csr, rnd, table)
+                continue
+            keys, st, e, frac, heads = rnd
             child = np.where(heads // f != heads % f, known[heads], 0.0)
             known[keys] = np.bincount(st, weights=frac * (self.latency[e] + child), minlength=len(keys))
         return np.where(pairs // f != pairs % f, known[pairs], 0.0)

@@ -97,3 +97,26 @@ def test_bad_model_files_give_one_line_errors(tmp_path: Path, content: str, mess
 def test_missing_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(WorkloadError, match="does not exist"):
         load_model(tmp_path / "nope.yaml")
+
+
+def test_presets_are_read_on_first_lookup_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``PresetFiles`` reads one file per preset looked up, once; keys, order, membership and
+    ``KeyError`` are a dict's; every bundled preset loads under its file's name."""
+    from clustersim.workloads import presets
+
+    reads: list[str] = []
+    real = presets._read_mapping
+    monkeypatch.setattr(presets, "_read_mapping", lambda path: reads.append(Path(path).stem) or real(path))
+    files = presets.PresetFiles(PRESET_DIR)
+    assert list(files) == [f.stem for f in sorted(PRESET_DIR.glob("*.yaml"))] and len(files) == len(MODEL_PRESETS)
+    assert "llama3-70b" in files and "no-such-model" not in files and reads == []
+    assert files["llama3-70b"] is files["llama3-70b"] and reads == ["llama3-70b"]
+    with pytest.raises(KeyError):
+        files["no-such-model"]
+    assert all(spec.name == name for name, spec in files.items())
+    assert dict(files.items()) == {name: MODEL_PRESETS[name] for name in MODEL_PRESETS}
+    (tmp_path / "wrong.yaml").write_text((PRESET_DIR / "tiny.yaml").read_text())
+    bad = presets.PresetFiles(tmp_path)
+    assert list(bad) == ["wrong"]
+    with pytest.raises(WorkloadError, match="wrong.yaml: name 'tiny' must equal the file stem"):
+        bad["wrong"]
