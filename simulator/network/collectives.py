@@ -136,14 +136,19 @@ def bus_factor(kind: CollectiveKind, n: int) -> float:
     return 1.0
 
 
-def _check(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]], num_gpus: int) -> np.ndarray:
+def _check(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]] | np.ndarray, num_gpus: int) -> np.ndarray:
     if kind not in KINDS:
         raise CollectiveError(f"kind = '{kind}' is unknown; use one of {sorted(KINDS)}")
     if not size >= 0:
         raise CollectiveError(f"size = {size} bytes must be >= 0")
-    if not groups or len({len(g) for g in groups}) != 1:
+    if isinstance(groups, np.ndarray):  # one row per group (a placement's groups: no list of lists built)
+        if groups.ndim != 2 or groups.size == 0:
+            raise CollectiveError(f"groups must be a non-empty list of equal-size groups, got an array of shape {groups.shape}")
+        arr = np.array(groups, dtype=np.int64)  # a copy: the caller's array is never touched
+    elif not groups or len({len(g) for g in groups}) != 1:
         raise CollectiveError(f"groups must be a non-empty list of equal-size groups, got sizes {sorted({len(g) for g in groups})}")
-    arr = np.asarray(groups, dtype=np.int64)
+    else:
+        arr = np.asarray(groups, dtype=np.int64)
     if arr.min() < 0 or arr.max() >= num_gpus:
         raise CollectiveError(f"groups name devices {arr.min()}..{arr.max()}; the cluster has 0..{num_gpus - 1}")
     if (np.diff(np.sort(arr, axis=1), axis=1) == 0).any():
@@ -220,13 +225,14 @@ def _cost(pattern: _Pattern, kind: CollectiveKind, algorithm: str, size: float, 
 def price_collective(
     kind: CollectiveKind,
     size: float,
-    groups: Sequence[Sequence[int]],
+    groups: Sequence[Sequence[int]] | np.ndarray,
     cluster: object,
     profile: CalibrationProfile,
     algorithm: str | None = None,
 ) -> CollectiveCost:
     """Time of one collective of ``size`` bytes (nccl-tests convention) for the first group of
-    ``groups`` while every group in ``groups`` runs the same collective on the same fabric."""
+    ``groups`` (lists of ranks, or an array with one row per group) while every group in
+    ``groups`` runs the same collective on the same fabric."""
     fabric = fabric_of(cluster, profile)
     arr = _check(kind, size, groups, fabric.num_gpus)
     n = arr.shape[1]
@@ -265,7 +271,7 @@ def full_mode_time(kind: CollectiveKind, size: float, groups: Sequence[Sequence[
     return overhead + p.alpha + (size + min(size, fill)) * p.beta_full
 
 
-def collective_steps(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]], cluster: object,
+def collective_steps(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]] | np.ndarray, cluster: object,
                      profile: CalibrationProfile, algorithm: str | None = None) -> tuple[float, float, float, tuple[StepLoad, ...]]:
     """A collective as the flow-over-time model runs it: (its time alone, the latency paid before
     the bytes move (overhead + alpha), the bytes that move per step run (size plus the pipeline

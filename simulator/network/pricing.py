@@ -60,7 +60,7 @@ class CommPricer:
             return 0.0
         if self.fidelity == "analytic":
             return analytic.collective_time(kind, size, self._shape(groups[0]), self.cluster, self.profile)
-        cost = price_collective(kind, size, groups.tolist(), self.cluster, self.profile)
+        cost = price_collective(kind, size, groups, self.cluster, self.profile)
         self._details[(kind, float(size), axis)] = cost
         return float(cost.time)
 
@@ -81,7 +81,7 @@ class CommPricer:
             same = pairs[0, 0] // self.cluster.nvlink_domain_size == pairs[0, 1] // self.cluster.nvlink_domain_size
             shape = analytic.GroupShape(size=2, per_domain=2 if same else 1)
             return analytic.collective_time("send_recv", size, shape, self.cluster, self.profile)
-        cost = price_collective("send_recv", size, pairs.tolist(), self.cluster, self.profile)
+        cost = price_collective("send_recv", size, pairs, self.cluster, self.profile)
         self._details[("send_recv", float(size), f"pp{stage}")] = cost
         return float(cost.time)
 
@@ -117,7 +117,7 @@ class CommPricer:
 
     def _build(self, kind: CollectiveKind, size: float, groups: np.ndarray, traffic: TrafficClass,
                algorithm: str | None) -> Transfer:
-        time, delay, work, steps = collective_steps(kind, size, groups.tolist(), self.cluster, self.profile, algorithm)
+        time, delay, work, steps = collective_steps(kind, size, groups, self.cluster, self.profile, algorithm)
         phases = [Phase(delay=delay if i == 0 else 0.0, edges=st.edges, load=st.load, work=st.repeat * work)
                   for i, st in enumerate(steps)]
         return Transfer(traffic=traffic, phases=tuple(phases) or (Phase(delay=delay, edges=np.zeros(0, dtype=np.int64),
