@@ -108,7 +108,8 @@ def collective(
         prof = load_profile(calibration) if calibration else default_profile(clus.accelerator.name)
         groups = make_groups(clus.num_gpus, clus.gpus_per_node, group_size, axis)
         size_list = parse_sizes(sizes)
-        costs = [price_collective(collective_kind(kind), s, groups, clus, prof, algorithm) for s in size_list]
+        ranks = np.asarray(groups, dtype=np.int64)  # once, not per size
+        costs = [price_collective(collective_kind(kind), s, ranks, clus, prof, algorithm) for s in size_list]
     except ValueError as exc:
         output.fail(exc)
     title = (f"{kind} on {cluster} x{gpus} ({clus.accelerator.name}, {clus.fabric}): {len(groups)} group(s) of "

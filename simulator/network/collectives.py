@@ -92,11 +92,27 @@ class StepLoad:
 
 
 class LinkUtilisation(Mapping[str, float]):
-    """Lazy mapping from link name to utilisation (built only when read)."""
+    """Lazy mapping from link name to utilisation (built only when read: most costs priced are
+    options the selector drops, and a 16,384-GPU fabric has 106,496 links)."""
 
     def __init__(self, fabric: Fabric, loads: np.ndarray, size: float, time: float) -> None:
-        self._fabric, self._used = fabric, np.flatnonzero(loads > 0)
-        self._util = loads * size / (fabric.capacity * max(time, 1e-30))
+        self._fabric, self._loads, self._size, self._time = fabric, loads, size, time
+        self._cols: tuple[np.ndarray, np.ndarray] | None = None
+
+    @property
+    def _used(self) -> np.ndarray:
+        return self._columns()[0]
+
+    @property
+    def _util(self) -> np.ndarray:
+        return self._columns()[1]
+
+    def _columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """(links with load, utilisation of every link), computed on first read."""
+        if self._cols is None:
+            util = self._loads * self._size / (self._fabric.capacity * max(self._time, 1e-30))
+            self._cols = (np.flatnonzero(self._loads > 0), util)
+        return self._cols
 
     def __getitem__(self, name: str) -> float:
         u, _, v = name.partition("->")
