@@ -247,7 +247,8 @@ class Fabric:
             self._edge_mat = np.full((len(ids), len(ids)), -1, dtype=np.int64)
             self._edge_mat[self._fe_src, self._fe_dst] = self._fe
             self._dist = self._bfs_all(len(ids))
-            simple = len(np.unique(self._fe_src * len(ids) + self._fe_dst)) == len(self._fe)
+            pairs = np.sort(self._fe_src * len(ids) + self._fe_dst, kind="stable")  # not np.unique: it imports numpy.ma
+            simple = not bool((pairs[1:] == pairs[:-1]).any())
             self._csr = spread.FabricCsr(dist=self._dist, ptr=self._fe_ptr, edge=self._fe, head=self._fe_dst,
                                          edge_mat=self._edge_mat, latency=self.latency, simple=simple)
         return self._dist
