@@ -7,7 +7,7 @@ import gc
 
 import pytest
 
-from clustersim.collector import paused
+from clustersim.collector import YOUNG_BATCH, batched, paused
 from clustersim.topologies.errors import TopologyError
 from clustersim.topologies.presets import get_cluster
 
@@ -53,3 +53,42 @@ def test_a_cluster_build_makes_no_reference_cycles(preset: str, gpus: int, kw: d
     cluster = get_cluster(preset, gpus, **kw)
     assert cluster.num_gpus == gpus
     assert gc.collect() == 0  # unreachable objects found: cyclic garbage the pause would have kept
+
+
+def test_batched_raises_the_young_threshold_and_restores_it() -> None:
+    before = gc.get_threshold()
+    with batched():
+        assert gc.get_threshold() == (max(before[0], YOUNG_BATCH), *before[1:])
+    assert gc.get_threshold() == before
+    with pytest.raises(RuntimeError):
+        with batched():
+            raise RuntimeError("inside")
+    assert gc.get_threshold() == before
+
+
+def test_batched_still_collects_cyclic_garbage() -> None:
+    """Reference cycles made inside are freed by the batched young passes (no growth without bound)."""
+    class Node:
+        def __init__(self) -> None:
+            self.me = self
+
+    gc.collect()
+    with batched():
+        for _ in range(5 * YOUNG_BATCH):
+            Node()
+        alive = sum(isinstance(o, Node) for o in gc.get_objects())
+    assert alive < 2 * YOUNG_BATCH  # 50,000 made; the passes freed all but the last batch or two
+
+
+def test_the_cli_runs_its_command_batched(monkeypatch: pytest.MonkeyPatch) -> None:
+    import sys
+
+    from clustersim.simulator.cli import app as cli
+
+    seen: list[tuple[int, int, int]] = []
+    monkeypatch.setattr(cli, "app", lambda standalone_mode: seen.append(gc.get_threshold()) or 0)
+    monkeypatch.setattr(sys, "argv", ["clustersim", "--help"])
+    before = gc.get_threshold()
+    with pytest.raises(SystemExit):
+        cli.main()
+    assert seen == [(max(before[0], YOUNG_BATCH), *before[1:])] and gc.get_threshold() == before

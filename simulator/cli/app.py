@@ -13,6 +13,7 @@ import sys
 import typer
 from rich.console import Console
 
+from clustersim.collector import batched
 from clustersim.simulator import __version__
 from clustersim.simulator.cli import output
 from clustersim.simulator.cli.lazy import LazyGroup
@@ -43,7 +44,8 @@ def main() -> None:
     command) get the same line, naming the option, instead of click's boxed usage text.
     """
     try:
-        code = app(standalone_mode=False)
+        with batched():  # fewer, larger young collections (clustersim.collector)
+            code = app(standalone_mode=False)
     except typer.Abort:  # Ctrl-C outside a command's own handling
         err_console.print("[yellow]interrupted[/yellow]")
         sys.exit(130)
