@@ -142,6 +142,8 @@ def _sync_wait(plan: ParallelPlan, prof: CalibrationProfile) -> float:
     GPU of the job: TP, PP and DP couple them all each step); the two multiply."""
     jitter = sync_wait_fraction(plan.dp * plan.cp, prof.sync_jitter_cv)
     static = variability_wait_fraction(plan.world_size, prof.gpu_variability_cv)
+    if static == 0.0:
+        return jitter  # bit for bit the jitter alone (every profile without the variability)
     return (1.0 + jitter) * (1.0 + static) - 1.0
 
 
