@@ -57,6 +57,19 @@ communication, against the same compute alone, on 4x A100, H100, MI250 and MI210
 40.0 %). Source: "Characterizing Compute-Communication Overlap in GPU-Accelerated Distributed Deep
 Learning: Performance and Power Implications", arXiv:2507.03114 (July 2025), abstract. One figure
 for every collective kind (the abstract gives no split by kind)."""
+GPU_VARIABILITY_VARIATION = 0.08
+"""Average performance variation across the GPUs of one SKU inside one cluster: 8 % (22 % at most,
+the worst application and cluster; outliers up to 1.5x slower than the median GPU), SGEMM, ResNet-50,
+BERT, LAMMPS and PageRank (the artifact's experiments) on >90 % of the GPUs of five clusters (Summit,
+Vortex, Frontera, Longhorn, Corona; NVIDIA and AMD GPUs), >18,800 hours of data. Source: Sinha et al., "Not All GPUs Are Created
+Equal: Characterizing Variability in Large-Scale, Accelerator-Rich Systems", SC'22,
+arXiv:2208.11035v3, abstract."""
+GPU_VARIABILITY_CV_MEASURED = round(GPU_VARIABILITY_VARIATION / (4.0 * 1.349), 4)
+"""``gpu_variability_cv`` from ``GPU_VARIABILITY_VARIATION``: 0.0148. The variation is read as the
+spread of the box plots' whiskers over the median, outliers excluded (the abstract quotes the
+outliers apart): for a normal sample of thousands the whiskers sit at the 1.5 IQR fences, a spread
+of 4 IQR = 4 x 1.349 sigma. Not checked against the paper's body (only its abstract is at hand): if
+the 8 % were the interquartile range instead, cv would be 0.08 / 1.349 = 0.059 (4x larger)."""
 SYNC_JITTER_MAX = 0.15
 """Upper bound of ``sync_jitter_cv``: at 0.15 the slowest of 512 ranks already waits 42 % of its
 compute (``step.jitter.sync_wait_fraction``), more than any weak-scaling loss the bundled table
@@ -139,6 +152,13 @@ class CalibrationProfile(BaseModel):
     lognormal of the straggler model, folded at 1): every pass waits for the slowest of the dp x cp
     ranks that synchronise with it, E[max of n] / E[one] - 1 of its compute
     (``clustersim.simulator.step.jitter``). 0 (the default): no waiting for stragglers."""
+    gpu_variability_cv: float = Field(default=0.0, ge=0, le=SYNC_JITTER_MAX)
+    """Coefficient of variation of the speed of one SKU's GPUs inside a cluster, fixed for a run
+    (manufacturing and power management; lognormal around the median): a job runs at its slowest
+    GPU's pace, each pass waiting E[max over the job's GPUs] / E[one] - 1 of its compute
+    (``clustersim.simulator.step.jitter.variability_wait_fraction``). A cited constant, not fitted
+    (``GPU_VARIABILITY_CV_MEASURED``, set by the fit beside the other cited constants). 0 (the
+    default): every GPU alike."""
     step_overhead: float = Field(default=0.0, ge=0)
     """Seconds per training step outside the modelled phases (data loading, logging)."""
     machine: dict[str, float] = Field(default={})

@@ -49,6 +49,8 @@ from clustersim.topologies.presets import (
     gb200_nvl72,
     gb300_nvl72,
     get_cluster,
+    segment_overrides,
+    slurm_segment,
 )
 
 __all__ = [
@@ -90,7 +92,9 @@ __all__ = [
     "nvswitch_node",
     "pcie_host",
     "rail_optimized",
+    "segment_overrides",
     "single_domain",
+    "slurm_segment",
     "torus",
     "validate_cluster",
     "ensure_valid",

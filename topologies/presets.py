@@ -243,6 +243,37 @@ def _build_cluster(system: SystemSpec, num_gpus: int, **overrides: Any) -> Clust
     return cluster
 
 
+def slurm_segment(nodes: int, nodes_per_domain: int) -> int:
+    """Nodes of one job in each NVLink domain when its launcher asks Slurm's topology/block plugin for
+    segments (``sbatch --segment``: every segment of that many nodes lands in one block, a rack):
+    all the nodes up to one domain's worth, else the largest divisor of ``nodes`` that fits in one
+    domain. The rule of Megatron-Bridge's performance launcher for 4-GPU trays (GB200/GB300 NVL72:
+    ``scripts/performance/utils/executors.py``, ``slurm_executor``, "add --segment flag to sbatch if
+    job uses GB200", NVIDIA-NeMo/Megatron-Bridge commit 023219e): 64 nodes (256 GPUs) -> 16 trays of
+    each rack's 18, so the spare 2 trays (8 GPUs) of every rack stay out of the job."""
+    if nodes < 1 or nodes_per_domain < 1:
+        raise TopologyError(f"nodes = {nodes} and nodes_per_domain = {nodes_per_domain} must be >= 1")
+    if nodes <= nodes_per_domain:
+        return nodes
+    return next(s for s in range(nodes_per_domain, 0, -1) if nodes % s == 0)
+
+
+def segment_overrides(name: str, num_gpus: int) -> dict[str, int]:
+    """Cluster options (``get_cluster(name, num_gpus, **them)``) for a job placed by Slurm segments
+    (``slurm_segment``) on the multi-node NVLink system ``name``: its NVLink domains hold only the
+    job's trays of each rack (``nvlink_domain_size`` = segment x GPUs per tray), one rack per leaf
+    (``servers_per_leaf`` = segment). Empty for systems whose NVLink domain is one server, and for a
+    job within one domain (it is placed as before)."""
+    system = SYSTEMS.get(preset_name(name))
+    if system is None:
+        return {}
+    g = system.gpus_per_node
+    if system.nvlink_domain_size <= g or num_gpus <= system.nvlink_domain_size or num_gpus % g:
+        return {}
+    seg = slurm_segment(num_gpus // g, system.nvlink_domain_size // g)
+    return {"nvlink_domain_size": seg * g, "servers_per_leaf": seg}
+
+
 def dgx_a100_pod(num_gpus: int, **overrides: Any) -> Cluster:
     """DGX A100 80GB nodes, HDR 200 Gb/s per GPU, rail-optimised two-tier fabric."""
     return build_cluster(DGX_A100, num_gpus, **overrides)

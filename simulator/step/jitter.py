@@ -10,6 +10,11 @@ ratio minus 1, the seconds of waiting per second of (mean-rate) compute; it is 0
 grows like sigma * sqrt(2 ln 2n) with the ranks. It does not schedule anything (the engine adds
 the wait, ``clustersim.simulator.step.engine``) nor draw per-rank samples (the straggler model).
 
+Also the static counterpart (``variability_wait_fraction``): GPUs of one SKU differ in speed for
+the whole run (manufacturing and power management; ``profile.gpu_variability_cv``), each GPU's
+time multiplier exp(sigma Z) unfolded around the median, and a job whose every rank synchronises
+every step runs at its slowest GPU's pace: E[max of n] / E[one] - 1 over the job's GPUs.
+
 Closed form: with M = max of n |Z_i|, P(M <= x) = erf(x / sqrt 2)^n, and for increasing g,
 E[g(M)] = g(0) + int_0^inf g'(x) (1 - P(M <= x)) dx, integrated on a fixed grid (trapezoid,
 0 <= x <= 12: P(|Z| > 12) < 1e-32, negligible for any rank count below 1e20).
@@ -59,3 +64,39 @@ def sync_wait_fraction(n: int, cv: float) -> float:
     if n <= 1 or cv == 0.0:
         return 0.0
     return expected_max_multiplier(n, cv) / expected_max_multiplier(1, cv) - 1.0
+
+
+_NORMAL_GRID = np.linspace(-12.0, 12.0, 12001)
+"""Quadrature points of x = max Z (step 0.002); below -12 and above 12 the normal tails are < 1e-32."""
+_LOG_PHI = np.array([math.log(0.5 * math.erfc(-x / math.sqrt(2.0))) if x < 0.0
+                     else math.log1p(-0.5 * math.erfc(x / math.sqrt(2.0))) for x in _NORMAL_GRID])
+"""log Phi(x) on the grid (erfc of the nearer tail keeps both ends accurate)."""
+
+
+@lru_cache(maxsize=4096)
+def expected_max_lognormal(n: int, cv: float) -> float:
+    """E[max over ``n`` GPUs of exp(sigma Z)], Z ~ N(0, 1) unfolded (a GPU may be faster or slower
+    than the median): the slowest GPU's expected time multiplier. With M = max of n Z_i,
+    P(M <= x) = Phi(x)^n and E[e^(sigma M)] = e^(-12 sigma) + int_-12^12 sigma e^(sigma x)
+    (1 - Phi(x)^n) dx (the mass below -12 is < n 1e-32). n = 1: exp(sigma^2 / 2); n = 2:
+    2 exp(sigma^2 / 2) Phi(sigma / sqrt 2)."""
+    if n < 1:
+        raise ValueError(f"GPUs n = {n} must be >= 1")
+    if not 0.0 <= cv < 10.0:
+        raise ValueError(f"GPU variability cv = {cv} must lie in [0, 10)")
+    s = lognormal_sigma(cv)
+    if s == 0.0:
+        return 1.0
+    tail = -np.expm1(n * _LOG_PHI)  # 1 - Phi(x)^n
+    lo = float(_NORMAL_GRID[0])
+    return math.exp(s * lo) + float(np.trapezoid(s * np.exp(s * _NORMAL_GRID) * tail, _NORMAL_GRID))
+
+
+def variability_wait_fraction(n: int, cv: float) -> float:
+    """Seconds of compute lost to the slowest of ``n`` GPUs of one job, per second of a mean GPU's
+    compute, under static GPU-to-GPU speed variability (manufacturing and power management: the
+    same GPU is slow all run long, ``profile.gpu_variability_cv``): E[max of n] / E[one] - 1 of
+    the unfolded lognormal (0 for n = 1 or cv = 0)."""
+    if n <= 1 or cv == 0.0:
+        return 0.0
+    return expected_max_lognormal(n, cv) / expected_max_lognormal(1, cv) - 1.0

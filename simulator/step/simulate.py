@@ -27,7 +27,7 @@ from clustersim.simulator.plan import (
 from clustersim.simulator.network import CommPricer, FabricLoad, Fidelity
 from clustersim.simulator.step.compute import peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
-from clustersim.simulator.step.jitter import sync_wait_fraction
+from clustersim.simulator.step.jitter import sync_wait_fraction, variability_wait_fraction
 from clustersim.simulator.step.costs import StageCost
 from clustersim.simulator.step.lower import Costing, compute_parts, lower
 from clustersim.simulator.step.partition import StageMemory, partition
@@ -79,7 +79,7 @@ def simulate(
         stages=stages, schedule=plan.schedule, microbatches=m, vpp=chunks_per_stage(plan.schedule, plan.vpp),
         overlap_grad_reduce=plan.overlap_grad_reduce, overlap_param_gather=plan.overlap_param_gather,
         scale=unit_scale, step_overhead=prof.step_overhead, flows=flows,
-        sync_wait=sync_wait_fraction(plan.dp * plan.cp, prof.sync_jitter_cv),
+        sync_wait=_sync_wait(plan, prof),
     )
     intervals, step = run(inp)
     inputs = _inputs_doc(model, training, cluster, plan, prof, mode, seed, fidelity, rank_scale)
@@ -134,6 +134,17 @@ def _check_sharing(sharing: object, load: FabricLoad | None, mode: Mode, fidelit
         raise PlanError("simulate: fabric_sharing = 'flows' needs fidelity = 'flow' (the flows cross the priced links)")
     if load is not None and sharing != "flows":
         raise PlanError("simulate: fabric_load (background load, degraded links) needs fabric_sharing = 'flows'")
+
+
+def _sync_wait(plan: ParallelPlan, prof: CalibrationProfile) -> float:
+    """Seconds each pass waits per second of its compute: for the slowest of the dp x cp ranks it
+    synchronises with (per-pass jitter), then for the job's slowest GPU (static variability, every
+    GPU of the job: TP, PP and DP couple them all each step); the two multiply."""
+    jitter = sync_wait_fraction(plan.dp * plan.cp, prof.sync_jitter_cv)
+    static = variability_wait_fraction(plan.world_size, prof.gpu_variability_cv)
+    if static == 0.0:
+        return jitter  # bit for bit the jitter alone (every profile without the variability)
+    return (1.0 + jitter) * (1.0 + static) - 1.0
 
 
 def _rank_scale(plan: ParallelPlan, mode: Mode, compute_scale: Sequence[float] | np.ndarray | None) -> np.ndarray:

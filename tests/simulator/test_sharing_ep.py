@@ -25,7 +25,7 @@ from clustersim.simulator.step.lower import Costing, lower
 from clustersim.simulator.step.result import CATEGORIES, breakdowns
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.step.streams import stream_transfers
-from clustersim.topologies import get_cluster
+from clustersim.topologies import get_cluster, segment_overrides
 from clustersim.workloads import TrainingSpec, get_model
 
 PROFILE = CalibrationProfile()
@@ -178,3 +178,20 @@ def test_stages_whose_ep_groups_are_not_translates_keep_the_priced_exposed_ep() 
     assert all(tr is not None and tr.static_time > 2 * priced for tr in alone[1:])
     flows = stream_transfers(pricer, stages, FabricLoad())
     assert {s for s, _, _ in flows.ep} == {0}
+
+
+def test_segment_placement_puts_every_stages_ep_group_in_one_rack() -> None:
+    # the same job placed as Megatron-Bridge's launcher places it (Slurm segments of 16 trays, 64
+    # GPUs per rack): every stage's EP groups are translates of the priced group, take its time
+    # alone and run as flows
+    cluster = get_cluster("gb200-nvl72", 256, **segment_overrides("gb200-nvl72", 256))
+    plan = ParallelPlan(tp=1, pp=4, dp=64, ep=64, zero=1)
+    pricer = CommPricer(cluster, Placement(plan, cluster.gpus_per_node), PROFILE)
+    stages = lower(Costing(MOE, TRAIN, plan, cluster.accelerator, PROFILE, pricer)).stages
+    call = stages[1].chunks[0].ep_call_fwd
+    assert call is not None
+    priced = pricer.time(call.kind, call.size, call.axis)
+    for s in range(4):
+        tr = pricer.transfer(call.kind, call.size, call.axis, s, "ep")
+        assert tr is not None and tr.static_time == pytest.approx(priced, rel=1e-12)
+    assert {s for s, _, _ in stream_transfers(pricer, stages, FabricLoad()).ep} == {0, 1, 2, 3}
