@@ -70,6 +70,17 @@ spread of the box plots' whiskers over the median, outliers excluded (the abstra
 outliers apart): for a normal sample of thousands the whiskers sit at the 1.5 IQR fences, a spread
 of 4 IQR = 4 x 1.349 sigma. Not checked against the paper's body (only its abstract is at hand): if
 the 8 % were the interquartile range instead, cv would be 0.08 / 1.349 = 0.059 (4x larger)."""
+GROUPED_GEMM_EFFICIENCY_PRIOR = 0.62
+"""Prior of ``expert_efficiency`` (the routed-expert GEMMs' rate against the dense GEMM curve read at
+one expert's shape) where no MoE row sets it: Megatron-Core's unfused MoE MLP path (Transformer
+Engine GroupedLinear, a separate activation and quantisation pass, host-synced token counts) runs
+1.3x-2x slower at kernel level than NVIDIA's fused grouped-GEMM kernels (R. Garg, M. Nicely,
+"Boosting MoE Training Throughput with Advanced Fusion Kernels", NVIDIA Technical Blog,
+2026-06-15: "1.3x-2x kernel-level speedup over unfused paths"; 93 % end to end on GPT-OSS, 8 % on
+DeepSeek-V3). The prior is the geometric middle of that range, 1 / sqrt(1.3 x 2.0) = 0.62 (range
+0.50-0.77). An independent figure agrees with its low end: TE GroupedLinear 1.87-2.11x slower than
+a loop of per-expert ``F.linear`` calls, 8x B300 BF16, EP2, 4 experts per rank, seq 8192
+(NVIDIA/TransformerEngine issue 2939), i.e. 0.47-0.53 of the dense GEMM at the expert's shape."""
 SYNC_JITTER_MAX = 0.15
 """Upper bound of ``sync_jitter_cv``: at 0.15 the slowest of 512 ranks already waits 42 % of its
 compute (``step.jitter.sync_wait_fraction``), more than any weak-scaling loss the bundled table

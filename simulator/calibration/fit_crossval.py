@@ -28,7 +28,7 @@ from clustersim.simulator.calibration.fit_first_order import (
     GEMM_POINTS, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
     predict, row_weights, with_cited_constants,
 )
-from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, CalibrationProfile
 from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
 from clustersim.simulator.errors import CalibrationError
@@ -44,10 +44,11 @@ in that fold (same generation first, then the previous one). Efficiencies are fr
 part's own datasheet peak, so they carry over between parts."""
 
 PRIORS: Mapping[str, tuple[str, float]] = {
-    "exp": ("expert_efficiency", 1.0), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0)}
+    "exp": ("expert_efficiency", GROUPED_GEMM_EFFICIENCY_PRIOR), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0)}
 """Value of a per-GPU factor that no training row of its GPU type moves (no MoE, FP8 or NVFP4 row):
-1.0, i.e. expert GEMMs on the dense GEMM curve and FP8/FP4 GEMMs at the same fraction of their
-datasheet peak as BF16. Never the value fitted on the held-out rows."""
+routed-expert GEMMs at the cited grouped-GEMM prior (``profile.GROUPED_GEMM_EFFICIENCY_PRIOR``,
+0.62 of the dense GEMM curve read at one expert's shape), FP8/FP4 GEMMs at the
+same fraction of their datasheet peak as BF16 (1.0). Never the value fitted on the held-out rows."""
 
 SHARED_PARAMS: int = GEMM_POINTS + 2 + int(Bounds().jitter[1] > Bounds().jitter[0])
 """Parameters shared by every GPU type: the GEMM curve shape (one scale per point), kernel overhead,

@@ -25,6 +25,7 @@ not say which copy it ran.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Literal
 
@@ -226,3 +227,58 @@ def recipe_moe_comm(*, framework: str, model: str, gpu: str, precision: str, deg
     overlap = _agreed({str(e.overlap) for e in hits}, "moe_a2a_overlap", sources, notes)
     dispatcher = None if backend is None else hits[0].dispatcher  # the backends agree
     return MoeCommChoice(dispatcher, None if overlap is None else overlap == "True", tuple(notes))
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeFusedMlp:
+    """Recipes that run the routed experts through the CuTeDSL fused grouped MLP (Transformer
+    Engine's op fuser with ``NVTE_CUTEDSL_FUSED_GROUPED_MLP=1``: grouped GEMM, GLU activation and
+    MXFP8 quantisation in one kernel, token counts kept on the GPU for full-iteration CUDA graphs),
+    from the first framework release whose recipes set it."""
+
+    models: tuple[str, ...]
+    gpus: tuple[str, ...]
+    precisions: tuple[str, ...]
+    first_release: tuple[int, int]
+    """(year, month) of the first NeMo / Megatron-Bridge release with the setting."""
+    locator: str
+
+
+_PRS = "github NVIDIA-NeMo/Megatron-Bridge pull request "
+RECIPE_FUSED_GROUPED_MLP: tuple[RecipeFusedMlp, ...] = (
+    RecipeFusedMlp(models=_Q235 + _Q30, gpus=("GB200", "GB300"), precisions=_MX, first_release=(26, 6), locator=(
+        _PRS + "4249 (merged; 'Enable Qwen3 GB200/GB300 MXFP8 CuTeDSL Fusion and Full-Iter CUDA Graphs "
+        "for 26.06', tested against nemo-ci r26.06 on 2026-06-09; on main: 4211)")),
+    RecipeFusedMlp(models=_DSV3, gpus=("GB300",), precisions=_MX, first_release=(26, 6), locator=(
+        _PRS + "3983 (merged 2026-05-27, before the 26.06 code freeze of 2026-06-02 named in pull request 4080: "
+        "DSV3 GB300 MXFP8 full-iteration CUDA graph, A2A overlap and cuTeDSL fused grouped MLP; 'other recipe "
+        "variants (FP8 CS, NVFP4, BF16, non-GB300 hardware) are intentionally untouched')")),
+)
+"""Framework recipe -> fused grouped MLP, for Megatron-Bridge MoE rows (which never print it). Left
+out for want of a release-dated recipe change: the Qwen3 B200/B300 MXFP8 recipes (pull request 4606,
+2026-06-30, release branch r0.5.0: the first release it reached is not stored), GPT-OSS (NVIDIA's
+blog of 2026-06-15 reports the fused kernels' 93 % on GPT-OSS but names no recipe) and DeepSeek-V3
+on GB200."""
+
+
+def framework_release(framework: str) -> tuple[int, int] | None:
+    """(year, month) of the NeMo release a Megatron-Bridge row's ``framework`` names
+    ("Megatron-Bridge / Megatron-Core (NeMo 26.06.01)" -> (26, 6)); None when it names none."""
+    m = re.search(r"nemo (\d{2})\.(\d{2})", framework.lower())
+    return (int(m.group(1)), int(m.group(2))) if m else None
+
+
+def recipe_fused_grouped_mlp(*, framework: str, model: str, gpu: str, precision: str) -> tuple[bool, tuple[str, ...]]:
+    """Whether a row's framework recipe runs the fused grouped MLP (``RECIPE_FUSED_GROUPED_MLP``):
+    a Megatron-Bridge row (``framework``, any case) of preset ``model`` on ``gpu`` at precision label
+    ``precision`` from a release at or after the entry's first; with the note that says why."""
+    if "megatron-bridge" not in framework.lower():
+        return False, ()
+    release = framework_release(framework)
+    if release is None:
+        return False, ()
+    for e in RECIPE_FUSED_GROUPED_MLP:
+        if model in e.models and gpu in e.gpus and precision in e.precisions and release >= e.first_release:
+            return True, (f"moe fused grouped MLP (CuTeDSL; not printed; framework recipe from NeMo "
+                          f"{e.first_release[0]}.{e.first_release[1]:02d}: {e.locator})",)
+    return False, ()

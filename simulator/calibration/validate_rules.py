@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Mapping
 
 # the recipe files' locators are recipe_moe's: one spelling of each stored copy
-from clustersim.simulator.calibration.recipe_moe import _CFG, _DSV3, _DSV3_NEW, _DSV3_OLD, _NANO, _OSS, recipe_moe_comm
+from clustersim.simulator.calibration.recipe_moe import _CFG, _DSV3, _DSV3_NEW, _DSV3_OLD, _NANO, _OSS, recipe_fused_grouped_mlp, recipe_moe_comm
 from clustersim.simulator.calibration.recipe_moe import _KIMI as _KIMI_NEW
 from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
 from clustersim.simulator.plan import ParallelPlan, Recompute
@@ -446,7 +446,9 @@ def _recompute_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple
 def _moe_comm_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[int, int, int, int, int],
                        global_batch: int, notes: list[str]) -> dict[str, Any]:
     """``moe_dispatcher`` and ``ep_overlap`` of the row's framework recipe
-    (``recipe_moe.RECIPE_MOE_COMM``), else the plan's defaults (alltoall, no overlap)."""
+    (``recipe_moe.RECIPE_MOE_COMM``), else the plan's defaults (alltoall, no overlap); and
+    ``moe_fused_grouped_mlp`` where the recipe of the row's release runs the fused grouped MLP
+    (``recipe_moe.RECIPE_FUSED_GROUPED_MLP``)."""
     if not model.is_moe or degrees[3] <= 1:
         return {}
     try:
@@ -459,6 +461,11 @@ def _moe_comm_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[
         printed=(_degree(row, "vpp") is not None, _degree(row, "micro_batch") is not None))
     notes.extend(choice.notes)
     out: dict[str, Any] = {}
+    fused, fused_notes = recipe_fused_grouped_mlp(framework=text(row, "framework"), model=model.name,
+                                                  gpu=text(row, "gpu_type").upper(), precision=label)
+    if fused:
+        out["moe_fused_grouped_mlp"] = True
+        notes.extend(fused_notes)
     if choice.moe_dispatcher is not None:
         out["moe_dispatcher"] = choice.moe_dispatcher
     if choice.ep_overlap is not None:

@@ -34,7 +34,7 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
 
 INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes",
               "cpu_offloading_num_layers")
-FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap")
+FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap", "moe_fused_grouped_mlp")
 REAL_FIELDS = ("bucket_size", "first_bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
 OPTIONAL_REAL_FIELDS = ("ep_comm_overlap",)
 """Real fields that may be None (None: decided by the mechanism, not the override)."""

@@ -96,6 +96,11 @@ class ParallelPlan:
     """How tokens reach their experts (``step.dispatch``): alltoall (Megatron-Core's default, a flat
     all-to-all of every token-expert pair), allgather (every EP rank gathers all tokens), deepep
     (DeepSeek's scale-out-then-NVLink forwarding, each token once per node, node-limited routing)."""
+    moe_fused_grouped_mlp: bool = False
+    """The routed experts run a fused grouped MLP (Transformer Engine's CuTeDSL grouped GEMM with the
+    GLU activation and quantisation in its epilogue, token counts on the GPU): their GEMMs reach the
+    dense GEMM curve at one expert's shape, so the profile's ``expert_efficiency`` (the unfused
+    GroupedLinear path's rate) does not apply (``step.compute.expert_path``)."""
     expert_imbalance: float = 1.0
     """Tokens of the busiest expert rank / mean (>= 1): slows every MoE layer."""
     order: str = "tp-cp-ep-dp-pp"

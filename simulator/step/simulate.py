@@ -25,7 +25,7 @@ from clustersim.simulator.plan import (
     num_microbatches,
 )
 from clustersim.simulator.network import CommPricer, FabricLoad, Fidelity
-from clustersim.simulator.step.compute import peak_for
+from clustersim.simulator.step.compute import expert_path, peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.jitter import sync_wait_fraction, variability_wait_fraction
 from clustersim.simulator.step.costs import StageCost
@@ -68,7 +68,7 @@ def simulate(
     prof = profile or default_profile(cluster.accelerator.name)
     placement = Placement(plan, cluster.gpus_per_node)
     pricer = CommPricer(cluster, placement, prof, fidelity)
-    costing = Costing(model, training, plan, cluster.accelerator, prof, pricer)
+    costing = Costing(model, training, plan, cluster.accelerator, expert_path(prof, plan.moe_fused_grouped_mlp), pricer)
     lowered = lower(costing, part)
     stages = lowered.stages
     flows = stream_transfers(pricer, stages, fabric_load or FabricLoad()) if fabric_sharing == "flows" else None

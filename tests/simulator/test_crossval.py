@@ -15,6 +15,7 @@ import pytest
 from clustersim.simulator.calibration.fit_crossval import PRIORS, at_bounds, fit_fold
 from clustersim.simulator.calibration.fit_first_order import Bounds, row_weights
 from clustersim.simulator.calibration.validate import FAMILIES, family_of, load_runs
+from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR
 from tests.simulator.test_fit_defaults import BASE, TRUTH, _synthetic
 
 
@@ -81,6 +82,18 @@ def test_gpu_type_without_training_rows_takes_its_donor_and_priors() -> None:
     assert any("b200: no training row" in n for n in fold.notes)
     full = fit_fold(sens, PROFILES, np.ones(len(sens), bool), sweeps=1)
     assert full.profiles["h100"].expert_efficiency == pytest.approx(0.6 * 0.7, rel=0.05)
+
+
+def test_expert_prior_is_the_cited_grouped_gemm_figure() -> None:
+    """A fold without MoE rows runs routed-expert GEMMs at the cited prior: the geometric middle of
+    the fused-over-unfused kernel speedup of 1.3x-2x (NVIDIA blog, 2026-06-15), strictly inside the
+    fit's range, so the in-sample fit can move it either way, and not the old 1.0."""
+    prior = PRIORS["exp"][1]
+    assert prior == GROUPED_GEMM_EFFICIENCY_PRIOR
+    assert prior == pytest.approx(1.0 / (1.3 * 2.0) ** 0.5, abs=0.005)
+    lo, hi = Bounds().expert
+    assert lo < prior < hi
+    assert 1.0 / 2.0 <= prior <= 1.0 / 1.3
 
 
 def test_at_bounds_reports_a_value_on_its_bound() -> None:

@@ -1,0 +1,104 @@
+"""The fused grouped MLP of the later Megatron-Bridge recipes (issue 13, expert compute).
+
+The rule gives ``plan.moe_fused_grouped_mlp`` to the rows whose release and recipe run the CuTeDSL
+fused grouped MLP, keyed on what the row prints (framework release, model, GPU, precision), never
+on its ids; the flag runs the routed-expert GEMMs on the dense curve (``expert_efficiency`` 1) and
+touches nothing else; the cross-validation prior is the cited unfused rate.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from clustersim.simulator.calibration.recipe_moe import (
+    RECIPE_FUSED_GROUPED_MLP, framework_release, recipe_fused_grouped_mlp,
+)
+from clustersim.simulator.calibration.validate_rules import plan_for_row
+from clustersim.simulator.plan.plan import ParallelPlan
+from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, default_profile
+from clustersim.simulator.step.compute import expert_path
+from clustersim.simulator.step.simulate import simulate
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
+
+
+def _fw(release: str) -> str:
+    return f"Megatron-Bridge / Megatron-Core (NeMo {release})"
+
+
+@pytest.mark.parametrize(("framework", "release"), [
+    (_fw("26.06.01"), (26, 6)), (_fw("25.09"), (25, 9)), ("megatron-bridge / megatron-core (nemo 26.08)", (26, 8)),
+    ("Megatron-LM", None)])
+def test_the_release_is_read_from_the_framework_cell(framework: str, release: tuple[int, int] | None) -> None:
+    assert framework_release(framework) == release
+
+
+def test_the_rule_keys_on_release_model_gpu_and_precision() -> None:
+    def fused(release: str, model: str = "qwen3-235b-a22b", gpu: str = "GB300", precision: str = "mxfp8",
+              framework: str | None = None) -> bool:
+        return recipe_fused_grouped_mlp(framework=framework or _fw(release), model=model, gpu=gpu, precision=precision)[0]
+    assert fused("26.06") and fused("26.06.01") and fused("26.08") and fused("26.06", model="qwen3-30b-a3b", gpu="GB200")
+    assert not fused("26.04.01")  # the release before the recipe change
+    assert not fused("26.06", precision="bf16")  # the change is for the MXFP8 recipes only
+    assert not fused("26.06", gpu="B300")  # Qwen3 B200/B300: no release-dated change stored
+    assert fused("26.06", model="deepseek-v3", gpu="GB300") and not fused("26.06", model="deepseek-v3", gpu="GB200")
+    assert not fused("26.06", model="gpt-oss-120b")
+    assert not fused("26.06", framework="Megatron-LM (NeMo 26.06)")
+    ok, notes = recipe_fused_grouped_mlp(framework=_fw("26.06"), model="qwen3-235b-a22b", gpu="GB300", precision="mxfp8")
+    assert ok and "pull request 4249" in notes[0]
+
+
+def test_every_entry_names_its_pull_request() -> None:
+    for e in RECIPE_FUSED_GROUPED_MLP:
+        assert "NVIDIA-NeMo/Megatron-Bridge pull request" in e.locator
+        assert e.models and e.gpus and e.precisions and e.first_release >= (25, 1)
+
+
+def _row(**cells: object) -> dict[str, object]:
+    base: dict[str, object] = {"framework": _fw("26.06"), "model": "Qwen3_235B_a22B", "gpu_type": "GB300",
+                               "precision": "MXFP8", "num_gpus": 256, "tp": 1, "pp": 4, "vpp": 12, "ep": 32,
+                               "micro_batch": 2, "recompute": "", "seq_len": 4096, "global_batch_seqs": 8192}
+    return {**base, **cells}
+
+
+def test_a_row_gets_the_flag_from_its_release_not_its_ids() -> None:
+    model = get_model("qwen3-235b-a22b")
+    cluster = get_cluster("gb300-nvl72", 256)
+    training = TrainingSpec(seq_len=4096, global_batch_size=8192, precision="fp8")
+    notes: list[str] = []
+    new = plan_for_row(_row(row_id=351, source_id="megatron-bridge-26.06"), model, training, cluster, notes)
+    assert new.moe_fused_grouped_mlp and any("fused grouped MLP" in n for n in notes)
+    same = plan_for_row(_row(row_id=1, source_id="other"), model, training, cluster, [])
+    assert same == new
+    old = plan_for_row(_row(framework=_fw("26.04")), model, training, cluster, [])
+    assert not old.moe_fused_grouped_mlp and replace(old, moe_fused_grouped_mlp=True) == new
+
+
+def test_expert_path_lifts_only_the_expert_efficiency() -> None:
+    prof = default_profile("B200").replace(expert_efficiency=0.5)
+    assert expert_path(prof, False) == prof
+    lifted = expert_path(prof, True)
+    assert lifted.expert_efficiency == 1.0 and lifted.replace(expert_efficiency=0.5) == prof
+
+
+def test_the_fused_path_equals_the_unfused_one_at_expert_efficiency_one() -> None:
+    # the flag is exactly "routed-expert GEMMs at the dense curve": same step as the unfused plan
+    # under a profile whose expert_efficiency is 1, faster than under the cited prior, and a dense
+    # model does not notice it
+    model = get_model("qwen3-30b-a3b")
+    cluster = get_cluster("dgx-b200", 8)
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16")
+    plan = ParallelPlan(dp=8, ep=8, micro_batch=1, zero=1)
+    prior = default_profile(cluster.accelerator.name).replace(expert_efficiency=GROUPED_GEMM_EFFICIENCY_PRIOR)
+    fused = simulate(model, training, cluster, replace(plan, moe_fused_grouped_mlp=True), profile=prior, fidelity="analytic")
+    one = simulate(model, training, cluster, plan, profile=prior.replace(expert_efficiency=1.0), fidelity="analytic")
+    unfused = simulate(model, training, cluster, plan, profile=prior, fidelity="analytic")
+    assert fused.step_time == pytest.approx(one.step_time, rel=1e-9)
+    assert fused.step_time < unfused.step_time
+    dense = get_model("llama3-8b")
+    dplan = ParallelPlan(dp=8, zero=1)
+    assert simulate(dense, training, cluster, replace(dplan, moe_fused_grouped_mlp=True), profile=prior,
+                    fidelity="analytic").step_time == pytest.approx(
+        simulate(dense, training, cluster, dplan, profile=prior, fidelity="analytic").step_time, rel=1e-12)
