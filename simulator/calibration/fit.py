@@ -57,6 +57,9 @@ class FitReport:
     pass i of the collective sweep): the predictions' interval (``torch_backend.check``)."""
     intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     """(low, high) of each compute field over the passes' fits (``field_intervals``)."""
+    probe: Mapping[str, float] = field(default_factory=dict)
+    """The drift probe measured with the microbenchmarks (``probe_reference``): the host's state
+    the profile was fitted under; empty for folders measured without one."""
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -163,7 +166,21 @@ def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None
     each = tuple(fit_micro({**micro, "compute": c, **({"collectives": s} if s else {})}, n, host, name=name,
                            source=str(folder), causal_factor=causal_factor).profile
                  for c, s in zip(computes, sweeps))
-    return replace(central, passes=each, intervals=field_intervals(central.profile, each))
+    return replace(central, passes=each, intervals=field_intervals(central.profile, each), probe=probe_reference(micro))
+
+
+def probe_reference(micro: Mapping[str, Any]) -> dict[str, float]:
+    """The drift probe the profile's figures were measured under: ``gemm_s``, the median of the
+    samples taken between the compute suite's GEMM shapes (they set the compute fields);
+    ``allreduce_s``, the median of those taken between the collective sweep's calls (they set the
+    per-call latencies), 0 on one rank; empty when the folder has no probe (measured before the
+    probe existed)."""
+    compute = micro.get("compute", {}).get("probe")
+    sweep = micro.get("collectives", {}).get("probe")
+    if not compute:
+        return {}
+    latency = float((sweep or compute).get("allreduce_s", 0.0))
+    return {"gemm_s": float(compute["gemm_s"]), "allreduce_s": latency}
 
 
 def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, name: str, source: str,

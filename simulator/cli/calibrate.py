@@ -234,6 +234,9 @@ def check_command(
     statistic: Annotated[str, typer.Option(help="Measured step statistic: median, best, or uncontended "
                                            "(median with the time the OS withheld a CPU removed).")] = "median",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the rows as JSON.")] = None,
+    drift: Annotated[bool, typer.Option("--drift/--no-drift", help="Move the profile by the host's drift between "
+                                        "the microbenchmarks and each plan (the drift probes measured with both; "
+                                        "folders without probes are predicted as fitted).")] = True,
 ) -> None:
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan and the ranking."""
     if statistic not in STATISTICS:
@@ -248,8 +251,10 @@ def check_command(
         raise CalibrationError(f"folder {source} has no micro_w*.json microbenchmarks; give a folder written by "
                                "`clustersim calibrate measure --out DIR`")
     records = load_steps(folder)
+    references = {n: r.probe for n, r in reports.items() if r.probe} if drift else {}
     rows = check(records, profiles, next(s for s in STATISTICS if s == statistic),
-                 passes={n: r.passes for n, r in reports.items() if len(r.passes) > 1} or None)
+                 passes={n: r.passes for n, r in reports.items() if len(r.passes) > 1} or None,
+                 references=references or None)
     _console().print(_check_table(rows, records, statistic, source))
     s = summary(rows)
     for line in _summary_lines(rows, s, records, from_file=calibration is not None):
@@ -291,6 +296,11 @@ def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Seque
     lines += [f"  {m.slower} predicted no slower than {m.faster}, measured {m.measured_gap * 100:+.1f}% slower"
               + (" (within the measured intervals)" if m.within_noise else "") for m in bad]
     lines += _interval_lines(rows, from_file)
+    probed = [(row, rec) for row, rec in zip(rows, records) if rec.probes]
+    if probed:
+        lines.append("host drift by the probes, plan / microbenchmarks (compute x / latency x; 1.00/1.00 with "
+                     "--no-drift or no reference): " + ", ".join(f"{row.plan} {row.drift_compute:.2f}/"
+                                                                 f"{row.drift_latency:.2f}" for row, _ in probed))
     if loads:
         lines.append(f"host load (1-min average) when the plans started: {min(loads):.1f}-{max(loads):.1f}")
     return lines
