@@ -200,6 +200,7 @@ def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, na
     machine = _machine(compute, peak, mem_bw, links, n, host)
     if jitter:
         machine |= {"sync_skew": jitter.fraction, "sync_wait": jitter.wait}
+    machine |= tp_call_figures(micro.get("collectives", {}).get("tp_call") if n > 1 else None)
     profile = CalibrationProfile(
         name=name, source=f"clustersim calibrate fit {source} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
@@ -245,6 +246,24 @@ def skew_fit(entry: Mapping[str, Any]) -> SkewFit:
     cv = 0.5 * (lo + hi)
     error = abs(sync_wait_fraction(n, cv) / fraction - 1.0) if fraction > 0 else 0.0
     return SkewFit(fraction=fraction, wait=wait, cv=cv, error=error)
+
+
+TP_CALL_FIGURES: tuple[str, ...] = ("b2b", "after", "overlap")
+"""The situations of the TP-call microbenchmark recorded as ``machine.tp_call_<situation>``."""
+
+
+def tp_call_figures(entry: Mapping[str, Any] | None) -> dict[str, float]:
+    """The TP-call microbenchmark (``microbench.tp_call_entry``) as measured machine figures:
+    seconds per call of the TP message back to back, after a GEMM chunk and overlapped with one
+    (``machine.tp_call_b2b``, ``tp_call_after``, ``tp_call_overlap``) and its size in bytes
+    (``tp_call_bytes``); recorded, not priced; empty without the entry."""
+    if not entry:
+        return {}
+    bad = [k for k in TP_CALL_FIGURES if not float(entry.get(f"{k}_s", -1.0)) >= 0]
+    if bad or float(entry.get("size", 0.0)) <= 0:
+        raise CalibrationError(f"TP-call microbenchmark: {bad[0] + '_s' if bad else 'size'} missing or negative in "
+                               f"{sorted(entry)}; re-run calibrate measure")
+    return {"tp_call_bytes": float(entry["size"]), **{f"tp_call_{k}": float(entry[f"{k}_s"]) for k in TP_CALL_FIGURES}}
 
 
 def interval_fields(profile: CalibrationProfile) -> dict[str, float]:

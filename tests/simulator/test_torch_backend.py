@@ -87,6 +87,11 @@ def test_microbenchmarks_are_physical(folder: Path) -> None:
     chunks, totals = skew["chunk_s"], skew["total_s"]
     assert len(chunks) == len(totals) == 2 and all(len(c) == skew["iterations"] for c in chunks)
     assert all(0 < c <= t for cs, ts in zip(chunks, totals) for c, t in zip(cs, ts))
+    # the TP-call situations at the TP plans' message (TINY_GPT: 8 sequences x 64 tokens x 128 x 4 bytes)
+    tp = micro["collectives"]["tp_call"]
+    assert tp["size"] == 8 * 64 * 128 * 4 and all(len(v) == tp["samples"] for v in tp["times_s"].values())
+    assert tp["b2b_s"] > 0 and tp["chunk_s"] > 2 * 2 * 1024 * 512 * 256 / 640e9
+    assert tp["after_s"] >= 0 and tp["overlap_s"] >= 0
 
 
 def test_the_drift_probe_samples_the_microbenchmarks_and_every_timed_step(

@@ -22,6 +22,7 @@ from clustersim.simulator.calibration.torch_backend.check import (
 from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import record_from_dict
 from clustersim.simulator.cli.calibrate import register
+from clustersim.simulator.errors import CalibrationError
 
 RECORDED = Path(__file__).parent / "torch_recorded" / "small"
 GEMM_S, ALLREDUCE_S = 3e-3, 1.5e-3
@@ -153,3 +154,23 @@ def test_cli_check_prints_the_drift_and_no_drift_predicts_as_fitted(tmp_path: Pa
     assert all(r["drift_compute"] == 1.0 and r["drift_latency"] == 1.0 for r in rows_off.values())
     assert rows_on["tp2"]["drift_latency"] == pytest.approx(1.5) and rows_on["tp2"]["predicted"] > rows_off["tp2"]["predicted"]
     assert rows_off["tp2"]["predicted"] == pytest.approx(_predictions(RECORDED, with_drift=False)["tp2"], rel=1e-12)
+
+
+def test_the_tp_call_microbenchmark_is_recorded_as_machine_figures_and_not_priced(tmp_path: Path) -> None:
+    folder = tmp_path / "tp"
+    shutil.copytree(RECORDED, folder)
+    path = folder / "micro_w2.json"
+    micro = json.loads(path.read_text())
+    micro["collectives"]["tp_call"] = {"size": float(1 << 20), "samples": 3.0, "b2b_s": 3e-3, "after_s": 4e-3,
+                                       "overlap_s": 9e-3, "chunk_s": 6e-3}
+    path.write_text(json.dumps(micro))
+    before, after = fit_profiles(RECORDED), fit_profiles(folder)
+    m = after[2].profile.machine
+    assert (m["tp_call_bytes"], m["tp_call_b2b"], m["tp_call_after"], m["tp_call_overlap"]) == (
+        float(1 << 20), 3e-3, 4e-3, 9e-3)
+    assert "tp_call_b2b" not in before[2].profile.machine and "tp_call_b2b" not in after[1].profile.machine
+    assert _predictions(folder, with_drift=False) == _predictions(RECORDED, with_drift=False)  # recorded, not priced
+    micro["collectives"]["tp_call"]["overlap_s"] = -1.0
+    path.write_text(json.dumps(micro))
+    with pytest.raises(CalibrationError, match="overlap_s missing or negative"):
+        fit_profiles(folder)

@@ -218,7 +218,7 @@ def collective_call(kind: str, size: int) -> Callable[[], object]:
 PROBE_GEMMS = 8
 """GEMMs of 256 x 256 x 256 in the drift probe's compute chunk (0.27 GFLOP, ~3 ms on one core)."""
 
-PROBE_CALLS = 10
+PROBE_CALLS = 5
 """Back-to-back one-element all-reduces per sample of the drift probe's latency figure."""
 
 
@@ -259,6 +259,62 @@ def probe_summary(samples: list[dict[str, float]]) -> dict[str, Any]:
         xs = [s[key] for s in samples if s.get(key, 0.0) > 0]
         return stats.median(xs) if xs else 0.0
     return {"gemm_s": med("gemm_s"), "allreduce_s": med("allreduce_s"), "samples": samples}
+
+
+TP_CALL_SAMPLES = 15
+"""Samples of each situation of the TP-call microbenchmark (``tp_call_entry``), interleaved."""
+
+TP_CALL_B2B = 4
+"""Back-to-back calls per sample of its ``b2b`` situation."""
+
+
+def tp_call_entry(size: int, samples: int = TP_CALL_SAMPLES) -> dict[str, Any]:
+    """One all-reduce of ``size`` bytes (a TP plan's message: micro-batch tokens x hidden x 4) in
+    the situations a TP step puts it in, every rank alike, interleaved sample by sample from a
+    barrier (the slowest rank's): ``b2b_s``, per call of back-to-back calls (what the sweep
+    times); ``after_s``, a GEMM chunk then the call, less the chunk (a TP forward); ``overlap_s``,
+    the call issued asynchronously, the chunk, then its wait, less the chunk (a TP backward: the
+    gradient reduced by gloo's threads on the core autograd computes on); ``chunk_s``, the chunk
+    alone (2 GEMMs of 1024 x 512 x 256, ~0.54 GFLOP). Recorded for the TP pricing (issue 21: the
+    TP steps paid 0.4-1.3 ms per call more than priced in one quiet round, 3.2-6.2 ms in the next
+    two); not priced."""
+    n = dist.get_world_size()
+    msg = torch.ones(max(n, size // 4 // n * n), device=_dev())
+    a, w = torch.randn(1024, 256, device=_dev()), torch.randn(512, 256, device=_dev())
+
+    def chunk() -> None:
+        for _ in range(2):
+            F.linear(a, w)
+        _sync()
+
+    def b2b() -> None:
+        for _ in range(TP_CALL_B2B):
+            dist.all_reduce(msg)
+
+    def after() -> None:
+        chunk()
+        dist.all_reduce(msg)
+
+    def overlap() -> None:
+        work = dist.all_reduce(msg, async_op=True)
+        chunk()
+        if work is not None:
+            work.wait()
+
+    cases: dict[str, Callable[[], None]] = {"b2b": b2b, "after": after, "overlap": overlap, "chunk": chunk}
+    for fn in cases.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(samples):
+        for key, fn in cases.items():
+            dist.barrier()
+            start = time.perf_counter()
+            fn()
+            times[key].append(_slowest(time.perf_counter() - start))
+    med = {k: stats.median(v) for k, v in times.items()}
+    return {"size": float(msg.numel() * 4), "samples": float(samples), "b2b_s": med["b2b"] / TP_CALL_B2B,
+            "after_s": max(med["after"] - med["chunk"], 0.0), "overlap_s": max(med["overlap"] - med["chunk"], 0.0),
+            "chunk_s": med["chunk"], "times_s": times}
 
 
 SKEW_ITERATIONS = 60
@@ -312,12 +368,13 @@ def skew_entry(timing: TimingRecipe, iterations: int = SKEW_ITERATIONS,
 def collective_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
     """Seconds per collective for every (kind, size) of the task, on the whole world, in ``passes``
     passes (the entries: the median over them, ``micro_passes.merge``); the frameworks' per-call
-    cost and the sync skew once."""
+    cost, the sync skew and the TP-call situations once."""
     probes: list[dict[str, float]] = []
     runs = [{"entries": collective_entries(task, timing, probes)} for _ in range(max(1, int(task.get("passes", 1))))]
     return {"world_size": dist.get_world_size(), "backend": dist.get_backend(),
             **micro_passes.merge(runs, sections=("entries",), singles=()), "passes": runs,
-            "framework": framework_entries(timing), "skew": skew_entry(timing), "probe": probe_summary(probes)}
+            "framework": framework_entries(timing), "skew": skew_entry(timing), "probe": probe_summary(probes),
+            "tp_call": tp_call_entry(int(task.get("tp_message_bytes", 1 << 20)))}
 
 
 def collective_entries(task: Mapping[str, Any], timing: TimingRecipe,
