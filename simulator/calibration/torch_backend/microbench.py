@@ -249,6 +249,7 @@ def probe_sample(*, gemm: bool = True, calls: bool = True) -> dict[str, float]:
         start = time.perf_counter()
         for _ in range(PROBE_CALLS):
             dist.all_reduce(tiny)
+        _sync()
         out["allreduce_s"] = _slowest((time.perf_counter() - start) / PROBE_CALLS)
     return out
 
@@ -290,16 +291,19 @@ def tp_call_entry(size: int, samples: int = TP_CALL_SAMPLES) -> dict[str, Any]:
     def b2b() -> None:
         for _ in range(TP_CALL_B2B):
             dist.all_reduce(msg)
+        _sync()
 
     def after() -> None:
         chunk()
         dist.all_reduce(msg)
+        _sync()
 
     def overlap() -> None:
         work = dist.all_reduce(msg, async_op=True)
         chunk()
         if work is not None:
             work.wait()
+        _sync()
 
     cases: dict[str, Callable[[], None]] = {"b2b": b2b, "after": after, "overlap": overlap, "chunk": chunk}
     for fn in cases.values():
