@@ -19,7 +19,7 @@
 # at load 8 the small GPT's compute passes took ~50 s (1 rank) and ~80 s with the sweep (2 ranks).
 # A drift probe (a few ms) is sampled between the microbenchmarks and after every timed step;
 # each table is followed by the line "host drift by the probes ...": the compute and latency
-# factors the check moved each plan's profile by (`calibrate check --no-drift` predicts as fitted).
+# factors the check moved each plan's profile by (`calibrate check --drift compute`: rates only; `--drift none`: as fitted).
 # Run it on a quiet machine (the load is printed before and after, and per plan in the tables).
 set -euo pipefail
 OUT=${1:-/tmp/clustersim-torch-check}

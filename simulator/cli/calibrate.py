@@ -230,6 +230,10 @@ def fit_runs_command(root: Path, out: Path, hold_out: Optional[str]) -> None:
                      f"{interval_path(out)} (watch reads the interval from it)")
 
 
+DRIFT_PARTS: tuple[str, ...] = ("both", "compute", "none")
+"""What ``calibrate check --drift`` moves the profile by."""
+
+
 def check_command(
     folder: Annotated[Path, typer.Argument(help="Folder written by calibrate measure.")],
     calibration: Annotated[Optional[Path], typer.Option(help="Profile from calibrate fit (default: fit it now).")] = None,
@@ -238,9 +242,10 @@ def check_command(
     statistic: Annotated[str, typer.Option(help="Measured step statistic: median, best, or uncontended "
                                            "(median with the time the OS withheld a CPU removed).")] = "median",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the rows as JSON.")] = None,
-    drift: Annotated[bool, typer.Option("--drift/--no-drift", help="Move the profile by the host's drift between "
-                                        "the microbenchmarks and each plan (the drift probes measured with both; "
-                                        "folders without probes are predicted as fitted).")] = True,
+    drift: Annotated[str, typer.Option(help="Move the profile by the host's drift between the microbenchmarks and "
+                                       "each plan, by the drift probes measured with both: both (compute rates and "
+                                       "per-call latencies), compute (rates only) or none (as fitted; also for "
+                                       "folders without probes).")] = "both",
 ) -> None:
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan and the ranking."""
     if statistic not in STATISTICS:
@@ -255,7 +260,11 @@ def check_command(
         raise CalibrationError(f"folder {source} has no micro_w*.json microbenchmarks; give a folder written by "
                                "`clustersim calibrate measure --out DIR`")
     records = load_steps(folder)
-    references = {n: r.probe for n, r in reports.items() if r.probe} if drift else {}
+    if drift not in DRIFT_PARTS:
+        raise CalibrationError(f"--drift {drift!r}: use one of {list(DRIFT_PARTS)}")
+    # a reference without its all-reduce figure leaves the latency as fitted (``check.drift``)
+    references = {n: {**r.probe, **({"allreduce_s": 0.0} if drift == "compute" else {})}
+                  for n, r in reports.items() if r.probe} if drift != "none" else {}
     rows = check(records, profiles, next(s for s in STATISTICS if s == statistic),
                  passes={n: r.passes for n, r in reports.items() if len(r.passes) > 1} or None,
                  references=references or None)
@@ -302,8 +311,8 @@ def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Seque
     lines += _interval_lines(rows, from_file)
     probed = [(row, rec) for row, rec in zip(rows, records) if rec.probes]
     if probed:
-        lines.append("host drift by the probes, plan / microbenchmarks (compute x / latency x; 1.00/1.00 with "
-                     "--no-drift or no reference): " + ", ".join(f"{row.plan} {row.drift_compute:.2f}/"
+        lines.append("host drift by the probes, plan / microbenchmarks (compute x / latency x; 1.00 where "
+                     "--drift leaves it or there is no reference): " + ", ".join(f"{row.plan} {row.drift_compute:.2f}/"
                                                                  f"{row.drift_latency:.2f}" for row, _ in probed))
     if loads:
         lines.append(f"host load (1-min average) when the plans started: {min(loads):.1f}-{max(loads):.1f}")

@@ -137,16 +137,24 @@ def test_a_wild_probe_is_clipped_and_a_missing_one_is_no_drift(tmp_path: Path) -
     assert drift(recs["tp2"], {}) == Drift()  # no reference
 
 
-def test_cli_check_prints_the_drift_and_no_drift_predicts_as_fitted(tmp_path: Path) -> None:
+def test_cli_check_prints_the_drift_and_drift_none_predicts_as_fitted(tmp_path: Path) -> None:
     folder = _with_probes(tmp_path / "cli", 1.25, 1.5)
     app = typer.Typer()
     register(app)
     on, off = tmp_path / "on.json", tmp_path / "off.json"
     res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--json", str(on)])
     assert res.exit_code == 0, res.output
-    assert "tp2 1.25/1.50" in res.output and "single 1.25/1.00" in res.output  # 1 rank has no all-reduce
-    res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--no-drift", "--json", str(off)])
+    text = " ".join(res.output.split())  # the console wraps the drift line
+    assert "tp2 1.25/1.50" in text and "single 1.25/1.00" in text  # 1 rank has no all-reduce
+    res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--drift", "none", "--json", str(off)])
     assert res.exit_code == 0, res.output
+    rates = tmp_path / "rates.json"
+    res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--drift", "compute", "--json", str(rates)])
+    assert res.exit_code == 0, res.output
+    only = {r["plan"]: r for r in json.loads(rates.read_text())["rows"]}
+    assert only["tp2"]["drift_compute"] == pytest.approx(1.25) and only["tp2"]["drift_latency"] == 1.0
+    res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--drift", "latency"])
+    assert res.exit_code == 2 and "--drift 'latency': use one of ['both', 'compute', 'none']" in res.output
     rows_on = {r["plan"]: r for r in json.loads(on.read_text())["rows"]}
     rows_off = {r["plan"]: r for r in json.loads(off.read_text())["rows"]}
     assert rows_off["single"]["drift_compute"] == 1.0
