@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -153,8 +155,11 @@ def test_cli_check_prints_the_drift_and_drift_none_predicts_as_fitted(tmp_path: 
     assert res.exit_code == 0, res.output
     only = {r["plan"]: r for r in json.loads(rates.read_text())["rows"]}
     assert only["tp2"]["drift_compute"] == pytest.approx(1.25) and only["tp2"]["drift_latency"] == 1.0
-    res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--drift", "latency"])
-    assert res.exit_code == 2 and "--drift 'latency': use one of ['both', 'compute', 'none']" in res.output
+    # as a user runs it: the installed CLI's one error path (exit 2, one line, no traceback)
+    bad = subprocess.run([sys.executable, "-m", "clustersim.simulator.cli", "calibrate", "check", str(folder),
+                          "--drift", "latency"], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 2 and "--drift 'latency': use one of ['both', 'compute', 'none']" in bad.stderr
+    assert "Traceback" not in bad.stderr and len(bad.stderr.strip().splitlines()) == 1, bad.stderr
     rows_on = {r["plan"]: r for r in json.loads(on.read_text())["rows"]}
     rows_off = {r["plan"]: r for r in json.loads(off.read_text())["rows"]}
     assert rows_off["single"]["drift_compute"] == 1.0
