@@ -17,6 +17,9 @@
 # round met the bounds (also written to OUT_DIR/summary.json; the script exits 1 when one missed).
 # The microbenchmarks run in 3 passes (MICRO_PASSES; MEASURE_ARGS="--micro-passes N" changes it):
 # at load 8 the small GPT's compute passes took ~50 s (1 rank) and ~80 s with the sweep (2 ranks).
+# A drift probe (a few ms) is sampled between the microbenchmarks and after every timed step;
+# each table is followed by the line "host drift by the probes ...": the compute and latency
+# factors the check moved each plan's profile by (`calibrate check --drift compute`: rates only; `--drift none`: as fitted).
 # Run it on a quiet machine (the load is printed before and after, and per plan in the tables).
 set -euo pipefail
 OUT=${1:-/tmp/clustersim-torch-check}

@@ -57,6 +57,9 @@ class FitReport:
     pass i of the collective sweep): the predictions' interval (``torch_backend.check``)."""
     intervals: Mapping[str, tuple[float, float]] = field(default_factory=dict)
     """(low, high) of each compute field over the passes' fits (``field_intervals``)."""
+    probe: Mapping[str, float] = field(default_factory=dict)
+    """The drift probe measured with the microbenchmarks (``probe_reference``): the host's state
+    the profile was fitted under; empty for folders measured without one."""
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -163,7 +166,21 @@ def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None
     each = tuple(fit_micro({**micro, "compute": c, **({"collectives": s} if s else {})}, n, host, name=name,
                            source=str(folder), causal_factor=causal_factor).profile
                  for c, s in zip(computes, sweeps))
-    return replace(central, passes=each, intervals=field_intervals(central.profile, each))
+    return replace(central, passes=each, intervals=field_intervals(central.profile, each), probe=probe_reference(micro))
+
+
+def probe_reference(micro: Mapping[str, Any]) -> dict[str, float]:
+    """The drift probe the profile's figures were measured under: ``gemm_s``, the median of the
+    samples taken between the compute suite's GEMM shapes (they set the compute fields);
+    ``allreduce_s``, the median of those taken between the collective sweep's calls (they set the
+    per-call latencies), 0 on one rank; empty when the folder has no probe (measured before the
+    probe existed)."""
+    compute = micro.get("compute", {}).get("probe")
+    sweep = micro.get("collectives", {}).get("probe")
+    if not compute:
+        return {}
+    latency = float((sweep or compute).get("allreduce_s", 0.0))
+    return {"gemm_s": float(compute["gemm_s"]), "allreduce_s": latency}
 
 
 def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, name: str, source: str,
@@ -183,6 +200,7 @@ def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, na
     machine = _machine(compute, peak, mem_bw, links, n, host)
     if jitter:
         machine |= {"sync_skew": jitter.fraction, "sync_wait": jitter.wait}
+    machine |= tp_call_figures(micro.get("collectives", {}).get("tp_call") if n > 1 else None)
     profile = CalibrationProfile(
         name=name, source=f"clustersim calibrate fit {source} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
@@ -228,6 +246,24 @@ def skew_fit(entry: Mapping[str, Any]) -> SkewFit:
     cv = 0.5 * (lo + hi)
     error = abs(sync_wait_fraction(n, cv) / fraction - 1.0) if fraction > 0 else 0.0
     return SkewFit(fraction=fraction, wait=wait, cv=cv, error=error)
+
+
+TP_CALL_FIGURES: tuple[str, ...] = ("b2b", "after", "overlap")
+"""The situations of the TP-call microbenchmark recorded as ``machine.tp_call_<situation>``."""
+
+
+def tp_call_figures(entry: Mapping[str, Any] | None) -> dict[str, float]:
+    """The TP-call microbenchmark (``microbench.tp_call_entry``) as measured machine figures:
+    seconds per call of the TP message back to back, after a GEMM chunk and overlapped with one
+    (``machine.tp_call_b2b``, ``tp_call_after``, ``tp_call_overlap``) and its size in bytes
+    (``tp_call_bytes``); recorded, not priced; empty without the entry."""
+    if not entry:
+        return {}
+    bad = [k for k in TP_CALL_FIGURES if not float(entry.get(f"{k}_s", -1.0)) >= 0]
+    if bad or float(entry.get("size", 0.0)) <= 0:
+        raise CalibrationError(f"TP-call microbenchmark: {bad[0] + '_s' if bad else 'size'} missing or negative in "
+                               f"{sorted(entry)}; re-run calibrate measure")
+    return {"tp_call_bytes": float(entry["size"]), **{f"tp_call_{k}": float(entry[f"{k}_s"]) for k in TP_CALL_FIGURES}}
 
 
 def interval_fields(profile: CalibrationProfile) -> dict[str, float]:

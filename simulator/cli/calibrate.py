@@ -160,6 +160,10 @@ def _fit_table(report: FitReport) -> Table:
         table.add_row("sync_jitter_cv (slowest rank's wait)", f"{p.sync_jitter_cv:.3f} (measured skew "
                       f"{m['sync_skew'] * 100:.1f}%, wait {m['sync_wait'] * 1e6:.0f} us)",
                       f"{report.quality.get('sync_jitter_cv', 0.0) * 100:.0f}%", "")
+    if "tp_call_b2b" in m:
+        table.add_row(f"TP call of {m['tp_call_bytes'] / 2**20:.2f} MiB (recorded, not priced)",
+                      f"back to back {m['tp_call_b2b'] * 1e3:.2f} ms, after a GEMM chunk {m['tp_call_after'] * 1e3:.2f} ms, "
+                      f"overlapped with one {m['tp_call_overlap'] * 1e3:.2f} ms", "", "")
     table.add_row("collective_overhead (per call, TP/FSDP)", f"{p.collective_overhead * 1e6:.0f} us", "")
     table.add_row("p2p_overhead", f"{p.p2p_overhead * 1e6:.0f} us", "")
     for ab in report.collectives:
@@ -226,6 +230,10 @@ def fit_runs_command(root: Path, out: Path, hold_out: Optional[str]) -> None:
                      f"{interval_path(out)} (watch reads the interval from it)")
 
 
+DRIFT_PARTS: tuple[str, ...] = ("both", "compute", "none")
+"""What ``calibrate check --drift`` moves the profile by."""
+
+
 def check_command(
     folder: Annotated[Path, typer.Argument(help="Folder written by calibrate measure.")],
     calibration: Annotated[Optional[Path], typer.Option(help="Profile from calibrate fit (default: fit it now).")] = None,
@@ -234,6 +242,10 @@ def check_command(
     statistic: Annotated[str, typer.Option(help="Measured step statistic: median, best, or uncontended "
                                            "(median with the time the OS withheld a CPU removed).")] = "median",
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the rows as JSON.")] = None,
+    drift: Annotated[str, typer.Option(help="Move the profile by the host's drift between the microbenchmarks and "
+                                       "each plan, by the drift probes measured with both: both (compute rates and "
+                                       "per-call latencies), compute (rates only) or none (as fitted; also for "
+                                       "folders without probes).")] = "both",
 ) -> None:
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan and the ranking."""
     if statistic not in STATISTICS:
@@ -248,8 +260,14 @@ def check_command(
         raise CalibrationError(f"folder {source} has no micro_w*.json microbenchmarks; give a folder written by "
                                "`clustersim calibrate measure --out DIR`")
     records = load_steps(folder)
+    if drift not in DRIFT_PARTS:
+        raise CalibrationError(f"--drift {drift!r}: use one of {list(DRIFT_PARTS)}")
+    # a reference without its all-reduce figure leaves the latency as fitted (``check.drift``)
+    references = {n: {**r.probe, **({"allreduce_s": 0.0} if drift == "compute" else {})}
+                  for n, r in reports.items() if r.probe} if drift != "none" else {}
     rows = check(records, profiles, next(s for s in STATISTICS if s == statistic),
-                 passes={n: r.passes for n, r in reports.items() if len(r.passes) > 1} or None)
+                 passes={n: r.passes for n, r in reports.items() if len(r.passes) > 1} or None,
+                 references=references or None)
     _console().print(_check_table(rows, records, statistic, source))
     s = summary(rows)
     for line in _summary_lines(rows, s, records, from_file=calibration is not None):
@@ -291,6 +309,11 @@ def _summary_lines(rows: Sequence[CheckRow], s: dict[str, float], records: Seque
     lines += [f"  {m.slower} predicted no slower than {m.faster}, measured {m.measured_gap * 100:+.1f}% slower"
               + (" (within the measured intervals)" if m.within_noise else "") for m in bad]
     lines += _interval_lines(rows, from_file)
+    probed = [(row, rec) for row, rec in zip(rows, records) if rec.probes]
+    if probed:
+        lines.append("host drift by the probes, plan / microbenchmarks (compute x / latency x; 1.00 where "
+                     "--drift leaves it or there is no reference): " + ", ".join(f"{row.plan} {row.drift_compute:.2f}/"
+                                                                 f"{row.drift_latency:.2f}" for row, _ in probed))
     if loads:
         lines.append(f"host load (1-min average) when the plans started: {min(loads):.1f}-{max(loads):.1f}")
     return lines

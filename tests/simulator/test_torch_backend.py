@@ -23,6 +23,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from clustersim.simulator.calibration.fit import fit_profiles  # noqa: E402
+from clustersim.simulator.calibration.torch_backend.check import check  # noqa: E402
 from clustersim.simulator.calibration.torch_backend.launch import LaunchError, launch  # noqa: E402
 from clustersim.simulator.calibration.torch_backend.measure import TINY_GPT, load_steps, measure, standard_plans  # noqa: E402
 from clustersim.simulator.calibration.torch_backend.specs import StepRecord, TimingRecipe  # noqa: E402
@@ -86,6 +87,35 @@ def test_microbenchmarks_are_physical(folder: Path) -> None:
     chunks, totals = skew["chunk_s"], skew["total_s"]
     assert len(chunks) == len(totals) == 2 and all(len(c) == skew["iterations"] for c in chunks)
     assert all(0 < c <= t for cs, ts in zip(chunks, totals) for c, t in zip(cs, ts))
+    # the TP-call situations at the TP plans' message (TINY_GPT: 8 sequences x 64 tokens x 128 x 4 bytes)
+    tp = micro["collectives"]["tp_call"]
+    assert tp["size"] == 8 * 64 * 128 * 4 and all(len(v) == tp["samples"] for v in tp["times_s"].values())
+    assert tp["b2b_s"] > 0 and tp["chunk_s"] > 2 * 2 * 1024 * 512 * 256 / 640e9
+    assert tp["after_s"] >= 0 and tp["overlap_s"] >= 0
+
+
+def test_the_drift_probe_samples_the_microbenchmarks_and_every_timed_step(
+        folder: Path, records: dict[str, StepRecord]) -> None:
+    # 0.27 GFLOP per probe chunk: on <= 2 fp32 cores at most 2 x 320 GFLOP/s (AVX-512)
+    floor = 2.0 * 256 ** 3 * 8 / 640e9
+    for world in (1, 2):
+        micro = json.loads((folder / f"micro_w{world}.json").read_text())
+        probe = micro["compute"]["probe"]
+        # one GEMM sample per GEMM shape and pass, taken between them
+        assert len(probe["samples"]) == len(micro["compute"]["gemm"]) // 3 * len(micro["compute"]["passes"])
+        assert probe["gemm_s"] > floor
+        if world == 2:  # one latency sample after each collective of the sweep
+            sweep = micro["collectives"]
+            assert len(sweep["probe"]["samples"]) == len(sweep["entries"]) * len(sweep["passes"])
+            assert sweep["probe"]["allreduce_s"] > 0
+    for rec in records.values():
+        assert len(rec.probes) == len(rec.step_times)  # one sample after each timed step
+        assert all(p["gemm_s"] > floor for p in rec.probes)
+        assert all((p["allreduce_s"] > 0) == (rec.world_size > 1) for p in rec.probes)
+    rows = check(list(records.values()), {n: r.profile for n, r in fit_profiles(folder).items()},
+                 references={n: r.probe for n, r in fit_profiles(folder).items()})
+    assert all(0.5 <= r.drift_compute <= 2.0 and 0.5 <= r.drift_latency <= 2.0 for r in rows)
+    assert all(r.drift_latency == 1.0 for r in rows if r.world_size == 1)
 
 
 def test_fit_on_the_real_measurements(folder: Path) -> None:

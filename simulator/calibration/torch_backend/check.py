@@ -55,6 +55,11 @@ class CheckRow:
     median (seconds); None without passes: the profile's own interval (``fit.pass_reports``)."""
     predicted_high: float | None = None
     """Slowest such prediction (seconds); None without passes."""
+    drift_compute: float = 1.0
+    """The plan's drift probe GEMM time over the profile's (``drift``): > 1, the host computed
+    slower while the plan ran than while the microbenchmarks did; 1 without probes."""
+    drift_latency: float = 1.0
+    """The same for the probe's back-to-back all-reduce (per-call latency); 1 without probes."""
 
     @property
     def error(self) -> float:
@@ -150,9 +155,63 @@ def plan_profile(plan: BackendPlan, profile: CalibrationProfile) -> CalibrationP
     return profile.replace(**changes) if changes else profile
 
 
-def predict(record: StepRecord, profile: CalibrationProfile, *, time_shared: bool = True) -> float:
-    """Simulated step time in seconds of one measured plan."""
-    prof = plan_profile(record.plan, profile)
+DRIFT_RANGE: tuple[float, float] = (0.5, 2.0)
+"""Drift factors are clipped into this range: a probe twice as slow (or fast) as the profile's
+says the host changed under the plan, not by how much its steps moved."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Drift:
+    """How the host drifted between the microbenchmarks and one plan, by the drift probe."""
+
+    compute: float = 1.0
+    """Probe GEMM time around the plan / with the microbenchmarks."""
+    latency: float = 1.0
+    """Probe back-to-back all-reduce time around the plan / with the microbenchmarks."""
+
+
+def _ratio(mine: float, reference: float) -> float:
+    if mine <= 0 or reference <= 0:
+        return 1.0
+    return float(np.clip(mine / reference, *DRIFT_RANGE))
+
+
+def drift(record: StepRecord, reference: Mapping[str, float] | None) -> Drift:
+    """The plan's drift factors: the median of its probe samples (one after each timed step, so
+    over the same window as the median step) over the ``reference`` probe (``fit.probe_reference``:
+    the median of the samples taken between the microbenchmarks), each clipped to ``DRIFT_RANGE``;
+    1 where either side has no probe (or the figure is 0: one rank has no all-reduce)."""
+    if not reference or not record.probes:
+        return Drift()
+    med = {k: float(np.median([p.get(k, 0.0) for p in record.probes])) for k in ("gemm_s", "allreduce_s")}
+    return Drift(compute=_ratio(med["gemm_s"], reference.get("gemm_s", 0.0)),
+                 latency=_ratio(med["allreduce_s"], reference.get("allreduce_s", 0.0)))
+
+
+def drifted(profile: CalibrationProfile, d: Drift) -> CalibrationProfile:
+    """``profile`` as the host ran during the plan: the measured compute rates (peak FLOP/s and
+    memory bandwidth) divided by ``d.compute`` and the per-op and per-backward overheads times it;
+    every per-call latency (collective and p2p overhead, each framework's per-call cost, each
+    law's alpha) times ``d.latency``. Bandwidths of the collective laws are left as measured."""
+    if d == Drift():
+        return profile
+    c, lat = d.compute, d.latency
+    machine = {**profile.machine}
+    for key in ("peak_flops", "memory_bandwidth"):
+        if key in machine:
+            machine[key] = machine[key] / c
+    return profile.replace(
+        machine=machine, kernel_overhead=profile.kernel_overhead * c, step_overhead=profile.step_overhead * c,
+        collective_overhead=profile.collective_overhead * lat, p2p_overhead=profile.p2p_overhead * lat,
+        framework_overhead={k: v * lat for k, v in profile.framework_overhead.items()},
+        collective_laws={k: (a * lat, bw) for k, (a, bw) in profile.collective_laws.items()})
+
+
+def predict(record: StepRecord, profile: CalibrationProfile, *, time_shared: bool = True,
+            reference: Mapping[str, float] | None = None) -> float:
+    """Simulated step time in seconds of one measured plan (with ``reference``: the profile moved
+    by the host's drift between its microbenchmarks and the plan, ``drifted``)."""
+    prof = plan_profile(record.plan, drifted(profile, drift(record, reference)))
     result = simulate(model_spec(record.model), training_spec(record.model, record.plan),
                       machine_cluster(prof, record.world_size, time_shared=time_shared),
                       parallel_plan(record.plan, overlap=record.device != "cpu"), profile=prof)
@@ -173,23 +232,31 @@ def measured(record: StepRecord, statistic: Statistic) -> float:
 
 def check(records: Sequence[StepRecord], profiles: Mapping[int, CalibrationProfile] | CalibrationProfile,
           statistic: Statistic = "median",
-          passes: Mapping[int, Sequence[CalibrationProfile]] | None = None) -> list[CheckRow]:
+          passes: Mapping[int, Sequence[CalibrationProfile]] | None = None,
+          references: Mapping[int, Mapping[str, float]] | None = None) -> list[CheckRow]:
     """Predicted vs measured for every record; ``profiles`` maps a world size to its profile
     (the microbenchmarks run on that many concurrent ranks) or is one profile for all.
 
     ``passes`` maps a world size to the profiles fitted on each pass of its compute
     microbenchmarks alone: each plan's prediction with every one of them and the median profile
-    gives its interval (``CheckRow.predicted_low``/``predicted_high``)."""
+    gives its interval (``CheckRow.predicted_low``/``predicted_high``). ``references`` maps a
+    world size to the drift probe measured with its microbenchmarks (``FitReport.probe``): each
+    plan is predicted with the profile moved by the host's drift since (``drift``, ``drifted``);
+    without it, or for records without probes, the profile as fitted."""
     rows = []
     shared = statistic != "uncontended"  # run delay removed: no sharing
     for r in records:
         prof = profiles if isinstance(profiles, CalibrationProfile) else _for_world(profiles, r.world_size)
-        pred = predict(r, prof, time_shared=shared)
-        each = [predict(r, p, time_shared=shared) for p in (_for_world(passes, r.world_size) if passes else ())]
+        ref = _for_world(references, r.world_size) if references else None
+        pred = predict(r, prof, time_shared=shared, reference=ref)
+        each = [predict(r, p, time_shared=shared, reference=ref)
+                for p in (_for_world(passes, r.world_size) if passes else ())]
+        d = drift(r, ref)
         rows.append(CheckRow(plan=r.plan.name, world_size=r.world_size, predicted=pred,
                              measured=measured(r, statistic), spread=r.spread, ci_width=r.ci_width,
                              predicted_low=min([pred, *each]) if each else None,
-                             predicted_high=max([pred, *each]) if each else None))
+                             predicted_high=max([pred, *each]) if each else None,
+                             drift_compute=d.compute, drift_latency=d.latency))
     return rows
 
 

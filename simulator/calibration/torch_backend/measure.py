@@ -99,6 +99,13 @@ def memory_sizes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = Tru
     return sorted(sizes)
 
 
+def tp_message_bytes(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> int:
+    """Bytes of the largest TP all-reduce the plans issue (micro-batch tokens x hidden, fp32);
+    1 MiB when no plan runs TP (``microbench.tp_call_entry`` times it)."""
+    sizes = [p.micro_batch * cfg.seq_len * cfg.hidden_size * 4 for p in plans if p.tp > 1]
+    return max(sizes) if sizes else 1 << 20
+
+
 def check_passes(micro_passes: int) -> None:
     """A clear error for a pass count below 1 (before anything is written)."""
     if micro_passes < 1:
@@ -123,7 +130,8 @@ def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe
     }]
     if world_size > 1:
         tasks.append({"kind": "collectives", "timing": asdict(timing), "kinds": list(COLLECTIVE_KINDS),
-                      "sizes": list(collective_sizes), "passes": micro_passes})
+                      "sizes": list(collective_sizes), "passes": micro_passes,
+                      "tp_message_bytes": tp_message_bytes(cfg, plans)})
     tasks += [{"kind": "step", "timing": asdict(timing), "plan": asdict(p), "model": asdict(cfg)} for p in plans]
     return tasks
 

@@ -87,10 +87,14 @@ def time_call(fn: Callable[[], object], timing: TimingRecipe) -> float:
     return stats.median(sample_call(fn, timing))
 
 
-def gemm_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, Any]]:
-    """Forward (x W^T) and both backward layouts (dY W, dY^T x) of each (m, n, k) linear."""
+def gemm_entries(shapes: list[list[int]], timing: TimingRecipe,
+                 probes: list[dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    """Forward (x W^T) and both backward layouts (dY W, dY^T x) of each (m, n, k) linear; a drift
+    probe sample (GEMM only) appended to ``probes`` after each shape."""
     out = []
     for m, n, k in shapes:
+        if probes is not None:
+            probes.append(probe_sample(calls=False))
         x, w, dy = (torch.randn(a, b, device=_dev()) for a, b in ((m, k), (n, k), (m, n)))
         layouts = {"fwd": lambda: F.linear(x, w), "bwd_input": lambda: dy @ w, "bwd_weight": lambda: dy.t() @ x}
         for layout, fn in layouts.items():
@@ -168,10 +172,11 @@ def optimizer_entry(params: int, timing: TimingRecipe) -> dict[str, float]:
     return {"params": float(params), "time_s": time_call(opt.step, timing)}
 
 
-def compute_pass(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, Any]:
+def compute_pass(task: Mapping[str, Any], timing: TimingRecipe,
+                 probes: list[dict[str, float]] | None = None) -> dict[str, Any]:
     """One pass of every compute microbenchmark the task names (all ranks run it concurrently)."""
     return {
-        "gemm": gemm_entries(task.get("gemm_shapes", []), timing),
+        "gemm": gemm_entries(task.get("gemm_shapes", []), timing, probes),
         "attention": attention_entries(task.get("attention_shapes", []), timing),
         "memory": memory_entries(task.get("memory_sizes", []), timing),
         "overhead": overhead_entry(timing),
@@ -182,9 +187,10 @@ def compute_pass(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, Any
 def compute_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
     """The task's compute microbenchmarks in ``passes`` passes, one after the other: the entries
     are the median over the passes (``micro_passes.merge``) and ``passes`` keeps each pass's own."""
-    runs = [compute_pass(task, timing) for _ in range(max(1, int(task.get("passes", 1))))]
+    probes: list[dict[str, float]] = []
+    runs = [compute_pass(task, timing, probes) for _ in range(max(1, int(task.get("passes", 1))))]
     return {"world_size": dist.get_world_size(), "threads_per_rank": torch.get_num_threads(),
-            "device": _dev().type, **micro_passes.merge(runs), "passes": runs}
+            "device": _dev().type, **micro_passes.merge(runs), "passes": runs, "probe": probe_summary(probes)}
 
 
 def collective_call(kind: str, size: int) -> Callable[[], object]:
@@ -207,6 +213,112 @@ def collective_call(kind: str, size: int) -> Callable[[], object]:
             return lambda: [r.wait() for r in dist.batch_isend_irecv(
                 [dist.P2POp(dist.isend, full, nxt), dist.P2POp(dist.irecv, recv, prv)])]
     raise ValueError(f"unknown collective {kind!r}; use all_reduce, all_gather, reduce_scatter, all_to_all, send_recv")
+
+
+PROBE_GEMMS = 8
+"""GEMMs of 256 x 256 x 256 in the drift probe's compute chunk (0.27 GFLOP, ~3 ms on one core)."""
+
+PROBE_CALLS = 5
+"""Back-to-back one-element all-reduces per sample of the drift probe's latency figure."""
+
+
+def probe_sample(*, gemm: bool = True, calls: bool = True) -> dict[str, float]:
+    """One sample of the host's drift probe, each figure timed from a barrier, the slowest rank's:
+    ``gemm_s``, a fixed GEMM chunk; ``allreduce_s``, the mean of ``PROBE_CALLS`` back-to-back
+    one-element all-reduces (0 on one rank, or when not asked for). A few ms to tens of ms.
+
+    Samples are taken between the microbenchmarks (GEMM after each GEMM shape, latency after each
+    collective of the sweep: the reference the profile was fitted under, ``probe_summary``) and
+    after every timed step of every plan (``runners.time_steps``), so a drift of the host during
+    a campaign shows in both; ``check.drift`` moves the profile by their ratio."""
+    out = {"gemm_s": 0.0, "allreduce_s": 0.0}
+    if gemm:
+        a, b = torch.randn(256, 256, device=_dev()), torch.randn(256, 256, device=_dev())
+        torch.mm(a, b)  # untimed: the first GEMM of a process pays the BLAS library's start
+        _sync()
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(PROBE_GEMMS):
+            torch.mm(a, b)
+        _sync()
+        out["gemm_s"] = _slowest(time.perf_counter() - start)
+    if calls and dist.get_world_size() > 1:
+        tiny = torch.ones(1, device=_dev())
+        dist.all_reduce(tiny)  # untimed, as the GEMM
+        dist.barrier()
+        start = time.perf_counter()
+        for _ in range(PROBE_CALLS):
+            dist.all_reduce(tiny)
+        _sync()
+        out["allreduce_s"] = _slowest((time.perf_counter() - start) / PROBE_CALLS)
+    return out
+
+
+def probe_summary(samples: list[dict[str, float]]) -> dict[str, Any]:
+    """Each probe figure's median over the samples that measured it (0 where none did), and the samples."""
+    def med(key: str) -> float:
+        xs = [s[key] for s in samples if s.get(key, 0.0) > 0]
+        return stats.median(xs) if xs else 0.0
+    return {"gemm_s": med("gemm_s"), "allreduce_s": med("allreduce_s"), "samples": samples}
+
+
+TP_CALL_SAMPLES = 15
+"""Samples of each situation of the TP-call microbenchmark (``tp_call_entry``), interleaved."""
+
+TP_CALL_B2B = 4
+"""Back-to-back calls per sample of its ``b2b`` situation."""
+
+
+def tp_call_entry(size: int, samples: int = TP_CALL_SAMPLES) -> dict[str, Any]:
+    """One all-reduce of ``size`` bytes (a TP plan's message: micro-batch tokens x hidden x 4) in
+    the situations a TP step puts it in, every rank alike, interleaved sample by sample from a
+    barrier (the slowest rank's): ``b2b_s``, per call of back-to-back calls (what the sweep
+    times); ``after_s``, a GEMM chunk then the call, less the chunk (a TP forward); ``overlap_s``,
+    the call issued asynchronously, the chunk, then its wait, less the chunk (a TP backward: the
+    gradient reduced by gloo's threads on the core autograd computes on); ``chunk_s``, the chunk
+    alone (2 GEMMs of 1024 x 512 x 256, ~0.54 GFLOP). Recorded for the TP pricing (issue 21: the
+    TP steps paid 0.4-1.3 ms per call more than priced in one quiet round, 3.2-6.2 ms in the next
+    two); not priced."""
+    n = dist.get_world_size()
+    msg = torch.ones(max(n, size // 4 // n * n), device=_dev())
+    a, w = torch.randn(1024, 256, device=_dev()), torch.randn(512, 256, device=_dev())
+
+    def chunk() -> None:
+        for _ in range(2):
+            F.linear(a, w)
+        _sync()
+
+    def b2b() -> None:
+        for _ in range(TP_CALL_B2B):
+            dist.all_reduce(msg)
+        _sync()
+
+    def after() -> None:
+        chunk()
+        dist.all_reduce(msg)
+        _sync()
+
+    def overlap() -> None:
+        work = dist.all_reduce(msg, async_op=True)
+        chunk()
+        if work is not None:
+            work.wait()
+        _sync()
+
+    cases: dict[str, Callable[[], None]] = {"b2b": b2b, "after": after, "overlap": overlap, "chunk": chunk}
+    for fn in cases.values():
+        fn()
+    times: dict[str, list[float]] = {k: [] for k in cases}
+    for _ in range(samples):
+        for key, fn in cases.items():
+            dist.barrier()
+            start = time.perf_counter()
+            fn()
+            times[key].append(_slowest(time.perf_counter() - start))
+    med = {k: stats.median(v) for k, v in times.items()}
+    return {"size": float(msg.numel() * 4), "samples": float(samples), "b2b_s": med["b2b"] / TP_CALL_B2B,
+            "after_s": max(med["after"] - med["chunk"], 0.0), "overlap_s": max(med["overlap"] - med["chunk"], 0.0),
+            "chunk_s": med["chunk"], "times_s": times}
 
 
 SKEW_ITERATIONS = 60
@@ -260,19 +372,25 @@ def skew_entry(timing: TimingRecipe, iterations: int = SKEW_ITERATIONS,
 def collective_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, object]:
     """Seconds per collective for every (kind, size) of the task, on the whole world, in ``passes``
     passes (the entries: the median over them, ``micro_passes.merge``); the frameworks' per-call
-    cost and the sync skew once."""
-    runs = [{"entries": collective_entries(task, timing)} for _ in range(max(1, int(task.get("passes", 1))))]
+    cost, the sync skew and the TP-call situations once."""
+    probes: list[dict[str, float]] = []
+    runs = [{"entries": collective_entries(task, timing, probes)} for _ in range(max(1, int(task.get("passes", 1))))]
     return {"world_size": dist.get_world_size(), "backend": dist.get_backend(),
             **micro_passes.merge(runs, sections=("entries",), singles=()), "passes": runs,
-            "framework": framework_entries(timing), "skew": skew_entry(timing)}
+            "framework": framework_entries(timing), "skew": skew_entry(timing), "probe": probe_summary(probes),
+            "tp_call": tp_call_entry(int(task.get("tp_message_bytes", 1 << 20)))}
 
 
-def collective_entries(task: Mapping[str, Any], timing: TimingRecipe) -> list[dict[str, Any]]:
-    """One pass of the collective sweep: seconds per call of every (kind, size) of the task."""
+def collective_entries(task: Mapping[str, Any], timing: TimingRecipe,
+                       probes: list[dict[str, float]] | None = None) -> list[dict[str, Any]]:
+    """One pass of the collective sweep: seconds per call of every (kind, size) of the task; a
+    drift probe sample (latency only) appended to ``probes`` after each."""
     entries = []
     for kind in task.get("kinds", []):
         for size in task.get("sizes", []):
             t = time_call(collective_call(str(kind), int(size)), timing)
+            if probes is not None:
+                probes.append(probe_sample(gemm=False))
             entries.append({"kind": kind, "size": float(size), "world_size": dist.get_world_size(), "time_s": t})
     return entries
 

@@ -159,8 +159,10 @@ def warm_up(step: Step, timing: TimingRecipe) -> tuple[list[float], int]:
             return losses, len(times)
 
 
-def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[float], list[float], int]:
-    """(seconds per step, run delay per step, warm-up losses, warm-up steps), after warm-up.
+def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[float], list[float], int,
+                                                         list[dict[str, float]]]:
+    """(seconds per step, run delay per step, warm-up losses, warm-up steps, one drift probe
+    sample after each timed step, ``microbench.probe_sample``), after warm-up.
 
     Each step is timed from a common barrier; time and delay are the largest over the ranks.
     Repeats stop at ``repeats_max``, after ``budget_s`` of timed steps, or once the median's
@@ -169,14 +171,16 @@ def time_steps(step: Step, timing: TimingRecipe) -> tuple[list[float], list[floa
     losses, warmed = warm_up(step, timing)
     times: list[float] = []
     delays: list[float] = []
+    probes: list[dict[str, float]] = []
     while True:
         took, waited, _ = timed_step(step)
         times.append(took)
         delays.append(waited)
+        probes.append(microbench.probe_sample())  # outside the timed step, in the plan's own window
         over_budget = sum(times) >= timing.budget_s and len(times) >= timing.repeats
         if over_budget or stats.enough_repeats(times, minimum=timing.repeats, maximum=timing.repeats_max,
                                                width=timing.ci_width):
-            return times, delays, losses, warmed
+            return times, delays, losses, warmed, probes
 
 
 def pin_rank(rank: int, threads: int) -> list[int]:
@@ -215,13 +219,13 @@ def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int 
     mesh = make_mesh(plan)
     step = pipeline_step(plan, cfg, mesh, seed) if plan.pp > 1 else flat_step(plan, cfg, mesh, seed)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
-    times, delays, losses, warmed = time_steps(step, timing)
+    times, delays, losses, warmed, probes = time_steps(step, timing)
     if timing.profile_dir:
         trace_step(step, plan.name, timing.profile_dir)
     return StepRecord(plan=plan, model=cfg, world_size=world, backend=dist.get_backend(),
                       device=device().type, step_times=tuple(times), run_delays=tuple(delays),
                       warmup_losses=tuple(losses), warmup_steps=warmed,
-                      threads_per_rank=torch.get_num_threads(), load_average=load)
+                      threads_per_rank=torch.get_num_threads(), load_average=load, probes=tuple(probes))
 
 
 WIRE_PREFIXES: tuple[str, ...] = ("gloo:", "nccl:")

@@ -180,6 +180,9 @@ class StepRecord:
     load_average: float = -1.0
     """The host's 1-minute load average when the plan started (-1 when not recorded): other
     processes' demand on the cores, to judge the figures by."""
+    probes: tuple[Mapping[str, float], ...] = field(default_factory=tuple)
+    """The host's drift probe (``microbench.probe_sample``: ``gemm_s``, ``allreduce_s``), one sample
+    after each timed step; empty when not recorded."""
 
     @property
     def median(self) -> float:
@@ -241,4 +244,5 @@ def record_from_dict(data: Mapping[str, Any]) -> StepRecord:
         warmup_steps=int(data.get("warmup_steps", 0)),
         threads_per_rank=int(data.get("threads_per_rank", 0)),
         load_average=float(data.get("load_average", -1.0)),
+        probes=tuple({str(k): float(v) for k, v in pr.items()} for pr in data.get("probes", ())),
     )
