@@ -18,7 +18,25 @@ state N, head width P, H heads, G groups, d_inner = H*P), per token, forward:
 - diagonal (intra-chunk) blocks: C B^T, 2*Q*N per group -> 2*Q*G*N, then the masked (Q x Q)
   product with X, 2*Q*P per head -> 2*Q*d_inner (counted in full, like the s^2 convention).
 Total 4*d_inner*N + 2*Q*(d_inner + G*N); the inter-chunk state recurrence (N*P per head per
-chunk) is negligible and left out. Backward = 2x forward (the convention of attention here).
+chunk) is negligible and left out.
+
+SSD scan backward FLOPs, per token, as mamba_ssm runs it (state-spaces/mamba
+mamba_ssm/ops/triton/ssd_combined.py @ d757aef `_mamba_chunk_scan_combined_bwd`, kernels in
+ssd_chunk_scan.py / ssd_chunk_state.py / ssd_bmm.py). The backward first recomputes the forward's
+C B^T blocks (`_bmm_chunk_fwd`, 2*Q*G*N) and chunk states (`_chunk_state_fwd`, 2*d_inner*N), then:
+- `_chunk_scan_bwd_dstates`, dstates = C^T dout: 2*d_inner*N;
+- `_chunk_scan_chunk_state_bwd_dx`, dx = B dstates + (C B^T o L)^T dout: 2*d_inner*N + 2*Q*d_inner;
+- `_chunk_state_bwd_db`, dB = x^T dstates: 2*d_inner*N;  `_chunk_scan_bwd_dC`, dC = dout states^T:
+  2*d_inner*N;
+- `_chunk_scan_bwd_dcb`, dCB = dout x^T: 2*Q*d_inner;  two `_bmm_chunk_bwd`, dB += dCB^T C and
+  dC += dCB B: 4*Q*G*N;
+- `_chunk_scan_bwd_ddAcs_stable`, (dout x^T) o CB for the decay gradient: 2*Q*d_inner.
+Total 10*d_inner*N + 6*Q*d_inner + 6*Q*G*N (`ssd_bwd_flops`): 2.69x the forward for Nemotron 3
+Nano (d_inner 4,096, N 128, G 8, Q 128), where the 2x convention of the other ops would count 2x.
+The cumsum and state-passing kernels are O(d_inner*N/Q) and left out, as in the forward. The
+scan's HBM traffic in backward keeps the 2x-forward convention. The model-FLOPs count of MFU
+(workloads/flops.py `scan_flops_per_token`) keeps its 3x-forward convention: it is a convention,
+not a cost.
 """
 
 from clustersim.workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
@@ -33,6 +51,12 @@ GATED_NORM_FLOPS = 8.0  # RMSNorm (4) times silu(z) (4) in Mamba-2's gated norm
 def ssd_flops(d_inner: int, groups: int, state: int, chunk: int) -> float:
     """Forward SSD scan FLOPs per token: 4*d_inner*N + 2*Q*(d_inner + G*N) (formula above)."""
     return 4.0 * d_inner * state + 2.0 * chunk * (d_inner + groups * state)
+
+
+def ssd_bwd_flops(d_inner: int, groups: int, state: int, chunk: int) -> float:
+    """Backward SSD scan FLOPs per token as mamba_ssm's Triton backward runs it, forward
+    recomputation included: 10*d_inner*N + 6*Q*d_inner + 6*Q*G*N (kernel by kernel above)."""
+    return 10.0 * d_inner * state + 6.0 * chunk * d_inner + 6.0 * chunk * groups * state
 
 
 def ssd_flops_per_token(model: ModelSpec) -> float:
@@ -63,14 +87,16 @@ def ssd_scan_bytes_per_token(d_local: int, heads_local: int, groups_local: int, 
 
 def ssd_scan_op(model: ModelSpec, shape: LocalShape, heads_local: int, groups_local: int) -> Op:
     """The chunked SSD scan of the local heads for the device's tokens (kind 'attention': its
-    math priced like the attention core, its HBM traffic by ``ssd_scan_bytes_per_token``).
+    math priced like the attention core, its HBM traffic by ``ssd_scan_bytes_per_token``, its
+    backward math by ``ssd_bwd_flops``).
     Holds dt_bias, A_log and D."""
     p, n, dt = model.mamba_head_dim, model.mamba_state_dim, shape.dtype_bytes
     d_local = heads_local * p
     flops = shape.tokens * ssd_flops(d_local, groups_local, n, model.mamba_chunk_size)
+    bwd = shape.tokens * ssd_bwd_flops(d_local, groups_local, n, model.mamba_chunk_size)
     moved = float(shape.tokens * ssd_scan_bytes_per_token(d_local, heads_local, groups_local, n,
                                                           model.mamba_chunk_size, dt))
-    return Op(name="ssd_scan", kind="attention", flops=flops, bytes=moved, bwd_flops=2.0 * flops,
+    return Op(name="ssd_scan", kind="attention", flops=flops, bytes=moved, bwd_flops=bwd,
               bwd_bytes=2.0 * moved, params=3 * heads_local,
               gemm_shape=(model.mamba_chunk_size, model.mamba_chunk_size, p), role="ssm_scan")
 

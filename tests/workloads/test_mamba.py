@@ -21,7 +21,7 @@ from clustersim.workloads import (
     model_flops_per_step,
     resolve_model_name,
 )
-from clustersim.workloads.mamba import mamba_cp_alltoall_bytes, ssd_flops
+from clustersim.workloads.mamba import mamba_cp_alltoall_bytes, ssd_bwd_flops, ssd_flops
 
 NANO = get_model("nemotron-3-nano")
 H = NANO.hidden_size
@@ -78,6 +78,23 @@ def test_ssd_scan_flops_are_linear_in_sequence_length() -> None:
     # Dao & Gu 2024 sec. 6: 4*d_inner*N + 2*Q*(d_inner + G*N) per token
     assert scan(1024) == pytest.approx(1024 * (4 * 4096 * 128 + 2 * 128 * (4096 + 8 * 128)))
     assert ssd_flops(4096, 8, 128, 256) > ssd_flops(4096, 8, 128, 128)
+
+
+def test_ssd_scan_backward_counts_mamba_ssm_kernels() -> None:
+    """Backward of the chunked scan as _mamba_chunk_scan_combined_bwd runs it (mamba.py docstring):
+    recompute C B^T and the chunk states, then dstates, dx, dB, dC, dCB, two bmm_chunk_bwd, ddA."""
+    d, g, n, q = 4096, 8, 128, 128  # Nemotron 3 Nano
+    dn, qd, qgn = d * n, q * d, q * g * n
+    recompute = 2 * qgn + 2 * dn
+    kernels = 2 * dn + (2 * dn + 2 * qd) + 2 * dn + 2 * dn + 2 * qd + 4 * qgn + 2 * qd
+    assert ssd_bwd_flops(d, g, n, q) == pytest.approx(recompute + kernels)
+    # in the d_inner*N terms it is exactly 2x the forward plus the recomputed chunk states ...
+    assert ssd_bwd_flops(d, 0, n, 0) == pytest.approx(2.5 * ssd_flops(d, 0, n, 0))
+    # ... and 3x in the Q*d_inner (intra-chunk) terms: for Nano 2.69x the forward, not 2x
+    assert ssd_bwd_flops(d, g, n, q) / ssd_flops(d, g, n, q) == pytest.approx(2.692, abs=1e-3)
+    op = next(o for o in layer_ops(NANO, MAMBA, micro_batch=2, seq_len=4096, tp=2) if o.name == "ssd_scan")
+    assert op.bwd_flops == pytest.approx(2 * 4096 * ssd_bwd_flops(d // 2, g // 2, n, q))
+    assert op.bwd_flops > 2.5 * op.flops
 
 
 def test_ssd_scan_hbm_traffic_includes_the_fp32_chunk_states() -> None:
