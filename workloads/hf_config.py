@@ -4,7 +4,8 @@ Owns the field mapping per ``model_type`` (``ARCHITECTURES``): the shape fields 
 config shares (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
 ``num_key_value_heads``, ``intermediate_size``, ``vocab_size``, ``head_dim``,
 ``max_position_embeddings``, ``tie_word_embeddings``) and each family's own (MoE experts, MLA ranks,
-GeGLU vs plain MLP, LayerNorm and biases, sliding-window layers from ``layer_types``). An unknown ``model_type`` or a
+GeGLU vs plain MLP, LayerNorm and biases, sliding-window layers from ``layer_types``; DBRX's
+nested ``attn_config`` / ``ffn_config``). An unknown ``model_type`` or a
 feature the ModelSpec cannot express (Qwen3-MoE ``mlp_only_layers``) is an error naming it, never a
 fallback. What is knowingly left out is said per family (``NOT_MODELLED``). It reads files and
 builds a ModelSpec; it simulates nothing.
@@ -181,11 +182,44 @@ def _gemma2(cfg: Config, where: str) -> dict[str, Any]:
     return out
 
 
+def _block(cfg: Config, key: str, where: str) -> Config:
+    """A nested block of the config (DBRX ``attn_config`` / ``ffn_config``), required."""
+    block = _req(cfg, key, where)
+    if not isinstance(block, Mapping):
+        raise WorkloadError(f"hf_config {where}: field {key!r} is {type(block).__name__}, not a mapping; "
+                            f"model_type {cfg.get('model_type')!r} keeps its shape fields in it")
+    return block
+
+
+def _dbrx(cfg: Config, where: str) -> dict[str, Any]:
+    """DBRX: its own field names (``n_layers``, ``d_model``, ``n_heads``, ``max_seq_len``), the
+    key-value heads in ``attn_config.kv_n_heads``, every layer MoE with ``ffn_config.moe_num_experts``
+    gated experts (w1 gate, v1 up, w2 down) of ``ffn_config.ffn_hidden_size``, ``moe_top_k`` per token;
+    LayerNorm; untied head unless ``tie_word_embeddings``."""
+    attn, ffn = _block(cfg, "attn_config", where), _block(cfg, "ffn_config", where)
+    act = ffn.get("ffn_act_fn", {"name": "silu"})
+    act_name = act.get("name") if isinstance(act, Mapping) else act
+    if act_name != "silu":
+        raise WorkloadError(f"hf_config {where}: ffn_config.ffn_act_fn {act_name!r} not supported for model_type "
+                            "'dbrx'; only the gated 'silu' experts of the published DBRX are modelled")
+    heads = int(_req(cfg, "n_heads", where))
+    expert = int(_req(ffn, "ffn_hidden_size", where))
+    out: dict[str, Any] = {
+        "num_layers": int(_req(cfg, "n_layers", where)), "hidden_size": int(_req(cfg, "d_model", where)),
+        "num_heads": heads, "num_kv_heads": int(attn.get("kv_n_heads") or heads), "ffn_hidden_size": expert,
+        "vocab_size": int(_req(cfg, "vocab_size", where)), "tied_embeddings": bool(cfg.get("tie_word_embeddings", False)),
+        "num_experts": int(_req(ffn, "moe_num_experts", where)), "top_k": int(_req(ffn, "moe_top_k", where)),
+        "moe_ffn_hidden_size": expert, "norm": "layernorm"}
+    if cfg.get("max_seq_len"):
+        out["max_seq_len"] = int(cfg["max_seq_len"])
+    return out
+
+
 ARCHITECTURES: Mapping[str, Callable[[Config, str], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama, "mixtral": _mixtral,
     "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen3_moe, "deepseek_v3": _deepseek, "deepseek_v2": _deepseek,
     "gpt_neox": _gpt_neox, "gemma2": _gemma2, "gpt_oss": _gpt_oss, "olmo2": _olmo2, "phi3": _phi3, "falcon": _falcon,
-    "gemma3": _gemma3, "gemma3_text": _gemma3,
+    "gemma3": _gemma3, "gemma3_text": _gemma3, "dbrx": _dbrx,
 }
 """``model_type`` -> field mapping."""
 
@@ -201,6 +235,8 @@ NOT_MODELLED: Mapping[str, str] = {
     "falcon": "the parallel attention+MLP block and its second LayerNorm (new_decoder_architecture); ALiBi",
     "gemma3": "the vision tower of the image-text wrapper (text decoder only), query/key norms, pre/post feed-forward norms",
     "gemma3_text": "query/key norms and the pre/post feed-forward norms' extra elementwise passes",
+    "dbrx": ("the QKV clamp (attn_config.clip_qkv, one elementwise pass); its LayerNorms have no bias, "
+             "counted with one (2 x d_model per layer, < 0.001 % of the parameters)"),
 }
 """What each mapping knowingly leaves out."""
 

@@ -60,6 +60,7 @@ MODEL_ALIASES: dict[str, str] = {
     "gemma-3-12b-pt": "gemma3-12b",
     "phi-3-mini-4k": "phi3-mini",
     "phi-3-mini": "phi3-mini",
+    "dbrx-132b": "dbrx",  # databricks/dbrx-base and -instruct resolve through the suffix rule
 }
 
 MODEL_SPELLING_RULES: tuple[tuple[str, str, str], ...] = (

@@ -23,23 +23,25 @@ from clustersim.workloads.presets import resolve_model_name
     ("nvidia/Nemotron-4-340B-Base", "nemotron-4-340b"), ("moonshotai/Kimi-K2-Base", "kimi-k2"),
     ("mosaicml/mpt-7b", "mpt-7b"), ("MPT-70b", "mpt-70b"),
     ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b"), ("Mixtral 8x22B", "mixtral-8x22b"), ("xai-org/grok-1", "grok-1"),
-    ("Grok 1", "grok-1"),
+    ("Grok 1", "grok-1"), ("databricks/dbrx-base", "dbrx"), ("databricks/dbrx-instruct", "dbrx"), ("DBRX", "dbrx"),
+    ("DBRX Instruct", "dbrx"), ("DBRX-132B", "dbrx"),
 ])
 def test_model_spelling(text: str, preset: str) -> None:
     assert resolve_model_name(text) == preset
 
 
 def test_known_family_without_preset_is_a_named_skip_not_gpt_style() -> None:
-    # (Llama-3.2-3B, then Falcon-180B played this part until they got their presets; DBRX has none)
-    row = {"model": "databricks/dbrx-base", "arch_type": "moe", "num_layers": 40, "hidden_size": 6144,
-           "num_heads": 48, "vocab_size": 100352}
-    with pytest.raises(SkipRow, match="'databricks/dbrx-base'"):
+    # (Llama-3.2-3B, then Falcon-180B, then DBRX played this part until they got their presets)
+    row = {"model": "bigcode/starcoder2-15b", "arch_type": "dense", "num_layers": 40, "hidden_size": 6144,
+           "num_heads": 48, "vocab_size": 49152}
+    with pytest.raises(SkipRow, match="'bigcode/starcoder2-15b'"):
         model_for_row(row, [])
 
 
-@pytest.mark.parametrize("name", ["databricks/dbrx-base", "nvidia/Nemotron-4-15B", "bigcode/starcoder2-15b"])
+@pytest.mark.parametrize("name", ["nvidia/Nemotron-4-15B", "bigcode/starcoder2-15b"])
 def test_presets_still_without_a_cited_config_are_named_skips(name: str) -> None:
-    # no config.json copy of these was found with the code search (December 2026): a row naming one is
+    # no config.json copy of these was found with the code search (December 2026, searched again at the
+    # fourth stop: only partial dicts in tests of other tools, no full field set): a row naming one is
     # skipped with its name, never simulated as a GPT-style model
     with pytest.raises(SkipRow, match=repr(name)):
         model_for_row({"model": name, "arch_type": "dense", "num_layers": 32, "hidden_size": 4096, "num_heads": 32}, [])
@@ -57,6 +59,7 @@ def test_presets_still_without_a_cited_config_are_named_skips(name: str) -> None
     ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b", 141.0, 0.005),  # Mistral AI announcement: 141B total
     ("xai-org/grok-1", "grok-1", 314.0, 0.01),  # xAI grok-1 README: 314B (the config leaves the head untied: 316.5B)
     ("deepseek-ai/DeepSeek-V2", "deepseek-v2", 236.0, 0.005),  # DeepSeek-V2 paper (arXiv:2405.04434): 236B total
+    ("databricks/dbrx-base", "dbrx", 132.0, 0.005),  # DBRX model card (databricks/dbrx @ 7cbcf4e): 132B total
 ])
 def test_new_presets_resolve_and_match_the_published_parameter_count(text: str, preset: str, billions: float,
                                                                      rel: float) -> None:
@@ -68,7 +71,7 @@ def test_new_presets_resolve_and_match_the_published_parameter_count(text: str, 
     ("gpt-oss-20b", "gpt-oss-20b"), ("olmo2-1b", "OLMo-2-0425-1B"), ("qwen2.5-32b", "Qwen2.5-32B"),
     ("gemma2-9b", "gemma-2-9b"), ("phi3-mini", "Phi-3-mini-4k-instruct"), ("falcon-40b", "falcon-40b-instruct"),
     ("gemma3-12b", "gemma-3-12b"), ("mixtral-8x22b", "Mixtral-8x22B-v0.1"), ("grok-1", "grok-1"),
-    ("deepseek-v2", "DeepSeek-V2")])
+    ("deepseek-v2", "DeepSeek-V2"), ("dbrx", "dbrx-instruct")])
 def test_config_presets_equal_their_config_json(preset: str, folder: str) -> None:
     from pathlib import Path
     from clustersim.workloads.hf_config import model_from_hf_config
@@ -124,3 +127,22 @@ def test_moe_row_is_simulated_with_its_printed_shape() -> None:
 def test_deepseek_v2_activates_the_published_21b() -> None:
     # DeepSeek-V2 (arXiv:2405.04434) abstract: "21B are activated for each token"
     assert get_model("deepseek-v2").num_active_params() / 1e9 == pytest.approx(21.0, rel=0.02)
+
+
+def test_dbrx_activates_the_published_36b_and_reads_its_nested_blocks() -> None:
+    # DBRX model card (databricks/dbrx MODEL_CARD_dbrx_base.md @ 7cbcf4e): "132B total parameters of
+    # which 36B parameters are active on any input"; "16 experts and chooses 4"
+    m = get_model("dbrx")
+    assert m.num_active_params() / 1e9 == pytest.approx(36.0, rel=0.02)
+    assert (m.num_experts, m.top_k, m.num_kv_heads, m.tied_embeddings) == (16, 4, 8, False)
+    from clustersim.workloads.errors import WorkloadError
+    from clustersim.workloads.hf_config import model_from_hf_config
+    base = {"model_type": "dbrx", "n_layers": 2, "d_model": 64, "n_heads": 4, "vocab_size": 128,
+            "attn_config": {"kv_n_heads": 2}, "ffn_config": {"ffn_hidden_size": 96, "moe_num_experts": 4, "moe_top_k": 2}}
+    assert model_from_hf_config(base).num_kv_heads == 2
+    with pytest.raises(WorkloadError, match="'ffn_config'.*not a mapping"):
+        model_from_hf_config({**base, "ffn_config": 96})
+    with pytest.raises(WorkloadError, match="'moe_top_k' missing"):
+        model_from_hf_config({**base, "ffn_config": {"ffn_hidden_size": 96, "moe_num_experts": 4}})
+    with pytest.raises(WorkloadError, match="ffn_act_fn 'gelu' not supported"):
+        model_from_hf_config({**base, "ffn_config": {**base["ffn_config"], "ffn_act_fn": {"name": "gelu"}}})
