@@ -34,7 +34,8 @@ C B^T blocks (`_bmm_chunk_fwd`, 2*Q*G*N) and chunk states (`_chunk_state_fwd`, 2
 Total 10*d_inner*N + 6*Q*d_inner + 6*Q*G*N (`ssd_bwd_flops`): 2.69x the forward for Nemotron 3
 Nano (d_inner 4,096, N 128, G 8, Q 128), where the 2x convention of the other ops would count 2x.
 The cumsum and state-passing kernels are O(d_inner*N/Q) and left out, as in the forward. The
-scan's HBM traffic in backward keeps the 2x-forward convention. The model-FLOPs count of MFU
+scan is HBM-bound at these shapes (~30-40 FLOP per byte), so its backward time follows its bytes
+(``ssd_scan_bwd_bytes_per_token``, the same kernels' traffic), not these FLOPs. The model-FLOPs count of MFU
 (workloads/flops.py `scan_flops_per_token`) keeps its 3x-forward convention: it is a convention,
 not a cost.
 """
@@ -85,19 +86,44 @@ def ssd_scan_bytes_per_token(d_local: int, heads_local: int, groups_local: int, 
             + 2 * f * groups_local * chunk + 4 * f * d_local * state / chunk)
 
 
+def ssd_scan_bwd_bytes_per_token(d_local: int, heads_local: int, groups_local: int, state: int, chunk: int,
+                                 dtype_bytes: int) -> float:
+    """HBM bytes per token of the chunked SSD backward as `_mamba_chunk_scan_combined_bwd` runs it
+    (kernels listed in the module docstring; z is None, Megatron-Core's mixer gates in its own
+    norm), with a = dtype_bytes, f = 4, the conventions of ``ssd_scan_bytes_per_token`` (C B^T blocks
+    counted once per group):
+    - x read by chunk_state (recompute), dx, dB, dcb and ddAcs; dout by dstates, dx, dC, dcb and
+      ddAcs; dx written: 11 a d_inner;
+    - B and C: read by the recomputed C B^T (2), chunk_state, dstates, dx, dB, dC and the two
+      bmm_chunk_bwd (2 each, reading and writing dB / dC), dB and dC written fp32 by their kernels
+      and read as residuals: (11 a + 4 f) G N;
+    - the C B^T blocks and dCB (fp32): written by the recompute, read by dx and ddAcs, dCB written
+      once and read by both bmm_chunk_bwd: 6 f G Q;
+    - chunk states and their gradients per chunk: the recomputed states written (f), read and
+      written by the state passing (2 f), dstates written (f), read and rewritten by its passing
+      (2 f + 2 a), read in bf16 by dx, dB and dC (3 a): (6 f + 5 a) d_inner N / Q;
+    - per head: dt read (a), dA_cumsum / dt / ddt / ddA read and written across the kernels: 22 f.
+    2.76x the forward's bytes for Nemotron 3 Nano (d_inner 4,096, H 64, G 8, N 128, Q 128)."""
+    a, f = dtype_bytes, FP32_BYTES
+    return (heads_local * (a + 22 * f) + 11 * a * d_local + (11 * a + 4 * f) * groups_local * state
+            + 6 * f * groups_local * chunk + (6 * f + 5 * a) * d_local * state / chunk)
+
+
 def ssd_scan_op(model: ModelSpec, shape: LocalShape, heads_local: int, groups_local: int) -> Op:
     """The chunked SSD scan of the local heads for the device's tokens (kind 'attention': its
     math priced like the attention core, its HBM traffic by ``ssd_scan_bytes_per_token``, its
-    backward math by ``ssd_bwd_flops``).
+    backward by ``ssd_bwd_flops`` and ``ssd_scan_bwd_bytes_per_token``).
     Holds dt_bias, A_log and D."""
     p, n, dt = model.mamba_head_dim, model.mamba_state_dim, shape.dtype_bytes
     d_local = heads_local * p
     flops = shape.tokens * ssd_flops(d_local, groups_local, n, model.mamba_chunk_size)
     bwd = shape.tokens * ssd_bwd_flops(d_local, groups_local, n, model.mamba_chunk_size)
+    bwd_moved = float(shape.tokens * ssd_scan_bwd_bytes_per_token(d_local, heads_local, groups_local, n,
+                                                                  model.mamba_chunk_size, dt))
     moved = float(shape.tokens * ssd_scan_bytes_per_token(d_local, heads_local, groups_local, n,
                                                           model.mamba_chunk_size, dt))
     return Op(name="ssd_scan", kind="attention", flops=flops, bytes=moved, bwd_flops=bwd,
-              bwd_bytes=2.0 * moved, params=3 * heads_local,
+              bwd_bytes=bwd_moved, params=3 * heads_local,
               gemm_shape=(model.mamba_chunk_size, model.mamba_chunk_size, p), role="ssm_scan")
 
 

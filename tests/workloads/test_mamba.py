@@ -21,7 +21,8 @@ from clustersim.workloads import (
     model_flops_per_step,
     resolve_model_name,
 )
-from clustersim.workloads.mamba import mamba_cp_alltoall_bytes, ssd_bwd_flops, ssd_flops
+from clustersim.workloads.mamba import (mamba_cp_alltoall_bytes, ssd_bwd_flops, ssd_flops, ssd_scan_bwd_bytes_per_token,
+                                        ssd_scan_bytes_per_token)
 
 NANO = get_model("nemotron-3-nano")
 H = NANO.hidden_size
@@ -95,6 +96,18 @@ def test_ssd_scan_backward_counts_mamba_ssm_kernels() -> None:
     op = next(o for o in layer_ops(NANO, MAMBA, micro_batch=2, seq_len=4096, tp=2) if o.name == "ssd_scan")
     assert op.bwd_flops == pytest.approx(2 * 4096 * ssd_bwd_flops(d // 2, g // 2, n, q))
     assert op.bwd_flops > 2.5 * op.flops
+
+
+def test_ssd_scan_backward_bytes_count_mamba_ssm_kernels_and_set_its_time() -> None:
+    d, h, g, n, q, a, f = 4096, 64, 8, 128, 128, 2, 4  # Nemotron 3 Nano, bf16, fp32 intermediates
+    per_token = h * (a + 22 * f) + 11 * a * d + (11 * a + 4 * f) * g * n + 6 * f * g * q + (6 * f + 5 * a) * d * n / q
+    assert ssd_scan_bwd_bytes_per_token(d, h, g, n, q, a) == pytest.approx(per_token)
+    ratio = ssd_scan_bwd_bytes_per_token(d, h, g, n, q, a) / ssd_scan_bytes_per_token(d, h, g, n, q, a)
+    assert ratio == pytest.approx(2.761, abs=1e-3)  # not the 2x of the other ops
+    op = next(o for o in layer_ops(NANO, MAMBA, micro_batch=1, seq_len=4096, tp=2) if o.name == "ssd_scan")
+    assert op.bwd_bytes == pytest.approx(4096 * ssd_scan_bwd_bytes_per_token(d // 2, h // 2, g // 2, n, q, a))
+    # the scan is HBM-bound (a few tens of FLOP per byte), so its backward time moves with these bytes
+    assert op.bwd_flops / op.bwd_bytes < 50
 
 
 def test_ssd_scan_hbm_traffic_includes_the_fp32_chunk_states() -> None:
