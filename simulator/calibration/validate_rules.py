@@ -36,6 +36,20 @@ bf16: Megatron-Bridge `scripts/performance/configs/*/*_llm_pretrain.py` set
 recipe (e.g. `set_llama3_common_configs`, `set_deepseek_v3_common_configs`), so Megatron-Core's grad
 buffer is bf16 (2 bytes per element) instead of the fp32 main_grad buffer (4)."""
 
+DEEPSPEED_ZERO3: dict[str, Any] = {
+    "param_gather_unit": "tensor", "param_persistence_threshold": 100_000, "overlap_param_gather": False,
+    "grad_dtype_bytes": 2,
+}
+"""DeepSpeed ZeRO-3 (framework string containing "deepspeed", stage 3) as its 2021 code runs it:
+``Init._allgather_param`` all-gathers each parameter tensor on its own with
+``torch.distributed.all_gather`` into world-size views of one flat buffer, after a
+``torch.cuda.synchronize()`` (the host waits for the queued compute, so a gather cannot run ahead of
+it: no overlap), and ``_reduce_scatter_gradient`` reduce-scatters each gradient (its dtype, fp16/bf16)
+from world-size views (deepspeed/runtime/zero/partition_parameters.py, 2021, read via find_string id
+2323018133); tensors of at most ``stage3_param_persistence_threshold`` = 100000 elements persist
+(microsoft/DeepSpeed deepspeed/runtime/zero/constants.py @ 02a63e43,
+ZERO_OPTIMIZATION_PARAM_PERSISTENCE_THRESHOLD_DEFAULT)."""
+
 @dataclass(frozen=True, kw_only=True)
 class RecipeRecompute:
     """The per-module recompute one framework recipe sets (Megatron-Bridge performance configs).
@@ -355,6 +369,10 @@ def _sharding(row: Mapping[str, Any], cluster: Cluster, tp: int, cp: int, notes:
         return {"fsdp": "hybrid", "dp_shard": shard, "zero": 0, "grad_dtype_bytes": grad}
     if sh.fsdp == "full":
         return {"fsdp": "full", "zero": 0, "grad_dtype_bytes": grad}
+    if sh.zero == 3 and "deepspeed" in text(row, "framework").lower():
+        notes.append("DeepSpeed ZeRO-3: one all-gather / reduce-scatter per parameter tensor above 1e5 elements "
+                     "(list API), host-synchronised before each gather (no prefetch overlap), fp16/bf16 gradients")
+        return {"zero": 3, **DEEPSPEED_ZERO3}
     if sh.zero == 2:
         return {"zero": 2, "grad_dtype_bytes": grad}
     return {"zero": sh.zero, "grad_dtype_bytes": grad}

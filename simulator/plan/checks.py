@@ -33,7 +33,7 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
 
 
 INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes",
-              "cpu_offloading_num_layers")
+              "cpu_offloading_num_layers", "param_persistence_threshold")
 FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap", "moe_fused_grouped_mlp")
 REAL_FIELDS = ("bucket_size", "first_bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
 OPTIONAL_REAL_FIELDS = ("ep_comm_overlap",)
@@ -62,7 +62,7 @@ def _check_types(plan: ParallelPlan) -> None:
             continue
         if not (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)):
             raise PlanError(f"plan.{name} = {value!r} must be a finite number")
-    for name in ("schedule", "recompute", "fsdp", "order", "moe_dispatcher"):
+    for name in ("schedule", "recompute", "fsdp", "order", "moe_dispatcher", "param_gather_unit"):
         if not isinstance(getattr(plan, name), str):
             raise PlanError(f"plan.{name} = {getattr(plan, name)!r} must be a string")
     split = plan.layer_split
@@ -243,5 +243,11 @@ def _check_sharding(plan: ParallelPlan) -> None:
             raise PlanError(f"plan.dp_shard = {shard} must divide dp = {plan.dp} for hybrid sharding")
     elif plan.dp_shard is not None:
         raise PlanError("plan.dp_shard is only used with plan.fsdp = hybrid; remove it or set fsdp")
+    if plan.param_gather_unit not in ("module", "tensor"):
+        raise PlanError(f"plan.param_gather_unit = {plan.param_gather_unit!r}: use module (one flat buffer per "
+                        "layer, torch FSDP) or tensor (one collective per parameter tensor, DeepSpeed ZeRO-3)")
+    if plan.param_persistence_threshold < 0:
+        raise PlanError(f"plan.param_persistence_threshold = {plan.param_persistence_threshold} must be >= 0 "
+                        "(elements; 0 shards every tensor)")
     if plan.fsdp != "none" and plan.zero not in (0, 3):
         raise PlanError(f"plan.fsdp = {plan.fsdp} already shards like ZeRO-3; drop plan.zero = {plan.zero}")

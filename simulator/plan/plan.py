@@ -16,6 +16,7 @@ from clustersim.workloads import RECOMPUTE_MODULES, TrainingSpec
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]
 Recompute = Literal["none", "selective", "full"]
 Fsdp = Literal["none", "full", "hybrid"]
+ParamGatherUnit = Literal["module", "tensor"]
 MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
@@ -73,6 +74,17 @@ class ParallelPlan:
     """Overlap the DP gradient reduction with the backward pass, bucket by bucket."""
     overlap_param_gather: bool = True
     """Overlap ZeRO/FSDP parameter all-gathers with compute (prefetch)."""
+    param_gather_unit: ParamGatherUnit = "module"
+    """What one ZeRO-3/FSDP parameter collective moves. ``module``: one flat buffer per wrapped unit
+    (a layer; torch FSDP's FlatParameter, FSDP2 per block). ``tensor``: one all-gather per parameter
+    tensor and one reduce-scatter per gradient, through PyTorch's list API (DeepSpeed ZeRO-3 of 2021,
+    ``partition_parameters._allgather_param`` / ``_reduce_scatter_gradient``): each call pays its own
+    latency, and ProcessGroupNCCL copies the flat buffer into (or the gradient out of) one view per
+    rank, ``dp_shard`` copy ops per call (``step.lower.tensor_copies_time``)."""
+    param_persistence_threshold: int = 0
+    """With ``param_gather_unit = tensor``: parameter tensors of at most this many elements are kept
+    whole on every rank and never gathered per step (DeepSpeed ``stage3_param_persistence_threshold``,
+    default 1e5); 0 shards every tensor."""
     bucket_size: float = 40e6 * 4
     """DP gradient bucket in bytes (Megatron default 40M fp32 grads)."""
     first_bucket_size: float = 0.0

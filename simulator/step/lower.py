@@ -330,19 +330,50 @@ def fsdp_calls(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op], bo
     return max(float(sum(o.params for o in ops_all)) - sum(layers), 0.0), layers
 
 
+def unit_tensors(plan: ParallelPlan, params: float, ops: list[Op] | None) -> list[float]:
+    """Elements of each parameter collective of one FSDP/ZeRO-3 unit of ``params`` elements.
+
+    ``module``: the unit's one flat buffer. ``tensor``: each op's parameters above
+    ``plan.param_persistence_threshold`` (an op's weight with its bias; a bias alone, at most a
+    hidden size, is under DeepSpeed's 1e5 default), the smaller ones persisting unsharded; the root
+    unit (``ops`` None) as one tensor, its embedding table dominating it."""
+    if plan.param_gather_unit == "module" or ops is None:
+        return [params] if params > plan.param_persistence_threshold or plan.param_gather_unit == "module" else []
+    return [float(o.params) for o in ops if o.params > plan.param_persistence_threshold]
+
+
+def tensor_copies_time(c: Costing, nbytes: float) -> float:
+    """PyTorch's list-API collectives (``param_gather_unit = tensor``): ProcessGroupNCCL gathers into
+    a flat buffer and copies it out to the n per-rank views (``allgather``), or copies n views into
+    one before reducing (``reduce_scatter``, ``flatten_for_scatter_gather``): n eager copy ops, each
+    the profile's per-op overhead, moving the buffer once through HBM (read and write). 0 for
+    ``module`` (one flat buffer, ``_all_gather_base``)."""
+    if c.plan.param_gather_unit == "module" or nbytes <= 0:
+        return 0.0
+    hbm = c.accelerator.hbm_bandwidth * c.profile.memory_efficiency
+    return c.plan.param_shard * c.profile.kernel_overhead + 2.0 * nbytes / hbm
+
+
+def _unit_time(c: Costing, kind: CollectiveKind, params: float, ops: list[Op] | None, nbytes: int) -> float:
+    """Seconds of one unit's parameter all-gather or gradient reduce-scatter, tensor by tensor."""
+    return sum(c.pricer.time(kind, p * nbytes, "dp_shard") + tensor_copies_time(c, p * nbytes)
+               for p in unit_tensors(c.plan, params, ops))
+
+
 def _fsdp_exposed(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
     """FSDP/ZeRO-3: gather each layer's weights before forward and backward, reduce-scatter grads;
-    the root unit (``fsdp_calls``) gathered before the first layer, reduce-scattered after the last."""
+    the root unit (``fsdp_calls``) gathered before the first layer, reduce-scattered after the last.
+    Each unit's collectives are ``unit_tensors`` (one flat buffer, or one per tensor)."""
     plan = c.plan
     if plan.param_shard <= 1 or not per_layer:
         return 0.0, 0.0
-    wbytes = c.training.param_bytes
+    wbytes, gbytes = c.training.param_bytes, plan.grad_dtype_bytes
     root, layers = fsdp_calls(c, ops_all, per_layer)
-    # nccl-tests convention: all-gather / reduce-scatter size is the full (gathered) layer buffer
-    gathers = [c.pricer.time("all_gather", p * wbytes, "dp_shard") for p in layers]
-    scatters = [c.pricer.time("reduce_scatter", p * plan.grad_dtype_bytes, "dp_shard") for p in layers]
-    root_gather = c.pricer.time("all_gather", root * wbytes, "dp_shard")
-    root_scatter = c.pricer.time("reduce_scatter", root * plan.grad_dtype_bytes, "dp_shard")
+    # nccl-tests convention: all-gather / reduce-scatter size is the full (gathered) buffer
+    gathers = [_unit_time(c, "all_gather", p, ops, wbytes) for p, (ops, _) in zip(layers, per_layer)]
+    scatters = [_unit_time(c, "reduce_scatter", p, ops, gbytes) for p, (ops, _) in zip(layers, per_layer)]
+    root_gather = _unit_time(c, "all_gather", root, None, wbytes)
+    root_scatter = _unit_time(c, "reduce_scatter", root, None, gbytes)
     fwd = [c.time(ops, "fwd") for ops, _ in per_layer]
     bwd = [c.time(ops, "bwd") for ops, _ in per_layer]
     if not plan.overlap_param_gather:
@@ -485,11 +516,13 @@ def step_calls(c: Costing, part: Partition | None = None) -> tuple[tuple[Call, .
                     add(kind, size, "tp", m)
             if plan.param_shard > 1 and per_layer:
                 root, layers = fsdp_calls(c, list(ch.ops), per_layer)
-                for p in layers:
-                    add("all_gather", p * c.training.param_bytes, "dp_shard", 2 * m)
-                    add("reduce_scatter", p * plan.grad_dtype_bytes, "dp_shard", m)
-                add("all_gather", root * c.training.param_bytes, "dp_shard", m)
-                add("reduce_scatter", root * plan.grad_dtype_bytes, "dp_shard", m)
+                for p, (ops, _) in zip(layers, per_layer):
+                    for t in unit_tensors(plan, p, ops):
+                        add("all_gather", t * c.training.param_bytes, "dp_shard", 2 * m)
+                        add("reduce_scatter", t * plan.grad_dtype_bytes, "dp_shard", m)
+                for t in unit_tensors(plan, root, None):
+                    add("all_gather", t * c.training.param_bytes, "dp_shard", m)
+                    add("reduce_scatter", t * plan.grad_dtype_bytes, "dp_shard", m)
             for b in _buckets(c, list(ch.ops)):
                 if b.call is not None:
                     add(b.call.kind, b.call.size, b.call.axis, b.call.count)
