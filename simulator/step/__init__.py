@@ -35,6 +35,7 @@ from clustersim.simulator.step.partition import (
     RESERVED_BYTES,
     op_kwargs,
     partition_memory,
+    pipeline_split,
     stage_chunks,
 )
 from clustersim.simulator.step.result import CATEGORIES, Result
@@ -67,6 +68,7 @@ __all__ = [
     "ops_time_parts",
     "optimizer_time",
     "partition_memory",
+    "pipeline_split",
     "peak_for",
     "rental_price",
     "simulate_step",
