@@ -186,9 +186,9 @@ def _check_pp(model: ModelSpec, plan: ParallelPlan) -> None:
         split = list(plan.layer_split)
         if len(split) != chunks or sum(split) != model.num_layers or min(split) < 0 or min(split[1:-1] or [1]) < 1:
             raise PlanError(
-                f"plan.layer_split = {split}: needs pp*vpp = {chunks} whole numbers (the first and last may be 0: "
-                f"an embedding- or loss-only chunk) summing to "
-                f"num_layers = {model.num_layers} (got {len(split)} numbers summing to {sum(split)})"
+                f"plan.layer_split = {split}: needs pp*vpp = {chunks} positive numbers summing to "
+                f"num_layers = {model.num_layers}, the first and last may be 0 (an embedding- or loss-only "
+                f"chunk) (got {len(split)} numbers summing to {sum(split)})"
             )
     if plan.schedule == "dualpipe" and plan.pp % 2:
         raise PlanError(f"plan.schedule = dualpipe needs an even pp, got pp = {plan.pp}")
