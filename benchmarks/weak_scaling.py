@@ -1,7 +1,7 @@
 """Weak scaling: the bundled weak-scaling series re-predicted, predicted growth against published.
 
     .venv/bin/python benchmarks/weak_scaling.py [--jitter CV ...] [--cv-dir DIR] [--ecmp adaptive|hash] [--overlap F]
-        [--variability CV]
+        [--variability CV] [--latency path|nccl]
 
 A series is one source, model, GPU type, per-GPU batch and parallel shape at >= 3 GPU counts
 spanning >= 4x (``fidelity_sharing._weak_series``, all MosaicML llm-foundry tables). For each
@@ -10,7 +10,8 @@ spanning >= 4x (``fidelity_sharing._weak_series``, all MosaicML llm-foundry tabl
 ``clustersim validate --cross-validate family``: fitted without any MosaicML row), prints the growth in step time from the smallest to the largest count,
 published and predicted, and whether the prediction is within a factor of 2. ``--variability``
 sets ``gpu_variability_cv`` (static GPU-to-GPU speed variability over the job's GPUs; ``measured``:
-``profile.GPU_VARIABILITY_CV_MEASURED``) on every profile.
+``profile.GPU_VARIABILITY_CV_MEASURED``) on every profile; ``--latency`` sets ``collective_latency``
+(``nccl``: NCCL's tuning model of latency and protocol, ``network.nccl_tuning``).
 
 Not part of the test run (a few minutes: two rows per series and value).
 """
@@ -29,12 +30,12 @@ import fidelity_sharing  # the series definition, one place
 
 
 def _predict(row: dict[str, object], cv: float, cache: dict, ecmp: str, overlap: float,
-             variability: float = 0.0) -> tuple[float, float]:
+             variability: float = 0.0, latency: str = "path") -> tuple[float, float]:
     """(predicted, measured) step time of ``row`` at its default profile with ``sync_jitter_cv``,
     ``ecmp_routing``, ``overlap_slowdown`` (all_gather and reduce_scatter) and ``gpu_variability_cv`` set."""
     prof = default_profile(SYSTEM_OF_PART[part_of_row(row)][1]).replace(
         sync_jitter_cv=cv, ecmp_routing=ecmp, overlap_slowdown={"all_gather": overlap, "reduce_scatter": overlap},
-        gpu_variability_cv=variability)
+        gpu_variability_cv=variability, collective_latency=latency)
     rec = validate_row(row, profile=prof, fidelity="flow", cache=cache)
     if rec["status"] != "ok":
         return float("nan"), float("nan")
@@ -58,9 +59,10 @@ def main() -> None:
     ap.add_argument("--ecmp", choices=("adaptive", "hash"), default="adaptive", help="profile ecmp_routing")
     ap.add_argument("--overlap", type=float, default=0.0, help="profile overlap_slowdown (both kinds)")
     ap.add_argument("--variability", default="0", help="profile gpu_variability_cv, or 'measured'")
+    ap.add_argument("--latency", choices=("path", "nccl"), default="path", help="profile collective_latency")
     args = ap.parse_args()
     variability = GPU_VARIABILITY_CV_MEASURED if args.variability == "measured" else float(args.variability)
-    print(f"gpu_variability_cv {variability}, ecmp {args.ecmp}, overlap {args.overlap}")
+    print(f"gpu_variability_cv {variability}, ecmp {args.ecmp}, overlap {args.overlap}, latency {args.latency}")
     print(f"load average (1, 5, 15 min): {os.getloadavg()}, {os.cpu_count()} CPUs")
     table = load_runs()
     by_id = {int(r["row_id"]): {str(k): v for k, v in r.items()} for r in table.to_dict("records")}
@@ -77,8 +79,8 @@ def main() -> None:
         a, b = by_id[ids[0]], by_id[ids[-1]]
         cells, published = [], float("nan")
         for cv in values:
-            (pb, mb), (pa, ma) = (_predict(b, cv, cache, args.ecmp, args.overlap, variability),
-                                  _predict(a, cv, cache, args.ecmp, args.overlap, variability))
+            (pb, mb), (pa, ma) = (_predict(b, cv, cache, args.ecmp, args.overlap, variability, args.latency),
+                                  _predict(a, cv, cache, args.ecmp, args.overlap, variability, args.latency))
             published, grow = (mb / ma - 1) * 100, (pb / pa - 1) * 100
             ok = grow > 0 and published / 2 <= grow <= published * 2
             within[cv] += ok

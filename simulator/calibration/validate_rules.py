@@ -20,6 +20,7 @@ from clustersim.simulator.calibration.recipe_moe import _CFG, _DSV3, _DSV3_NEW, 
 from clustersim.simulator.calibration.recipe_moe import _KIMI as _KIMI_NEW
 from clustersim.simulator.calibration.spellings import TRAINING_PRECISION, UnknownSpelling, precision_label, sharding
 from clustersim.simulator.plan import ParallelPlan, Recompute
+from clustersim.simulator.step import pipeline_split
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model, megatron_flops_per_step, resolve_model_name
 from clustersim.workloads.errors import WorkloadError
@@ -394,6 +395,45 @@ TUNED_MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)
 """Micro-batch sizes tried for a row that does not publish its micro-batch."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecipeSplit:
+    """The pipeline split one framework recipe sets: whether the embedding and the loss count as
+    a layer of the split (Megatron-Core ``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split``; their default is False: an even split of the
+    transformer layers, embedding on the first and loss on the last chunk)."""
+
+    frameworks: tuple[str, ...]
+    models: tuple[str, ...]
+    embedding: bool
+    loss: bool
+    locator: str
+
+
+RECIPE_PIPELINE_SPLIT: tuple[RecipeSplit, ...] = (
+    RecipeSplit(frameworks=_MB, models=("llama3-405b",), embedding=True, loss=True,
+                locator="NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py (commit "
+                        "0d5f5558c16fc7b3eec45698768522e74f1a87a2) llama31_405b_pretrain_config, which the "
+                        "performance configs (scripts/performance/configs/llama/llama31_llm_pretrain.py) start from"),
+)
+"""Framework recipe -> pipeline split, for rows that do not print one. Megatron-Bridge's other
+dense recipes of the table (llama3_70b, llama31_70b, llama3_8b: same file) leave both False."""
+
+
+def recipe_layer_split(row: Mapping[str, Any], model: ModelSpec, pp: int, vpp: int,
+                       notes: list[str] | None = None) -> tuple[int, ...] | None:
+    """``plan.layer_split`` of the row's framework recipe (``RECIPE_PIPELINE_SPLIT``) at pp x vpp,
+    or None (no entry, pp = 1, or a split Megatron-Core would reject)."""
+    fw = text(row, "framework").lower()
+    for entry in RECIPE_PIPELINE_SPLIT:
+        if pp > 1 and model.name in entry.models and any(f in fw for f in entry.frameworks):
+            split = pipeline_split(model.num_layers, pp, vpp, embedding=entry.embedding, loss=entry.loss)
+            if split is not None and notes is not None:
+                notes.append(f"layer_split = {list(split)}: embedding {entry.embedding}, loss {entry.loss} "
+                             f"counted in the pipeline split (framework recipe {entry.locator})")
+            return split
+    return None
+
+
 def interleaving_available(row: Mapping[str, Any]) -> bool:
     """The run's framework has the interleaved 1F1B schedule: Megatron-LM PTD-P (SC'21) and later."""
     fw = text(row, "framework").lower()
@@ -423,7 +463,8 @@ def tuning_candidates(row: Mapping[str, Any], model: ModelSpec, training: Traini
             if v > 1 and (per_replica // mb) % plan.pp:
                 continue
             out.append(dataclasses.replace(plan, micro_batch=mb, vpp=v,
-                                           schedule="interleaved" if v > 1 else "1f1b"))
+                                           schedule="interleaved" if v > 1 else "1f1b",
+                                           layer_split=recipe_layer_split(row, model, plan.pp, v)))
     return out or [plan]
 
 
@@ -517,7 +558,8 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     if printed is not None and printed != dp:
         raise SkipRow(f"degrees disagree: tp{tp}*pp{pp}*cp{cp}*dp{printed} != num_gpus {n} (source quirk)")
     vpp = _degree(row, "vpp") or 1
-    while vpp > 1 and pp * vpp > model.num_layers:
+    split = recipe_layer_split(row, model, pp, vpp, notes)
+    while split is None and vpp > 1 and pp * vpp > model.num_layers:
         vpp -= 1  # Megatron-Bridge counts embedding and loss as pipeline layers (126 + 2 = 16 x 8)
         notes.append(f"vpp lowered to {vpp}: pp*vpp exceeded num_layers = {model.num_layers}")
     mb = _degree(row, "micro_batch") or 1  # missing: tuned by clustersim.simulator.calibration.validate (tuning_candidates)
@@ -529,7 +571,7 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     degrees = (tp, pp, vpp, ep if model.is_moe else 1, mb)
     return ParallelPlan(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, sp=sp, vpp=vpp, micro_batch=mb,
-        schedule="interleaved" if vpp > 1 else "1f1b",
+        schedule="interleaved" if vpp > 1 else "1f1b", layer_split=split,
         **_recompute_settings(row, model, degrees, notes),
         **_moe_comm_settings(row, model, degrees, training.global_batch_size, notes),
         tp_comm_overlap=TP_COMM_OVERLAP if (mcore and tp > 1 and text(row, "gpu_type").upper() != "A100") else 0.0,

@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from clustersim.simulator.network.nccl_tuning import best_protocol
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.topologies import Cluster
 
 NVLINK_HOP_LATENCY = 1.0e-6  # s per ring step inside an NVLink domain (NCCL LL/Simple, measured order)
 NETWORK_HOP_LATENCY = 4.0e-6  # s per ring step across the fabric (NIC + 2-3 switch hops)
+# The two constants are the ``collective_latency = "path"`` figures (uncited orders of magnitude);
+# ``"nccl"`` replaces them for all-reduce, reduce-scatter, all-gather and broadcast by NCCL's own
+# tuning model (``network.nccl_tuning``, cited there).
 
 
 @dataclass(frozen=True)
@@ -48,6 +52,8 @@ def collective_time(kind: str, size: float, shape: GroupShape, cluster: Cluster,
     b_in, b_out = _bandwidths(cluster, profile)
     k, d = shape.per_domain, shape.domains
     overhead = profile.collective_overhead
+    if profile.collective_latency == "nccl" and kind in ("all_reduce", "reduce_scatter", "all_gather", "broadcast"):
+        return overhead + _nccl_ring(kind, size, shape, b_in, b_out)
     match kind:
         case "all_reduce":
             return overhead + _rs_ag(size, k, d, b_in, b_out) * 2.0
@@ -80,3 +86,26 @@ def _all_to_all(size: float, n: int, k: int, b_in: float, b_out: float) -> float
     inter = (n - k) / n * size / b_out
     latency = (k - 1) * NVLINK_HOP_LATENCY + (n - k) * NETWORK_HOP_LATENCY / max(k, 1)
     return max(intra, inter) + latency
+
+
+def _nccl_ring(kind: str, size: float, shape: GroupShape, b_in: float, b_out: float) -> float:
+    """Ring ``kind`` with NCCL's latency model and protocol pick: the bandwidth part as the
+    hierarchical formulas above give it with no latency, then the protocol's latency and factor."""
+    k, d = shape.per_domain, shape.domains
+    match kind:
+        case "all_reduce":
+            simple = 2.0 * _rs_ag_bytes(size, k, d, b_in, b_out)
+        case "broadcast":
+            simple = size / (b_in if d == 1 else b_out)
+        case _:
+            simple = _rs_ag_bytes(size, k, d, b_in, b_out)
+    bus = size * (2.0 if kind == "all_reduce" else 1.0) * (shape.size - 1) / shape.size
+    _, lat, bw_time = best_protocol(kind, "ring", shape.size, d, simple, bus)
+    return lat + bw_time
+
+
+def _rs_ag_bytes(size: float, k: int, d: int, b_in: float, b_out: float) -> float:
+    """The bandwidth part of ``_rs_ag`` (no latency)."""
+    intra = (k - 1) / k * size / b_in if k > 1 else 0.0
+    inter = (d - 1) / d * (size / k) / b_out if d > 1 else 0.0
+    return intra + inter

@@ -31,6 +31,7 @@ from clustersim.simulator.network.algorithms import ALGORITHMS, KINDS, SELECTABL
 from clustersim.simulator.network.algorithms import pairwise_flows
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.network.ecmp import hashed_loads
+from clustersim.simulator.network.nccl_tuning import best_protocol
 from clustersim.simulator.network.routing import Fabric, add_at, fabric_of
 
 MEMO_LIMIT: int = 256
@@ -227,9 +228,46 @@ def _pattern(fabric: Fabric, kind: CollectiveKind, algorithm: str, groups: np.nd
     return pattern
 
 
+NCCL_MODELLED: frozenset[str] = frozenset({"ring", "tree", "in_switch"})
+"""Algorithms NCCL's tuner has a latency model for (``network.nccl_tuning``); the others (the
+composite hierarchical, pairwise all-to-all, direct send/recv) keep the path latency."""
+
+
+def _nodes(fabric: Fabric, groups: np.ndarray) -> tuple[int, str]:
+    """(nodes the first group spans (NVLink domains or PCIe servers), the link inside a node)."""
+    memo_key = ("nodes", groups.shape, groups[0].tobytes())
+    if memo_key not in fabric.memo:
+        g = groups[0]
+        sw = fabric.local_switch[g]
+        nodes = len(np.unique(np.where(sw >= 0, sw, -1 - g)))
+        up = fabric.local_up[g]
+        classes = {str(c) for c in fabric.link_class[up[up >= 0]]}
+        fabric.memo[memo_key] = (nodes, "pci" if classes == {"pcie"} else "nvlink")
+    out: tuple[int, str] = fabric.memo[memo_key]  # type: ignore[assignment]  # this key holds (nodes, intra)
+    return out
+
+
+def _timing(pattern: _Pattern, kind: CollectiveKind, algorithm: str, size: float, n: int, fill: float,
+            latency_model: str, layout: tuple[int, str]) -> tuple[float, float]:
+    """(latency s before the bytes move, bytes of work) so that time = overhead + latency + work * beta.
+
+    ``path``: the latency is the pattern's path latency per step and the work size plus the
+    pipeline fill. ``nccl``: for the algorithms NCCL models, the latency of the protocol NCCL's tuner
+    picks (``nccl_tuning.best_protocol``) replaces the path latency, and the work is scaled by
+    1 / that protocol's bandwidth factor (Simple: 1)."""
+    work = size + min(size, fill)
+    if latency_model != "nccl" or algorithm not in NCCL_MODELLED or size <= 0:
+        return pattern.alpha, work
+    nodes, intra = layout
+    simple = work * pattern.beta
+    _, lat, bw_time = best_protocol(kind, algorithm, n, nodes, simple, size * bus_factor(kind, n), intra)
+    return lat, (work * bw_time / simple if simple > 0 else work)
+
+
 def _cost(pattern: _Pattern, kind: CollectiveKind, algorithm: str, size: float, n: int, overhead: float,
-          fabric: Fabric, fill: float) -> CollectiveCost:
-    time = overhead + pattern.alpha + (size + min(size, fill)) * pattern.beta
+          fabric: Fabric, fill: float, latency_model: str = "path", layout: tuple[int, str] = (1, "nvlink")) -> CollectiveCost:
+    alpha, work = _timing(pattern, kind, algorithm, size, n, fill, latency_model, layout)
+    time = overhead + alpha + work * pattern.beta
     alg_bw = size / time if time > 0 else float("inf")
     return CollectiveCost(
         time=time, algorithm=algorithm, alg_bandwidth=alg_bw, bus_bandwidth=alg_bw * bus_factor(kind, n),
@@ -270,8 +308,9 @@ def price_collective(
     else:
         options = tuple(a for a in options if a in SELECTABLE)
     fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
-    costs = [_cost(_pattern(fabric, kind, a, arr, eff_switch), kind, a, size, n, overhead, fabric, fill)
-             for a in options]
+    layout = _nodes(fabric, arr)
+    costs = [_cost(_pattern(fabric, kind, a, arr, eff_switch), kind, a, size, n, overhead, fabric, fill,
+                   profile.collective_latency, layout) for a in options]
     return min(costs, key=lambda c: c.time)
 
 
@@ -284,7 +323,8 @@ def full_mode_time(kind: CollectiveKind, size: float, groups: Sequence[Sequence[
     p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
     fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
-    return overhead + p.alpha + (size + min(size, fill)) * p.beta_full
+    alpha, work = _timing(p, kind, algorithm, size, arr.shape[1], fill, profile.collective_latency, _nodes(fabric, arr))
+    return overhead + alpha + work * p.beta_full
 
 
 def collective_steps(kind: CollectiveKind, size: float, groups: Sequence[Sequence[int]] | np.ndarray, cluster: object,
@@ -303,5 +343,5 @@ def collective_steps(kind: CollectiveKind, size: float, groups: Sequence[Sequenc
     p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
     fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
-    work = size + min(size, fill)
-    return overhead + p.alpha + work * p.beta, overhead + p.alpha, work, p.steps
+    alpha, work = _timing(p, kind, algorithm, size, arr.shape[1], fill, profile.collective_latency, _nodes(fabric, arr))
+    return overhead + alpha + work * p.beta, overhead + alpha, work, p.steps

@@ -175,18 +175,20 @@ def _check_tp(model: ModelSpec, plan: ParallelPlan) -> None:
 
 def _check_pp(model: ModelSpec, plan: ParallelPlan) -> None:
     chunks = num_model_chunks(plan.schedule, plan.pp, plan.vpp)
-    if chunks > model.num_layers:
-        raise PlanError(f"pp({plan.pp}) * vpp({plan.vpp}) = {chunks} > num_layers = {model.num_layers}")
+    if chunks > model.num_layers + 2 or (chunks > model.num_layers and plan.layer_split is None):
+        raise PlanError(f"pp({plan.pp}) * vpp({plan.vpp}) = {chunks} > num_layers = {model.num_layers}"
+                        + ("" if plan.layer_split is None else " + 2 (embedding- and loss-only chunks)"))
     if plan.vpp > 1 and plan.schedule not in ("interleaved",):
         raise PlanError(f"plan.vpp = {plan.vpp} needs plan.schedule = interleaved (got {plan.schedule})")
     if plan.schedule == "interleaved" and plan.vpp < 2:
         raise PlanError("plan.schedule = interleaved needs plan.vpp >= 2 model chunks per stage")
     if plan.layer_split is not None:
         split = list(plan.layer_split)
-        if len(split) != chunks or sum(split) != model.num_layers or min(split) < 1:
+        if len(split) != chunks or sum(split) != model.num_layers or min(split) < 0 or min(split[1:-1] or [1]) < 1:
             raise PlanError(
                 f"plan.layer_split = {split}: needs pp*vpp = {chunks} positive numbers summing to "
-                f"num_layers = {model.num_layers} (got {len(split)} numbers summing to {sum(split)})"
+                f"num_layers = {model.num_layers}, the first and last may be 0 (an embedding- or loss-only "
+                f"chunk) (got {len(split)} numbers summing to {sum(split)})"
             )
     if plan.schedule == "dualpipe" and plan.pp % 2:
         raise PlanError(f"plan.schedule = dualpipe needs an even pp, got pp = {plan.pp}")

@@ -35,6 +35,7 @@ from clustersim.simulator.step.partition import (
     RESERVED_BYTES,
     op_kwargs,
     partition_memory,
+    pipeline_split,
     stage_chunks,
 )
 from clustersim.simulator.step.result import CATEGORIES, Result
@@ -68,6 +69,7 @@ __all__ = [
     "optimizer_time",
     "partition_memory",
     "peak_for",
+    "pipeline_split",
     "rental_price",
     "simulate_step",
     "stage_chunks",

@@ -54,6 +54,23 @@ def layer_split(num_layers: int, chunks: int) -> list[range]:
     return out
 
 
+def pipeline_split(num_layers: int, pp: int, vpp: int, *, embedding: bool, loss: bool) -> tuple[int, ...] | None:
+    """Transformer layers per model chunk (model order) as Megatron-Core builds them with
+    ``account_for_embedding_in_pipeline_split`` / ``account_for_loss_in_pipeline_split``
+    (``get_num_layers_to_build`` in megatron/core/transformer/transformer_block.py): the embedding
+    and the loss each count as one layer of an even split of num_layers + 1 + 1 over pp * vpp
+    chunks, and the first (last) model chunk builds one transformer layer fewer. None where
+    Megatron-Core's divisibility assert would fail or a chunk would go below zero layers."""
+    chunks = pp * vpp
+    total = num_layers + int(embedding) + int(loss)
+    if chunks < 1 or total % chunks:
+        return None
+    sizes = [total // chunks] * chunks
+    sizes[0] -= int(embedding)
+    sizes[-1] -= int(loss)
+    return tuple(sizes) if min(sizes) >= 0 else None
+
+
 def _explicit(sizes: tuple[int, ...]) -> list[range]:
     starts = [sum(sizes[:i]) for i in range(len(sizes))]
     return [range(a, a + n) for a, n in zip(starts, sizes)]
