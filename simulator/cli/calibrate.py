@@ -104,6 +104,11 @@ def measure_command(
     micro_passes: Annotated[int, typer.Option(help="Passes of the compute microbenchmarks and the collective sweep, "
                                               "one after the other: the profile takes each entry's median, and "
                                               "the range of the passes' fits is its own interval.")] = MICRO_PASSES,
+    step_passes: Annotated[int, typer.Option(help="Interleaved passes over the plans of one world size: each pass "
+                                             "times a block of every plan in turn (order rotated), each plan's "
+                                             "step time is its passes' median, so host drift hits every plan "
+                                             "alike; 1: the plans one after the other.")] = 3,
+    rewarm: Annotated[int, typer.Option(help="Untimed steps of a plan before each of its interleaved blocks.")] = 1,
 ) -> None:
     """Run real training steps and microbenchmarks with PyTorch on this machine (gloo/NCCL)."""
     if not torch_available():
@@ -113,15 +118,18 @@ def measure_command(
     plans = [p for w in worlds for p in standard_plans(w, global_batch, micro_batches)]
     timing = TimingRecipe(warmup=warmup, warmup_max=max(10, warmup), repeats=repeats,
                           repeats_max=max(repeats_max, repeats), ci_width=ci_width, budget_s=budget,
-                          threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""))
+                          threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""),
+                          step_passes=step_passes, rewarm=rewarm)
     records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick, micro_passes=micro_passes)
     table = Table(title=f"measured step times ({out})")
-    for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "steps", "load"):
+    for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "passes",
+                "pass spread %", "steps", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r in records:
         lo, hi = r.ci
         table.add_row(r.plan.name, str(r.world_size), str(r.threads_per_rank), f"{r.median * 1e3:.1f}",
                       f"{lo * 1e3:.1f}-{hi * 1e3:.1f}", f"{r.ci_width * 100:.1f}", f"{r.spread * 100:.0f}",
+                      str(len(r.pass_medians)), f"{r.pass_spread * 100:.0f}",
                       f"{r.warmup_steps}+{len(r.step_times)}", f"{r.load_average:.1f}")
     _console().print(table)
     busy = max((r.load_average - r.world_size for r in records), default=0.0)
@@ -282,7 +290,7 @@ def check_command(
 def _check_table(rows: Sequence[CheckRow], records: Sequence[StepRecord], statistic: str, source: Path) -> Table:
     table = Table(title=f"predicted vs measured ({statistic}), profile fitted on the microbenchmarks of {source} only")
     for col in ("plan", "ranks", "threads", "measured ms", "CI width %", "predicted ms", "profile's range ms",
-                "outside %", "error %", "spread %", "CPU withheld %", "load"):
+                "outside %", "error %", "spread %", "pass spread %", "CPU withheld %", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r, rec in zip(rows, records):
         span = "-" if r.predicted_low is None or r.predicted_high is None else \
@@ -290,7 +298,7 @@ def _check_table(rows: Sequence[CheckRow], records: Sequence[StepRecord], statis
         table.add_row(r.plan, str(r.world_size), str(rec.threads_per_rank or "?"), f"{r.measured * 1e3:.1f}",
                       f"{r.ci_width * 100:.1f}", f"{r.predicted * 1e3:.1f}", span,
                       f"{r.outside * 100:+.1f}" if r.outside else "", f"{r.error * 100:+.1f}",
-                      f"{r.spread * 100:.0f}", f"{rec.contention * 100:.0f}",
+                      f"{r.spread * 100:.0f}", f"{rec.pass_spread * 100:.0f}", f"{rec.contention * 100:.0f}",
                       f"{rec.load_average:.1f}" if rec.load_average >= 0 else "?")
     return table
 
