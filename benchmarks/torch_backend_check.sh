@@ -47,6 +47,6 @@ for run in $(seq 1 "$RUNS"); do
 done
 echo "load after: $(uptime)"
 # every round predicted with each drift correction (both / compute / none), seconds
-"$PY" benchmarks/torch_drift_variants.py "$OUT" "$RUNS" | tee "$OUT/drift_variants.txt"
+"$PY" benchmarks/torch_drift_variants.py "$OUT" "$RUNS" | tee "$OUT/drift_variants.txt" || echo "drift variants: failed (the rounds below are unaffected)"
 # per round and overall (the worst round of each figure); exit 1 when a round missed a bound
 "$PY" -m clustersim.simulator.calibration.torch_backend.rounds "$OUT" "$RUNS"

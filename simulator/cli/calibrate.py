@@ -308,7 +308,7 @@ def _check_table(rows: Sequence[CheckRow], records: Sequence[StepRecord], statis
         table.add_row(r.plan, str(r.world_size), str(rec.threads_per_rank or "?"), f"{r.measured * 1e3:.1f}",
                       f"{r.ci_width * 100:.1f}", f"{r.predicted * 1e3:.1f}", span,
                       f"{r.outside * 100:+.1f}" if r.outside else "", f"{r.error * 100:+.1f}",
-                      f"{r.spread * 100:.0f}", f"{rec.pass_spread * 100:.0f}", f"{rec.contention * 100:.0f}",
+                      f"{r.spread * 100:.0f}", f"{r.pass_spread * 100:.0f}", f"{rec.contention * 100:.0f}",
                       f"{rec.load_average:.1f}" if rec.load_average >= 0 else "?")
     return table
 

@@ -8,14 +8,19 @@ a planted slow-down factor on a time line), closed forms for the medians and the
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
 
-from clustersim.simulator.calibration.torch_backend import stats
+from clustersim.simulator.calibration.torch_backend import stats, torch_available
+from clustersim.simulator.calibration.torch_backend.check import check
 from clustersim.simulator.calibration.torch_backend.measure import SMALL_GPT, standard_plans, tasks_for
 from clustersim.simulator.calibration.torch_backend.specs import StepRecord, TimingRecipe, record_from_dict
 from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.profile import CalibrationProfile
 
 PLANS = standard_plans(2)
 
@@ -113,3 +118,20 @@ def test_one_launch_times_its_plans_in_one_interleaved_task() -> None:
 def test_a_bad_pass_count_names_its_field(field: str, value: int) -> None:
     with pytest.raises(CalibrationError, match=field):
         TimingRecipe(repeats=10, repeats_max=30, **{field: value})  # type: ignore[arg-type]  # one of the recipe's int fields
+
+
+def test_check_reports_each_plans_spread_over_its_passes() -> None:
+    rec = _record([2.0, 2.2, 1.0, 1.1, 1.0, 0.9], [0, 0, 1, 1, 2, 2])
+    profile = CalibrationProfile(machine={"peak_flops": 1e11, "memory_bandwidth": 1e10, "link_bandwidth": 1.5e9})
+    row = check([rec], profile)[0]
+    assert row.pass_spread == pytest.approx(rec.pass_spread) and row.pass_spread == pytest.approx((2.1 - 0.95) / 1.05)
+    assert row.measured == pytest.approx(1.05)  # the median of the passes' medians 2.1, 1.05, 0.95
+
+
+@pytest.mark.skipif(not torch_available(), reason="calibrate measure asks for torch before its options")
+def test_cli_measure_refuses_a_bad_pass_count_with_one_line(tmp_path: Path) -> None:
+    # as a user runs it: the installed CLI's one error path (exit 2, one line, no traceback), nothing run
+    res = subprocess.run([sys.executable, "-m", "clustersim.simulator.cli", "calibrate", "measure", "--out",
+                          str(tmp_path / "never"), "--step-passes", "0"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and "step_passes = 0" in res.stderr and "Traceback" not in res.stderr, res.stderr
+    assert len(res.stderr.strip().splitlines()) == 1 and not (tmp_path / "never").exists()
