@@ -19,15 +19,19 @@
 # at load 8 the small GPT's compute passes took ~50 s (1 rank) and ~80 s with the sweep (2 ranks).
 # A drift probe (a few ms) is sampled between the microbenchmarks and after every timed step;
 # each table is followed by the line "host drift by the probes ...": the compute and latency
-# factors the check moved each plan's profile by (`calibrate check --drift compute`: rates only; `--drift none`: as fitted).
+# factors the check moved each plan's profile by (the default `--drift compute`: rates only; `--drift both`: rates and
+# per-call latencies; `--drift none`: as fitted). `benchmarks/torch_drift_variants.py OUT RUNS` prints every round all three ways.
 # Run it on a quiet machine (the load is printed before and after, and per plan in the tables).
 set -euo pipefail
 OUT=${1:-/tmp/clustersim-torch-check}
 RUNS=${RUNS:-1}
 CS=${CLUSTERSIM:-.venv/bin/clustersim}
-# each plan: >= 10 timed steps, stop at a 5 % wide 95 % interval of the median, <= 30 steps or 10 s
-# (TIMING_ARGS overrides, e.g. TIMING_ARGS="--repeats 2 --repeats-max 2 --budget 1" for a smoke test)
-read -r -a TIMING <<< "${TIMING_ARGS:---repeats 10 --repeats-max 30 --budget 10 --ci-width 0.05}"
+# the 2-rank plans timed in interleaved passes (round-robin, order rotated each pass, one untimed
+# step before each block): >= 5 passes of 2 timed steps each, more passes until every plan's median
+# has a 5 % wide 95 % interval, <= 20 steps a plan or 10 s a plan; each plan's figure is the median
+# of its passes' medians (TIMING_ARGS overrides, e.g. TIMING_ARGS="--repeats 2 --repeats-max 2
+# --budget 1 --step-passes 2" for a smoke test; --step-passes 1: the plans one after the other)
+read -r -a TIMING <<< "${TIMING_ARGS:---repeats 10 --repeats-max 20 --budget 10 --ci-width 0.05 --step-passes 5}"
 read -r -a MEASURE <<< "${MEASURE_ARGS:-}"
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT"
@@ -42,5 +46,7 @@ for run in $(seq 1 "$RUNS"); do
   "$CS" calibrate check "$R/holdout" --micro "$R/small" --json "$R/holdout-check.json"
 done
 echo "load after: $(uptime)"
+# every round predicted with each drift correction (both / compute / none), seconds
+"$PY" benchmarks/torch_drift_variants.py "$OUT" "$RUNS" | tee "$OUT/drift_variants.txt" || echo "drift variants: failed (the rounds below are unaffected)"
 # per round and overall (the worst round of each figure); exit 1 when a round missed a bound
 "$PY" -m clustersim.simulator.calibration.torch_backend.rounds "$OUT" "$RUNS"

@@ -104,6 +104,11 @@ def measure_command(
     micro_passes: Annotated[int, typer.Option(help="Passes of the compute microbenchmarks and the collective sweep, "
                                               "one after the other: the profile takes each entry's median, and "
                                               "the range of the passes' fits is its own interval.")] = MICRO_PASSES,
+    step_passes: Annotated[int, typer.Option(help="Interleaved passes over the plans of one world size: each pass "
+                                             "times a block of every plan in turn (order rotated), each plan's "
+                                             "step time is its passes' median, so host drift hits every plan "
+                                             "alike; 1: the plans one after the other.")] = 3,
+    rewarm: Annotated[int, typer.Option(help="Untimed steps of a plan before each of its interleaved blocks.")] = 1,
 ) -> None:
     """Run real training steps and microbenchmarks with PyTorch on this machine (gloo/NCCL)."""
     if not torch_available():
@@ -113,15 +118,18 @@ def measure_command(
     plans = [p for w in worlds for p in standard_plans(w, global_batch, micro_batches)]
     timing = TimingRecipe(warmup=warmup, warmup_max=max(10, warmup), repeats=repeats,
                           repeats_max=max(repeats_max, repeats), ci_width=ci_width, budget_s=budget,
-                          threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""))
+                          threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""),
+                          step_passes=step_passes, rewarm=rewarm)
     records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick, micro_passes=micro_passes)
     table = Table(title=f"measured step times ({out})")
-    for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "steps", "load"):
+    for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "passes",
+                "pass spread %", "steps", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r in records:
         lo, hi = r.ci
         table.add_row(r.plan.name, str(r.world_size), str(r.threads_per_rank), f"{r.median * 1e3:.1f}",
                       f"{lo * 1e3:.1f}-{hi * 1e3:.1f}", f"{r.ci_width * 100:.1f}", f"{r.spread * 100:.0f}",
+                      str(len(r.pass_medians)), f"{r.pass_spread * 100:.0f}",
                       f"{r.warmup_steps}+{len(r.step_times)}", f"{r.load_average:.1f}")
     _console().print(table)
     busy = max((r.load_average - r.world_size for r in records), default=0.0)
@@ -233,6 +241,15 @@ def fit_runs_command(root: Path, out: Path, hold_out: Optional[str]) -> None:
 DRIFT_PARTS: tuple[str, ...] = ("both", "compute", "none")
 """What ``calibrate check --drift`` moves the profile by."""
 
+DRIFT_DEFAULT = "compute"
+"""The default of ``calibrate check --drift``: the compute rates only. The latency half does not
+follow the host: in the lead's three quiet rounds of the fourth stop its factor swung 0.78-1.74
+between the plans of one round while the compute factor stayed 0.86-0.97, and with the plans
+timed in interleaved passes (every plan in the same time windows, so a host drift moves all
+alike) its factor still ranged 1.04-2.00 (clipped) over the 2-rank plans of one round at load 7-11
+(compute 1.03-1.29): it reads the state the plan's own step leaves gloo's threads in, not the
+host's. On that round the three variants gave Spearman 0.82 (both), 0.96 (compute), 0.77 (none)."""
+
 
 def check_command(
     folder: Annotated[Path, typer.Argument(help="Folder written by calibrate measure.")],
@@ -244,8 +261,9 @@ def check_command(
     json_out: Annotated[Optional[Path], typer.Option("--json", help="Write the rows as JSON.")] = None,
     drift: Annotated[str, typer.Option(help="Move the profile by the host's drift between the microbenchmarks and "
                                        "each plan, by the drift probes measured with both: both (compute rates and "
-                                       "per-call latencies), compute (rates only) or none (as fitted; also for "
-                                       "folders without probes).")] = "both",
+                                       "per-call latencies), compute (rates only; the default: the latency "
+                                       "probe reads the plan's own state, not the host's) or none (as fitted; "
+                                       "also for folders without probes).")] = DRIFT_DEFAULT,
 ) -> None:
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan and the ranking."""
     if statistic not in STATISTICS:
@@ -282,7 +300,7 @@ def check_command(
 def _check_table(rows: Sequence[CheckRow], records: Sequence[StepRecord], statistic: str, source: Path) -> Table:
     table = Table(title=f"predicted vs measured ({statistic}), profile fitted on the microbenchmarks of {source} only")
     for col in ("plan", "ranks", "threads", "measured ms", "CI width %", "predicted ms", "profile's range ms",
-                "outside %", "error %", "spread %", "CPU withheld %", "load"):
+                "outside %", "error %", "spread %", "pass spread %", "CPU withheld %", "load"):
         table.add_column(col, justify="left" if col == "plan" else "right")
     for r, rec in zip(rows, records):
         span = "-" if r.predicted_low is None or r.predicted_high is None else \
@@ -290,7 +308,7 @@ def _check_table(rows: Sequence[CheckRow], records: Sequence[StepRecord], statis
         table.add_row(r.plan, str(r.world_size), str(rec.threads_per_rank or "?"), f"{r.measured * 1e3:.1f}",
                       f"{r.ci_width * 100:.1f}", f"{r.predicted * 1e3:.1f}", span,
                       f"{r.outside * 100:+.1f}" if r.outside else "", f"{r.error * 100:+.1f}",
-                      f"{r.spread * 100:.0f}", f"{rec.contention * 100:.0f}",
+                      f"{r.spread * 100:.0f}", f"{r.pass_spread * 100:.0f}", f"{rec.contention * 100:.0f}",
                       f"{rec.load_average:.1f}" if rec.load_average >= 0 else "?")
     return table
 

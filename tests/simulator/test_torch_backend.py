@@ -57,6 +57,11 @@ def test_every_plan_ran_on_its_ranks(folder: Path, records: dict[str, StepRecord
         assert 0 <= r.contention <= 1 and r.best <= r.ci[0] <= r.median <= r.ci[1]
         # the cores split over the ranks: 1 rank takes every core, 2 ranks share them
         assert r.threads_per_rank == max(1, len(os.sched_getaffinity(0)) // r.world_size)
+    # the 2-rank plans were timed in interleaved passes, all alike: the same passes, in order
+    two = [r for r in records.values() if r.world_size == 2]
+    assert all(list(r.pass_index) == sorted(r.pass_index) for r in two)
+    assert len({r.pass_index for r in two}) == 1 and len(set(two[0].pass_index)) >= TIMING.step_passes
+    assert records["single"].pass_index == ()  # one plan on one rank: nothing to interleave
     assert {p.name for p in folder.iterdir()} >= {"meta.json", "steps.json", "micro_w1.json", "micro_w2.json"}
 
 

@@ -144,10 +144,12 @@ def test_cli_check_prints_the_drift_and_drift_none_predicts_as_fitted(tmp_path: 
     app = typer.Typer()
     register(app)
     on, off = tmp_path / "on.json", tmp_path / "off.json"
-    res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--json", str(on)])
+    res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--drift", "both", "--json", str(on)])
     assert res.exit_code == 0, res.output
     text = " ".join(res.output.split())  # the console wraps the drift line
     assert "tp2 1.25/1.50" in text and "single 1.25/1.00" in text  # 1 rank has no all-reduce
+    default = CliRunner().invoke(app, ["calibrate", "check", str(folder)])  # the default: rates only
+    assert default.exit_code == 0 and "tp2 1.25/1.00" in " ".join(default.output.split()), default.output
     res = CliRunner().invoke(app, ["calibrate", "check", str(folder), "--drift", "none", "--json", str(off)])
     assert res.exit_code == 0, res.output
     rates = tmp_path / "rates.json"

@@ -50,6 +50,8 @@ class CheckRow:
     """(max - min) / median of the measured steps: the run-to-run noise."""
     ci_width: float = 0.0
     """(upper - lower) / median of the measured median's 95 % interval."""
+    pass_spread: float = 0.0
+    """(max - min) / median of the plan's interleaved passes' medians (``StepRecord.pass_spread``)."""
     predicted_low: float | None = None
     """Fastest prediction over the profiles of the compute microbenchmarks' passes and their
     median (seconds); None without passes: the profile's own interval (``fit.pass_reports``)."""
@@ -254,6 +256,7 @@ def check(records: Sequence[StepRecord], profiles: Mapping[int, CalibrationProfi
         d = drift(r, ref)
         rows.append(CheckRow(plan=r.plan.name, world_size=r.world_size, predicted=pred,
                              measured=measured(r, statistic), spread=r.spread, ci_width=r.ci_width,
+                             pass_spread=r.pass_spread,
                              predicted_low=min([pred, *each]) if each else None,
                              predicted_high=max([pred, *each]) if each else None,
                              drift_compute=d.compute, drift_latency=d.latency))

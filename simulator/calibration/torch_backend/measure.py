@@ -8,7 +8,8 @@ tensor sizes the plans run, plus a generic sweep), and writing the results folde
     micro_w{N}.json      compute and collective microbenchmarks run on N concurrent ranks (the
                          compute and collective entries: the median of MICRO_PASSES passes,
                          each kept under compute.passes and collectives.passes)
-    steps.json           one StepRecord per plan (median, spread, every timed step)
+    steps.json           one StepRecord per plan (median over its interleaved passes' medians, spread,
+                         every timed step and the pass it ran in)
 
 It runs ranks through ``launch`` and never imports torch itself. It does not fit (``clustersim.simulator.calibration.fit``).
 """
@@ -20,7 +21,7 @@ import os
 import platform
 from dataclasses import asdict
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Mapping, Sequence
 
 from clustersim.files import write_atomic
 from clustersim.simulator.calibration.torch_backend.launch import launch
@@ -117,7 +118,8 @@ def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe
               collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
               micro_passes: int = MICRO_PASSES) -> list[dict[str, object]]:
     """One launch's tasks: compute microbenchmarks and (world > 1) collectives, ``micro_passes``
-    passes of each, then every plan.
+    passes of each, then every plan: one "steps" task timing them in interleaved passes
+    (``timing.step_passes`` > 1 and several plans), else one "step" task per plan, one after the other.
 
     ``sweep=False`` benchmarks only the shapes the plans run (fast, for CI).
     """
@@ -132,6 +134,10 @@ def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe
         tasks.append({"kind": "collectives", "timing": asdict(timing), "kinds": list(COLLECTIVE_KINDS),
                       "sizes": list(collective_sizes), "passes": micro_passes,
                       "tp_message_bytes": tp_message_bytes(cfg, plans)})
+    if timing.step_passes > 1 and len(plans) > 1:  # interleaved passes over the plans (``runners.time_interleaved``)
+        tasks.append({"kind": "steps", "timing": asdict(timing), "plans": [asdict(p) for p in plans],
+                      "model": asdict(cfg)})
+        return tasks
     tasks += [{"kind": "step", "timing": asdict(timing), "plan": asdict(p), "model": asdict(cfg)} for p in plans]
     return tasks
 
@@ -172,10 +178,21 @@ def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[Bac
                          timeout=timeout, threads=t.threads_per_rank, log_dir=out / "logs" / f"w{world}")
         micro = {r["kind"]: r for r in results if r["kind"] in ("compute", "collectives")}
         write_atomic(out / f"micro_w{world}.json", json.dumps(micro, indent=1))
-        records += [record_from_dict(r) for r in results if r["kind"] == "step"]
+        records += [record_from_dict(r) for r in _step_results(results)]
         # written after every launch: a failure at a larger world keeps what was measured
         write_atomic(out / "steps.json", json.dumps([r.to_dict() for r in records], indent=1))
     return records
+
+
+def _step_results(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The step records of one launch's results: one per "step" task, every one of a "steps" task."""
+    out: list[Mapping[str, Any]] = []
+    for r in results:
+        if r["kind"] == "step":
+            out.append(r)
+        elif r["kind"] == "steps":
+            out += r["records"]
+    return out
 
 
 def census(cfg: GPTConfig, plans: Sequence[BackendPlan], *, timeout: float = 300.0) -> list[dict[str, object]]:

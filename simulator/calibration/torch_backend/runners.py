@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 import sys
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 import torch
 import torch.distributed as dist
@@ -214,10 +214,7 @@ def trace_step(step: Step, name: str, folder: str) -> None:
 def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int = 0) -> StepRecord:
     """Build, warm up and time one plan on all ranks of the default group."""
     world = dist.get_world_size()
-    if plan.world_size != world:
-        raise ValueError(f"plan {plan.name}: dp*tp*pp = {plan.world_size} != world size {world}")
-    mesh = make_mesh(plan)
-    step = pipeline_step(plan, cfg, mesh, seed) if plan.pp > 1 else flat_step(plan, cfg, mesh, seed)
+    step = build_step(plan, cfg, seed)
     load = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
     times, delays, losses, warmed, probes = time_steps(step, timing)
     if timing.profile_dir:
@@ -226,6 +223,78 @@ def run_plan(plan: BackendPlan, cfg: GPTConfig, timing: TimingRecipe, seed: int 
                       device=device().type, step_times=tuple(times), run_delays=tuple(delays),
                       warmup_losses=tuple(losses), warmup_steps=warmed,
                       threads_per_rank=torch.get_num_threads(), load_average=load, probes=tuple(probes))
+
+
+def build_step(plan: BackendPlan, cfg: GPTConfig, seed: int = 0) -> Step:
+    """The plan's training step on all ranks of the default group (its mesh, model, optimizer)."""
+    world = dist.get_world_size()
+    if plan.world_size != world:
+        raise ValueError(f"plan {plan.name}: dp*tp*pp = {plan.world_size} != world size {world}")
+    mesh = make_mesh(plan)
+    return pipeline_step(plan, cfg, mesh, seed) if plan.pp > 1 else flat_step(plan, cfg, mesh, seed)
+
+
+@dataclass
+class _Timed:
+    """One plan's figures while the interleaved passes run (appended to, then frozen in a record)."""
+
+    step: Step
+    losses: list[float]
+    warmed: int
+    load: float
+    times: list[float] = field(default_factory=list)
+    delays: list[float] = field(default_factory=list)
+    probes: list[dict[str, float]] = field(default_factory=list)
+    index: list[int] = field(default_factory=list)
+
+
+def _time_block(t: _Timed, steps: int, rewarm: int, k: int) -> None:
+    """``rewarm`` untimed steps, then ``steps`` timed ones (each followed by a drift probe) of pass ``k``."""
+    for _ in range(rewarm):
+        t.step()
+    for _ in range(steps):
+        took, waited, _ = timed_step(t.step)
+        t.times.append(took)
+        t.delays.append(waited)
+        t.probes.append(microbench.probe_sample())
+        t.index.append(k)
+
+
+def time_interleaved(plans: Sequence[BackendPlan], cfg: GPTConfig, timing: TimingRecipe,
+                     seed: int = 0) -> list[StepRecord]:
+    """Every plan built and warmed up (in order), then timed in round-robin passes: pass k times
+    ``stats.pass_steps`` steps of each plan, in ``stats.pass_order(len(plans), k)``, until
+    ``stats.enough_passes`` (the last pass cut at ``repeats_max``). A host state that lasts a few
+    seconds to a minute then falls on every plan's passes alike, not on the plans measured while
+    it lasted; each record keeps the pass of every step (``StepRecord.pass_index``)."""
+    timed = []
+    for plan in plans:
+        step = build_step(plan, cfg, seed)
+        load = os.getloadavg()[0] if hasattr(os, "getloadavg") else -1.0
+        losses, warmed = warm_up(step, timing)
+        timed.append(_Timed(step=step, losses=losses, warmed=warmed, load=load))
+    per, k = stats.pass_steps(timing.repeats, timing.step_passes), 0
+    while True:
+        steps = min(per, timing.repeats_max - len(timed[0].times))
+        for i in stats.pass_order(len(timed), k):
+            _time_block(timed[i], steps, timing.rewarm, k)
+        k += 1
+        if stats.enough_passes([t.times for t in timed], passes_done=k, min_passes=timing.step_passes,
+                               minimum=timing.repeats, maximum=timing.repeats_max, width=timing.ci_width,
+                               budget=timing.budget_s * len(timed)):
+            break
+    if timing.profile_dir:
+        for plan, t in zip(plans, timed):
+            trace_step(t.step, plan.name, timing.profile_dir)
+    return [_record(plan, cfg, t) for plan, t in zip(plans, timed)]
+
+
+def _record(plan: BackendPlan, cfg: GPTConfig, t: _Timed) -> StepRecord:
+    return StepRecord(plan=plan, model=cfg, world_size=dist.get_world_size(), backend=dist.get_backend(),
+                      device=device().type, step_times=tuple(t.times), run_delays=tuple(t.delays),
+                      warmup_losses=tuple(t.losses), warmup_steps=t.warmed,
+                      threads_per_rank=torch.get_num_threads(), load_average=t.load, probes=tuple(t.probes),
+                      pass_index=tuple(t.index))
 
 
 WIRE_PREFIXES: tuple[str, ...] = ("gloo:", "nccl:")
@@ -303,6 +372,10 @@ def run_task(task: dict[str, object]) -> dict[str, object]:
             plan = BackendPlan(**task["plan"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
             cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
             return {"kind": "step", **run_plan(plan, cfg, timing).to_dict()}
+        case "steps":
+            cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
+            plans = [BackendPlan(**p) for p in task["plans"]]  # type: ignore[attr-defined]  # a JSON list of plan sections
+            return {"kind": "steps", "records": [r.to_dict() for r in time_interleaved(plans, cfg, timing)]}
         case "census":
             plan = BackendPlan(**task["plan"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
             cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
@@ -311,7 +384,7 @@ def run_task(task: dict[str, object]) -> dict[str, object]:
             return {"kind": "compute", **microbench.compute_suite(task, timing)}
         case "collectives":
             return {"kind": "collectives", **microbench.collective_suite(task, timing)}
-    raise ValueError(f"unknown task kind {task['kind']!r}; use step, census, compute or collectives")
+    raise ValueError(f"unknown task kind {task['kind']!r}; use step, steps, census, compute or collectives")
 
 
 def main(argv: list[str]) -> int:

@@ -132,18 +132,30 @@ class TimingRecipe:
     """Bind each rank to its own cores (``os.sched_setaffinity``, Linux) so ranks do not migrate."""
     profile_dir: str = ""
     """When set, one extra step per plan is traced with torch.profiler into this folder."""
+    step_passes: int = 3
+    """Interleaved passes over the plans of one launch (``runners.time_interleaved``): every plan
+    is built and warmed up, then each pass times ``stats.pass_steps(repeats, step_passes)`` steps
+    of every plan in turn (the order rotated each pass), at least ``step_passes`` passes and until
+    the stop rule holds for every plan; each plan's step time is the median of its passes' medians,
+    so a host state that lasts a while slows every plan alike instead of the plans that ran
+    during it. 1: the plans one after the other, each timed in one block (the protocol before)."""
+    rewarm: int = 1
+    """Untimed steps of a plan before each of its interleaved blocks (the plan's first step after
+    other plans ran pays for its memory and gloo's threads going cold; the steady state does not)."""
 
     def __post_init__(self) -> None:
         checks = {"warmup": self.warmup >= 1, "warmup_max": self.warmup_max >= self.warmup,
                   "settle_window": self.settle_window >= 1, "settle_tolerance": self.settle_tolerance > 0,
                   "repeats": self.repeats >= 1, "repeats_max": self.repeats_max >= self.repeats,
                   "ci_width": self.ci_width > 0, "budget_s": self.budget_s > 0,
-                  "threads_per_rank": self.threads_per_rank >= 0, "interop_threads": self.interop_threads >= 1}
+                  "threads_per_rank": self.threads_per_rank >= 0, "interop_threads": self.interop_threads >= 1,
+                  "step_passes": 1 <= self.step_passes <= self.repeats_max, "rewarm": self.rewarm >= 0}
         bad = [k for k, ok in checks.items() if not ok]
         if bad:
             raise CalibrationError(f"timing {bad[0]} = {getattr(self, bad[0])!r} is out of range: warmup >= 1, "
                                    "warmup_max >= warmup, repeats >= 1, repeats_max >= repeats, widths, "
-                                   "tolerances and budgets > 0, threads >= 0")
+                                   "tolerances and budgets > 0, threads >= 0, 1 <= step_passes <= repeats_max, "
+                                   "rewarm >= 0")
 
     def for_world(self, world_size: int, cores: int) -> "TimingRecipe":
         """This recipe with ``threads_per_rank`` resolved for ``world_size`` ranks on ``cores``."""
@@ -183,11 +195,28 @@ class StepRecord:
     probes: tuple[Mapping[str, float], ...] = field(default_factory=tuple)
     """The host's drift probe (``microbench.probe_sample``: ``gemm_s``, ``allreduce_s``), one sample
     after each timed step; empty when not recorded."""
+    pass_index: tuple[int, ...] = field(default_factory=tuple)
+    """The interleaved pass (0-based) each timed step ran in; empty for a plan timed in one block."""
+
+    @property
+    def pass_medians(self) -> list[float]:
+        """Median step time of each interleaved pass (seconds); the one block's median without passes."""
+        if len(self.pass_index) != len(self.step_times) or not self.pass_index:
+            return [stats.median(self.step_times)]
+        return stats.pass_medians(self.step_times, self.pass_index)
+
+    @property
+    def pass_spread(self) -> float:
+        """(max - min) / median of the passes' medians: how far the host moved this plan between
+        passes (0 with one pass)."""
+        meds = self.pass_medians
+        return (max(meds) - min(meds)) / stats.median(meds)
 
     @property
     def median(self) -> float:
-        """Median step time in seconds."""
-        return stats.median(self.step_times)
+        """Median step time in seconds: the median of the interleaved passes' medians (so a pass
+        that one host state slowed moves it no more than one pass), else of the timed steps."""
+        return stats.median(self.pass_medians)
 
     @property
     def ci(self) -> tuple[float, float]:
@@ -227,7 +256,8 @@ class StepRecord:
         """JSON-ready form."""
         lo, hi = self.ci
         return {**asdict(self), "median_s": self.median, "best_s": self.best, "spread": self.spread,
-                "ci_low_s": lo, "ci_high_s": hi, "uncontended_s": self.uncontended, "contention": self.contention}
+                "ci_low_s": lo, "ci_high_s": hi, "uncontended_s": self.uncontended, "contention": self.contention,
+                "pass_medians_s": self.pass_medians, "pass_spread": self.pass_spread}
 
 
 def record_from_dict(data: Mapping[str, Any]) -> StepRecord:
@@ -245,4 +275,5 @@ def record_from_dict(data: Mapping[str, Any]) -> StepRecord:
         threads_per_rank=int(data.get("threads_per_rank", 0)),
         load_average=float(data.get("load_average", -1.0)),
         probes=tuple({str(k): float(v) for k, v in pr.items()} for pr in data.get("probes", ())),
+        pass_index=tuple(int(k) for k in data.get("pass_index", ())),
     )

@@ -75,3 +75,37 @@ def settled(xs: Sequence[float], *, window: int, tolerance: float) -> bool:
     last = xs[-window:]
     m = median(last)
     return all(abs(x / m - 1.0) <= tolerance for x in last)
+
+
+def pass_steps(repeats: int, passes: int) -> int:
+    """Timed steps of each plan in one pass of the interleaved protocol: the minimum ``repeats``
+    spread over the minimum ``passes`` (at least one step a pass)."""
+    return max(1, repeats // max(1, passes))
+
+
+def pass_order(plans: int, k: int) -> list[int]:
+    """Indices of ``plans`` in the order pass ``k`` (0-based) times them: rotated by ``k``, so over
+    ``plans`` passes every plan takes every position (none always runs first after the others)."""
+    return [(i + k) % plans for i in range(plans)]
+
+
+def enough_passes(times: Sequence[Sequence[float]], *, passes_done: int, min_passes: int, minimum: int,
+                  maximum: int, width: float, budget: float) -> bool:
+    """Stop the interleaved protocol after a pass. ``times``: every plan's timed steps so far (all
+    plans hold the same count). Stop at the cap, or once past ``min_passes`` passes and ``minimum``
+    steps either every plan's median interval is within ``width`` or the plans' timed seconds add
+    up to ``budget``."""
+    n = min(len(t) for t in times)
+    if n >= maximum:
+        return True
+    if passes_done < min_passes or n < minimum:
+        return False
+    narrow = all(ci_relative_width(t) <= width for t in times)
+    return narrow or sum(sum(t) for t in times) >= budget
+
+
+def pass_medians(xs: Sequence[float], passes: Sequence[int]) -> list[float]:
+    """Median of each pass's steps (``passes``: the pass index of each step), in pass order."""
+    if len(xs) != len(passes):
+        raise ValueError(f"{len(xs)} step times but {len(passes)} pass indices")
+    return [median([x for x, p in zip(xs, passes) if p == k]) for k in sorted(set(passes))]
