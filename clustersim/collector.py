@@ -33,6 +33,8 @@ def paused() -> Iterator[None]:
     try:
         yield
     finally:
+        gc.freeze()  # what the block made joins the oldest generation unscanned (see module docstring)
+        gc.unfreeze()
         if running:
             gc.enable()
 
