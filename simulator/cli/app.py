@@ -1,6 +1,7 @@
 """The ``clustersim`` command line: the one place that ties workloads, topologies, simulator and reports.
 
-Each subcommand reads YAML or preset names, prints a rich table and writes files atomically.
+Each subcommand reads YAML or preset names, prints a rich table (``simulate``: plain text where rich's would
+be plain, ``cli.plain``) and writes files atomically.
 Every user error (a ``ValueError`` from any package) becomes one red line and exit status 2.
 Every subcommand is owned by its module and added by its ``register(app)`` when it runs
 (``cli.lazy``: ``clustersim --help`` imports none of them, ``clustersim simulate`` only its own).
