@@ -1,6 +1,7 @@
 """The ``clustersim`` command line: the one place that ties workloads, topologies, simulator and reports.
 
-Each subcommand reads YAML or preset names, prints a rich table and writes files atomically.
+Each subcommand reads YAML or preset names, prints a rich table (``simulate``: plain text where rich's would
+be plain, ``cli.plain``) and writes files atomically.
 Every user error (a ``ValueError`` from any package) becomes one red line and exit status 2.
 Every subcommand is owned by its module and added by its ``register(app)`` when it runs
 (``cli.lazy``: ``clustersim --help`` imports none of them, ``clustersim simulate`` only its own).
@@ -11,7 +12,6 @@ from __future__ import annotations
 import sys
 
 import typer
-from rich.console import Console
 
 from clustersim.collector import batched
 from clustersim.simulator import __version__
@@ -34,9 +34,6 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """clustersim: predict distributed training step time, MFU and memory."""
 
 
-err_console = Console(stderr=True)
-
-
 def main() -> None:
     """Entry point, and the one error path: every user error is one red line and exit status 2.
 
@@ -47,10 +44,10 @@ def main() -> None:
         with batched():  # fewer, larger young collections (clustersim.collector)
             code = app(standalone_mode=False)
     except typer.Abort:  # Ctrl-C outside a command's own handling
-        err_console.print("[yellow]interrupted[/yellow]")
+        output.err_console().print("[yellow]interrupted[/yellow]")
         sys.exit(130)
     except (ValueError, OSError, KeyError) as exc:  # OSError: a file the user named cannot be read or written
-        err_console.print(output.error_line(exc), soft_wrap=True)
+        output.err_console().print(output.error_line(exc), soft_wrap=True)
         sys.exit(output.EXIT_BAD_INPUT)
     except Exception as exc:
         if not _usage_error(exc):
@@ -60,7 +57,7 @@ def main() -> None:
             typer.echo(ctx.get_help())  # `clustersim` alone prints the help, as before
             sys.exit(output.EXIT_BAD_INPUT)  # as click does: a command was expected
         hint = f" (see `{ctx.command_path} --help`)" if ctx is not None else ""
-        err_console.print(output.error_line(f"{exc.format_message()}{hint}"), soft_wrap=True)  # type: ignore[attr-defined]  # click's UsageError, checked by _usage_error
+        output.err_console().print(output.error_line(f"{exc.format_message()}{hint}"), soft_wrap=True)  # type: ignore[attr-defined]  # click's UsageError, checked by _usage_error
         sys.exit(output.EXIT_BAD_INPUT)
     sys.exit(code if isinstance(code, int) else 0)
 

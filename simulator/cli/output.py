@@ -16,14 +16,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, NoReturn
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 
 from clustersim import files
 from clustersim.simulator import __version__
 
-if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
+if TYPE_CHECKING:  # annotations only: the CLI starts without pandas, and prints plain text without rich (cli.plain)
     import pandas as pd
+    from rich.console import Console
 
 STDOUT = "-"
 
@@ -33,14 +32,23 @@ EXIT_BAD_INPUT = 2
 
 def error_line(message: object) -> str:
     """The one red line a user error prints: the first line of the message, markup escaped."""
+    from rich.markup import escape
+
     text = str(message).splitlines()[0] if str(message) else type(message).__name__
     return f"[red]error:[/red] {escape(text)}"
 
 
 def fail(message: object, code: int = EXIT_BAD_INPUT) -> NoReturn:
     """Print ``message`` as the one red error line on stderr and end the command with ``code``."""
-    Console(stderr=True).print(error_line(message), highlight=False, soft_wrap=True)
+    err_console().print(error_line(message), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
+
+
+def err_console() -> Console:
+    """A rich console on standard error (rich imported here: a command that prints plain text needs none)."""
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def written_at() -> str:

@@ -13,11 +13,9 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.table import Table
-
 from clustersim.simulator.cli import output
 from clustersim.simulator.cli.options import choice, fabric_load_option, output_file
+from clustersim.simulator.cli.plain import Grid, Printer
 from clustersim.simulator.intervals import INTERVALS_PATH, interval_of
 from clustersim.simulator.step import (
     CATEGORIES,
@@ -31,8 +29,7 @@ from clustersim.simulator.profile import load_profile
 from clustersim.simulator.plan import Placement
 from clustersim.simulator.scenario import ScenarioMode, load_scenario
 
-console = Console(width=None if sys.stdout.isatty() else 140)
-err_console = Console(stderr=True)
+console = Printer(width=None if sys.stdout.isatty() else 140)  # plain text where rich's would be (cli.plain)
 
 
 COMPUTE_LABELS: dict[str, str] = {
@@ -53,9 +50,9 @@ def scenario_line(result: Result) -> str:
             f"inputs {str(sc['input_hash'])[:12]}")
 
 
-def result_table(result: Result, title: str, energy: StepEnergy | None = None) -> Table:
+def result_table(result: Result, title: str, energy: StepEnergy | None = None) -> Grid:
     """The step summary and its breakdown (compute split by where it goes; its energy, when given)."""
-    table = Table(title=title, caption=scenario_line(result), show_header=True)
+    table = Grid(title=title, caption=scenario_line(result), show_header=True)
     table.add_column("metric")
     table.add_column("value", justify="right")
     table.add_column("share", justify="right")
@@ -87,11 +84,11 @@ def result_table(result: Result, title: str, energy: StepEnergy | None = None) -
     return table
 
 
-def fabric_table(result: Result) -> Table:
+def fabric_table(result: Result) -> Grid:
     """The hottest links of the streams' traffic and what each traffic class lost to sharing."""
     lost = result.fabric.get("lost_to_sharing_s", {})
     streams = "pipeline sends, DP buckets, gathers" + (", EP all-to-alls" if "ep" in lost else "")
-    table = Table(title=f"fabric: hottest links ({streams}); lost to sharing "
+    table = Grid(title=f"fabric: hottest links ({streams}); lost to sharing "
                         + ", ".join(f"{k} {v * 1e3:.3f} ms" for k, v in lost.items()))
     for col in ("link", "GB per step", "time-averaged util"):
         table.add_column(col, justify="left" if col == "link" else "right")
@@ -100,9 +97,9 @@ def fabric_table(result: Result) -> Table:
     return table
 
 
-def collectives_table(result: Result) -> Table:
+def collectives_table(result: Result) -> Grid:
     """Every distinct collective: size, time, algorithm, bus bandwidth, busiest link."""
-    table = Table(title="collectives (all concurrent groups on the fabric)")
+    table = Grid(title="collectives (all concurrent groups on the fabric)")
     for col in ("kind", "axis", "MiB", "ms", "algorithm", "busbw GB/s", "busiest link", "util"):
         table.add_column(col, justify="left" if col in ("kind", "axis", "algorithm", "busiest link") else "right")
     for c in result.collectives:
@@ -112,10 +109,10 @@ def collectives_table(result: Result) -> Table:
     return table
 
 
-def placement_table(sc: Any) -> Table:
+def placement_table(sc: Any) -> Grid:
     """Rank -> device, server and (tp, cp, dp, pp) coordinates (first 64 ranks)."""
     placement = Placement(sc.plan, sc.cluster.gpus_per_node)
-    table = Table(title=f"placement (order {sc.plan.order}, first 64 ranks)")
+    table = Grid(title=f"placement (order {sc.plan.order}, first 64 ranks)")
     rows = placement.table()
     for col in rows[0]:
         table.add_column(col, justify="right")
@@ -164,7 +161,6 @@ def register(app: typer.Typer) -> None:
         title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
         energy = step_energy(result, sc.cluster)
         to_stdout = json_out is not None and str(json_out) == output.STDOUT
-        say = err_console if to_stdout else console  # keep standard output pure JSON
         iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
         from clustersim.simulator.fitted_interval import fitted_interval_json, fitted_interval_text
 
@@ -183,17 +179,18 @@ def register(app: typer.Typer) -> None:
                 console.print(placement_table(sc))
             if fabric_report:
                 console.print(fabric_table(result))
+        say = output.err_console if to_stdout else console.console  # keep standard output pure JSON; rich on first use
         if json_out:
             output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict(),
                                              **({"interval": dataclasses.asdict(iv)} if iv else {}),
-                                             **({"fitted_interval": fitted_json} if fitted_json else {})}), json_out, say)
+                                             **({"fitted_interval": fitted_json} if fitted_json else {})}), json_out, say())
         if plot:
             from clustersim.reports.waterfall import write_waterfall  # matplotlib: only when plotting
 
             write_waterfall(result.to_dict(), plot)
-            output.said(plot, say, "compute-loss waterfall")
+            output.said(plot, say(), "compute-loss waterfall")
         if trace:
             from clustersim.simulator.step import write_trace
 
             write_trace(result, trace)
-            output.said(trace, say, "open in https://ui.perfetto.dev")
+            output.said(trace, say(), "open in https://ui.perfetto.dev")

@@ -134,7 +134,7 @@ def edge_tiers(fabric: Fabric) -> EdgeTiers | None:
 def _edge_tiers(fabric: Fabric) -> EdgeTiers | None:
     n = len(fabric.nodes)
     sw = fabric.fabric_index >= 0
-    edge_sw = np.unique(np.concatenate([fabric.egress.switch.ravel(), fabric.ingress.switch.ravel()]))
+    edge_sw = np.unique(np.concatenate([fabric.egress.switch.ravel(), fabric.ingress.switch.ravel()]), return_index=True)[0]  # return_index: not the path that imports numpy.ma
     edge_sw = edge_sw[edge_sw >= 0]
     if not len(edge_sw):
         return None

@@ -88,7 +88,7 @@ class FabricLoad:
     def capacity(self, capacity: np.ndarray, link_class: np.ndarray, edge_id: Mapping[tuple[str, str], int]) -> np.ndarray:
         """``capacity`` with the background load and the degradations applied (a new array)."""
         out = capacity.astype(float).copy()
-        known = set(str(c) for c in np.unique(link_class))
+        known = set(str(c) for c in link_class.tolist())  # not np.unique: it imports numpy.ma
         for cls, frac in self.background.items():
             if cls not in known:
                 raise FabricLoadError(f"background load: link class {cls!r} is not in this fabric; use one of {sorted(known)}")

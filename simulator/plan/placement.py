@@ -110,7 +110,7 @@ class Placement:
     def nodes_spanned(self, axis: Axis) -> int:
         """Servers touched by one group of ``axis`` (1 = stays on NVLink)."""
         g = self.groups(axis)[0]
-        return len(np.unique(g // self.gpus_per_node))
+        return len(set((g // self.gpus_per_node).tolist()))  # not np.unique: it imports numpy.ma
 
     def table(self, limit: int = 64) -> list[dict[str, int]]:
         """Rank -> device, server and coordinates, for printing the mapping."""
