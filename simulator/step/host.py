@@ -14,7 +14,11 @@ MoE layer's forward drains the stream: ``MoEAlltoAllTokenDispatcher.preprocess``
 point is set (NVIDIA/Megatron-LM megatron/core/transformer/moe/token_dispatcher.py, commit
 0014f13713bfa38a8bab4ae11edd6917d35165ce, ``preprocess`` and ``dispatch_preprocess``). The backward
 reuses the host counts saved by the forward, so it has no sync; a recomputed forward that re-runs
-the dispatcher syncs again.
+the dispatcher syncs again. The flex dispatcher's HybridEP backend does the same: its blocking
+dispatch "learns the permuted row count by draining the compute stream
+(``torch.cuda.current_stream().synchronize()`` after metadata preprocessing) on every MoE layer,
+forward and activation-checkpoint recompute" (NVIDIA-NeMo/Automodel pull request 3931), so every
+dispatcher kind (``plan.moe_dispatcher``) syncs unless its input is padded to capacity.
 
 Owns the kernel count of an op (``kernel_launches``), whether a MoE layer syncs the host
 (``layer_syncs_host``, ``sync_pieces``), the combining rule (``host_bound``) and the seconds the host adds to one
