@@ -81,6 +81,12 @@ DeepSeek-V3). The prior is the geometric middle of that range, 1 / sqrt(1.3 x 2.
 0.50-0.77). An independent figure agrees with its low end: TE GroupedLinear 1.87-2.11x slower than
 a loop of per-expert ``F.linear`` calls, 8x B300 BF16, EP2, 4 experts per rank, seq 8192
 (NVIDIA/TransformerEngine issue 2939), i.e. 0.47-0.53 of the dense GEMM at the expert's shape."""
+HOST_LAUNCH_RANGE = (5e-6, 25e-6)
+"""CPU seconds one eager PyTorch op costs before its kernel runs (Python, autograd and ATen
+dispatch, ``cudaLaunchKernel``): ~5-25 us (J. Lin, "From PyTorch op to kernel launch",
+https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, table "What each
+layer actually does"; the same source as ``fit_first_order.Bounds.max_kernel_overhead``). The range a
+profile's ``host_launch_time`` is checked against when set from a measurement (``step.host``)."""
 SYNC_JITTER_MAX = 0.15
 """Upper bound of ``sync_jitter_cv``: at 0.15 the slowest of 512 ranks already waits 42 % of its
 compute (``step.jitter.sync_wait_fraction``), more than any weak-scaling loss the bundled table
@@ -108,6 +114,11 @@ class CalibrationProfile(BaseModel):
     """Fraction of HBM bandwidth reached by memory-bound (elementwise, norm) kernels."""
     kernel_overhead: float = Field(default=3e-6, ge=0)
     """Seconds of launch and scheduling overhead per op."""
+    host_launch_time: float = Field(default=0.0, ge=0, le=1e-3)
+    """CPU seconds to issue one kernel (``step.host``): the host runs ahead of the GPU until a
+    device-to-host sync (a dropless MoE dispatcher's token counts), so a stretch between syncs takes
+    max(GPU time, kernels x this). 0 (the default): the host never binds. Measured size:
+    ``HOST_LAUNCH_RANGE`` (5-25 us per eager op)."""
     link_efficiency: dict[str, float] = Field(
         default={"nvlink": 0.80, "nic": 0.85, "fabric": 0.95, "pcie": 0.80, "loopback": 1.0,
                  "in_network_reduction": 0.76}

@@ -94,6 +94,10 @@ class ModelSpec:
     """Layer i (past the dense prefix) is MoE when i % moe_layer_freq == 0 (Megatron convention)."""
     capacity_factor: float | None = None
     """Expert capacity factor; None = dropless routing."""
+    pad_to_capacity: bool = False
+    """Pad every expert's input to its capacity (Megatron-Core ``moe_pad_expert_input_to_capacity``,
+    needs ``capacity_factor``): token counts are fixed on the host, so the dispatcher never waits for
+    the GPU's counts (``simulator.step.host``)."""
     expert_groups: int = 0
     """Group-limited routing: the routed experts split into this many equal groups (DeepSeek-V3
     config.json ``n_group``, Megatron-Core ``moe_router_num_groups``); 0 = no limit."""
@@ -433,6 +437,9 @@ def _check_moe(m: ModelSpec) -> None:
             "0 <= expert_groups_per_token <= expert_groups (0 and 0: no group limit)")
     if m.capacity_factor is not None and m.capacity_factor <= 0:
         raise WorkloadError(f"{m.name}: capacity_factor = {m.capacity_factor}: must be > 0 or None")
+    if m.pad_to_capacity and m.capacity_factor is None:
+        raise WorkloadError(f"{m.name}: pad_to_capacity = True needs a capacity_factor; set "
+                            "capacity_factor (e.g. 1.0) or pad_to_capacity = False")
 
 
 def _check_pattern(m: ModelSpec) -> None:

@@ -26,6 +26,7 @@ from clustersim.simulator.plan import (
 )
 from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.dispatch import dispatch_time, ep_shape, expert_load
+from clustersim.simulator.step.host import HostExcess, host_excess
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.step.recompute import moe_recomputes_dispatch, recomputed_ops
 from clustersim.topologies import AcceleratorSpec
@@ -51,6 +52,13 @@ class Costing:
 
     def time(self, ops: list[Op], which: Pass) -> float:
         return ops_time(ops, self.accelerator, self.profile, self.training.precision, which, self.expert_scale)
+
+    def host(self, per_layer: list[tuple[list[Op], bool]], recomputed: list[list[Op]]) -> HostExcess:
+        """Seconds the host's kernel launches add to one micro-batch of a chunk (``step.host``)."""
+        local = max(1, self.model.num_experts // max(1, self.plan.ep))
+        return host_excess(self.model, [ops for ops, _ in per_layer], recomputed,
+                           lambda ops, which: self.time(list(ops), which), self.profile.host_launch_time,
+                           local, self.plan.moe_fused_grouped_mlp)
 
 
 def lower(c: Costing, part: Partition | None = None) -> Lowered:
@@ -249,13 +257,14 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     acc["tp_fwd"] += sum(c.pricer.time(kind, size, "tp") for kind, size in end_fwd)
     acc["tp_bwd"] += sum(c.pricer.time(kind, size, "tp") for kind, size in end_bwd)
     recomputed = _recomputed(c, per_layer, n_full)
-    recompute = sum(c.time(ops, "fwd") for ops in recomputed)
+    host = c.host(per_layer, recomputed)
+    recompute = sum(c.time(ops, "fwd") for ops in recomputed) + host.recompute
     rec_flops = sum(o.flops for ops in recomputed for o in ops)
     dp_fwd, dp_bwd = _fsdp_exposed(c, ops_all, per_layer)
     gather, lead, gather_call = _param_gathers(c, ops_all, per_layer)
     ep_call_fwd, ep_call_bwd = ep_pass_calls(c, per_layer, n_full)
     return ChunkCost(
-        chunk=chunk, fwd=c.time(ops_all, "fwd"), bwd_input=c.time(ops_all, "bwd_input"),
+        chunk=chunk, fwd=c.time(ops_all, "fwd") + host.fwd, bwd_input=c.time(ops_all, "bwd_input") + host.bwd,
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
         buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_call=gather_call,
@@ -301,7 +310,11 @@ def _chunk_parts(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> di
                                          c.expert_scale).items():
             out[part] += secs
     n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
-    out["recompute"] = sum(c.time(ops, "fwd") for ops in _recomputed(c, _per_layer(c, chunk, layers), n_full))
+    per_layer = _per_layer(c, chunk, layers)
+    recomputed = _recomputed(c, per_layer, n_full)
+    host = c.host(per_layer, recomputed)
+    out["recompute"] = sum(c.time(ops, "fwd") for ops in recomputed) + host.recompute
+    out["overhead"] += host.fwd + host.bwd  # the GPU waits for the host's launches
     return out
 
 
