@@ -14,25 +14,11 @@ from __future__ import annotations
 
 import sys
 
-from clustersim.simulator.calibration import fit_crossval
-from clustersim.simulator.cli.app import main
-from clustersim.simulator.profile import CalibrationProfile
-
-
-def _with_latency(model: str):  # type: ignore[no-untyped-def]
-    cited = fit_crossval.with_cited_constants
-
-    def wrapped(profile: CalibrationProfile, stem: str) -> CalibrationProfile:
-        return cited(profile, stem).replace(collective_latency=model)
-    return wrapped
-
+from cv_override import validate_with
 
 if __name__ == "__main__":
     model = sys.argv[1]
     if model not in ("path", "nccl"):
         print(f"collective_latency = '{model}' is unknown; use path or nccl", file=sys.stderr)
         sys.exit(2)
-    fit_crossval.with_cited_constants = _with_latency(model)
-    print(f"collective_latency = {model} in every fold's profiles", flush=True)
-    sys.argv = ["clustersim", "validate", *sys.argv[2:]]
-    main()
+    validate_with(sys.argv[2:], collective_latency=model)

@@ -15,23 +15,11 @@ from __future__ import annotations
 
 import sys
 
-from clustersim.simulator.calibration import fit_crossval
-from clustersim.simulator.cli.app import main
-from clustersim.simulator.profile import GPU_VARIABILITY_CV_MEASURED, CalibrationProfile
+from clustersim.simulator.profile import GPU_VARIABILITY_CV_MEASURED
 
-
-def _with_variability(cv: float):  # type: ignore[no-untyped-def]
-    cited = fit_crossval.with_cited_constants
-
-    def wrapped(profile: CalibrationProfile, stem: str) -> CalibrationProfile:
-        return cited(profile, stem).replace(gpu_variability_cv=cv)
-    return wrapped
-
+from cv_override import validate_with
 
 if __name__ == "__main__":
     value = sys.argv[1]
     cv = GPU_VARIABILITY_CV_MEASURED if value == "measured" else float(value)
-    fit_crossval.with_cited_constants = _with_variability(cv)
-    print(f"gpu_variability_cv = {cv} in every fold's profiles", flush=True)
-    sys.argv = ["clustersim", "validate", *sys.argv[2:]]
-    main()
+    validate_with(sys.argv[2:], gpu_variability_cv=cv)

@@ -248,25 +248,26 @@ def _nodes(fabric: Fabric, groups: np.ndarray) -> tuple[int, str]:
 
 
 def _timing(pattern: _Pattern, kind: CollectiveKind, algorithm: str, size: float, n: int, fill: float,
-            latency_model: str, layout: tuple[int, str]) -> tuple[float, float]:
+            latency_model: str, fabric: Fabric, groups: np.ndarray) -> tuple[float, float]:
     """(latency s before the bytes move, bytes of work) so that time = overhead + latency + work * beta.
 
     ``path``: the latency is the pattern's path latency per step and the work size plus the
     pipeline fill. ``nccl``: for the algorithms NCCL models, the latency of the protocol NCCL's tuner
     picks (``nccl_tuning.best_protocol``) replaces the path latency, and the work is scaled by
-    1 / that protocol's bandwidth factor (Simple: 1)."""
+    1 / that protocol's bandwidth factor (Simple: 1). The groups' node layout (``_nodes``) is read
+    only under ``nccl``."""
     work = size + min(size, fill)
     if latency_model != "nccl" or algorithm not in NCCL_MODELLED or size <= 0:
         return pattern.alpha, work
-    nodes, intra = layout
+    nodes, intra = _nodes(fabric, groups)
     simple = work * pattern.beta
     _, lat, bw_time = best_protocol(kind, algorithm, n, nodes, simple, size * bus_factor(kind, n), intra)
     return lat, (work * bw_time / simple if simple > 0 else work)
 
 
 def _cost(pattern: _Pattern, kind: CollectiveKind, algorithm: str, size: float, n: int, overhead: float,
-          fabric: Fabric, fill: float, latency_model: str = "path", layout: tuple[int, str] = (1, "nvlink")) -> CollectiveCost:
-    alpha, work = _timing(pattern, kind, algorithm, size, n, fill, latency_model, layout)
+          fabric: Fabric, fill: float, latency_model: str, groups: np.ndarray) -> CollectiveCost:
+    alpha, work = _timing(pattern, kind, algorithm, size, n, fill, latency_model, fabric, groups)
     time = overhead + alpha + work * pattern.beta
     alg_bw = size / time if time > 0 else float("inf")
     return CollectiveCost(
@@ -308,9 +309,8 @@ def price_collective(
     else:
         options = tuple(a for a in options if a in SELECTABLE)
     fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
-    layout = _nodes(fabric, arr)
     costs = [_cost(_pattern(fabric, kind, a, arr, eff_switch), kind, a, size, n, overhead, fabric, fill,
-                   profile.collective_latency, layout) for a in options]
+                   profile.collective_latency, arr) for a in options]
     return min(costs, key=lambda c: c.time)
 
 
@@ -323,7 +323,7 @@ def full_mode_time(kind: CollectiveKind, size: float, groups: Sequence[Sequence[
     p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
     fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
-    alpha, work = _timing(p, kind, algorithm, size, arr.shape[1], fill, profile.collective_latency, _nodes(fabric, arr))
+    alpha, work = _timing(p, kind, algorithm, size, arr.shape[1], fill, profile.collective_latency, fabric, arr)
     return overhead + alpha + work * p.beta_full
 
 
@@ -343,5 +343,5 @@ def collective_steps(kind: CollectiveKind, size: float, groups: Sequence[Sequenc
     p = _pattern(fabric, kind, algorithm, arr, profile.link_eff("in_network_reduction"))
     overhead = profile.p2p_overhead if kind == "send_recv" else profile.collective_overhead
     fill = 0.0 if kind == "send_recv" else profile.pipeline_fill_bytes
-    alpha, work = _timing(p, kind, algorithm, size, arr.shape[1], fill, profile.collective_latency, _nodes(fabric, arr))
+    alpha, work = _timing(p, kind, algorithm, size, arr.shape[1], fill, profile.collective_latency, fabric, arr)
     return overhead + alpha + work * p.beta, overhead + alpha, work, p.steps
