@@ -15,8 +15,9 @@
 #                                                     microbenchmark pass's fit (3 passes by default)
 # and a final table: every round, then per model the worst round of each figure and whether every
 # round met the bounds (also written to OUT_DIR/summary.json; the script exits 1 when one missed).
-# The microbenchmarks run in 3 passes (MICRO_PASSES; MEASURE_ARGS="--micro-passes N" changes it):
-# at load 8 the small GPT's compute passes took ~50 s (1 rank) and ~80 s with the sweep (2 ranks).
+# The microbenchmarks run one pass per step pass (PLACEMENT=first: 3 passes before the steps,
+# MEASURE_ARGS="--micro-passes N" changes it): at load 8 three of the small GPT's compute passes
+# took ~50 s (1 rank) and ~80 s with the sweep (2 ranks), so a round takes longer interleaved.
 # A drift probe (a few ms) is sampled between the microbenchmarks and after every timed step;
 # each table is followed by the line "host drift by the probes ...": the compute and latency
 # factors the check moved each plan's profile by (the default `--drift compute`: rates only; `--drift both`: rates and
@@ -33,16 +34,22 @@ CS=${CLUSTERSIM:-.venv/bin/clustersim}
 # --budget 1 --step-passes 2" for a smoke test; --step-passes 1: the plans one after the other)
 read -r -a TIMING <<< "${TIMING_ARGS:---repeats 10 --repeats-max 20 --budget 10 --ci-width 0.05 --step-passes 5}"
 read -r -a MEASURE <<< "${MEASURE_ARGS:-}"
+# where the microbenchmarks the profile is fitted on run (issue 21): "interleaved" (the default) runs
+# one pass of them as one more block of every step pass, in the launch, threads and time windows of
+# the steps; "first" (PLACEMENT=first) runs 3 passes back to back before any step, the protocol of
+# the quiet rounds that predicted every plan fast. Recorded in OUT/protocol.txt and each meta.json.
+PLACEMENT=${PLACEMENT:-interleaved}
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT"
+printf 'micro_placement %s\ntiming %s\nmeasure %s\n' "$PLACEMENT" "${TIMING[*]}" "${MEASURE[*]:-}" | tee "$OUT/protocol.txt"
 echo "load before: $(uptime)"
 for run in $(seq 1 "$RUNS"); do
   R="$OUT/run$run"
   rm -rf "$R"
   echo "round $run: $(uptime)"
-  "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2 "${TIMING[@]}" "${MEASURE[@]}"
+  "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2 --micro-placement "$PLACEMENT" "${TIMING[@]}" "${MEASURE[@]}"
   "$CS" calibrate check "$R/small" --json "$R/small-check.json"
-  "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick "${TIMING[@]}" "${MEASURE[@]}"
+  "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick --micro-placement "$PLACEMENT" "${TIMING[@]}" "${MEASURE[@]}"
   "$CS" calibrate check "$R/holdout" --micro "$R/small" --json "$R/holdout-check.json"
 done
 echo "load after: $(uptime)"

@@ -39,9 +39,11 @@ from clustersim.simulator.calibration.torch_backend.check import (
 from clustersim.simulator.calibration.torch_backend.measure import (
     HOLDOUT_GPT,
     MICRO_PASSES,
+    MICRO_PLACEMENTS,
     SMALL_GPT,
     TINY_GPT,
     census,
+    check_passes,
     host_cores,
     load_steps,
     measure,
@@ -61,6 +63,7 @@ from clustersim.simulator.calibration.watch import (
 __all__ = [
     "HOLDOUT_GPT",
     "MICRO_PASSES",
+    "MICRO_PLACEMENTS",
     "SMALL_GPT",
     "STATISTICS",
     "TINY_GPT",
@@ -81,6 +84,7 @@ __all__ = [
     "assess",
     "census",
     "check",
+    "check_passes",
     "compare",
     "detection_delay",
     "detection_reports",

@@ -25,6 +25,7 @@ from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration import (
     HOLDOUT_GPT,
     MICRO_PASSES,
+    MICRO_PLACEMENTS,
     SMALL_GPT,
     STATISTICS,
     TINY_GPT,
@@ -35,6 +36,7 @@ from clustersim.simulator.calibration import (
     TimingRecipe,
     census,
     check,
+    check_passes,
     compare,
     fastest_gap,
     fit_profile,
@@ -109,8 +111,13 @@ def measure_command(
                                              "step time is its passes' median, so host drift hits every plan "
                                              "alike; 1: the plans one after the other.")] = 3,
     rewarm: Annotated[int, typer.Option(help="Untimed steps of a plan before each of its interleaved blocks.")] = 1,
+    micro_placement: Annotated[str, typer.Option(help="interleaved: one pass of the microbenchmarks as one more "
+                                                 "block of every step pass (as many passes as the steps'; "
+                                                 "--micro-passes unused); first: --micro-passes passes before "
+                                                 "any step (the protocol before).")] = MICRO_PLACEMENTS[0],
 ) -> None:
     """Run real training steps and microbenchmarks with PyTorch on this machine (gloo/NCCL)."""
+    check_passes(micro_passes, micro_placement)
     if not torch_available():
         raise CalibrationError("calibrate measure needs torch; install the extra: pip install 'clustersim[torch]'")
     cfg = _model(model, layers, hidden, heads, seq)
@@ -120,7 +127,8 @@ def measure_command(
                           repeats_max=max(repeats_max, repeats), ci_width=ci_width, budget_s=budget,
                           threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""),
                           step_passes=step_passes, rewarm=rewarm)
-    records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick, micro_passes=micro_passes)
+    records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick, micro_passes=micro_passes,
+                      micro_placement=micro_placement)
     table = Table(title=f"measured step times ({out})")
     for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "passes",
                 "pass spread %", "steps", "load"):

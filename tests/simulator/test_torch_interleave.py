@@ -108,10 +108,12 @@ def test_one_launch_times_its_plans_in_one_interleaved_task() -> None:
     steps = [t for t in tasks if t["kind"] in ("step", "steps")]
     assert len(steps) == 1 and steps[0]["kind"] == "steps"
     assert steps[0]["plans"] == [asdict(p) for p in PLANS]
-    old = tasks_for(SMALL_GPT, PLANS, replace(timing, step_passes=1), 2, sweep=False)
+    old = tasks_for(SMALL_GPT, PLANS, replace(timing, step_passes=1), 2, sweep=False, micro_placement="first")
     assert [t["plan"]["name"] for t in old if t["kind"] == "step"] == [p.name for p in PLANS]
-    one = tasks_for(SMALL_GPT, standard_plans(1), timing, 1, sweep=False)
-    assert [t["kind"] for t in one] == ["compute", "step"]  # a single plan: nothing to interleave
+    one = tasks_for(SMALL_GPT, standard_plans(1), timing, 1, sweep=False, micro_placement="first")
+    assert [t["kind"] for t in one] == ["compute", "step"]  # microbenchmarks first, a single plan: one block
+    # the default places the microbenchmarks inside the passes: the single plan is timed in passes too
+    assert [t["kind"] for t in tasks_for(SMALL_GPT, standard_plans(1), timing, 1, sweep=False)] == ["steps"]
 
 
 @pytest.mark.parametrize("field, value", [("step_passes", 0), ("step_passes", 31), ("rewarm", -1)])

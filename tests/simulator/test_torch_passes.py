@@ -180,7 +180,8 @@ def test_cli_check_prints_and_writes_the_interval(tmp_path: Path) -> None:
 
 def test_the_tasks_ask_for_the_passes_and_refuse_none(tmp_path: Path) -> None:
     plans = standard_plans(2)
-    (compute, collectives, *_rest) = tasks_for(TINY_GPT, plans, TimingRecipe(), 2, micro_passes=4)
+    (compute, collectives, *_rest) = tasks_for(TINY_GPT, plans, TimingRecipe(), 2, micro_passes=4,
+                                                micro_placement="first")
     assert compute["kind"] == "compute" and compute["passes"] == 4
     assert collectives["kind"] == "collectives" and collectives["passes"] == 4
     with pytest.raises(CalibrationError, match="microbenchmark passes = 0"):

@@ -6,7 +6,8 @@ tensor sizes the plans run, plus a generic sweep), and writing the results folde
 
     meta.json            model, timing recipe, host, plans
     micro_w{N}.json      compute and collective microbenchmarks run on N concurrent ranks (the
-                         compute and collective entries: the median of MICRO_PASSES passes,
+                         compute and collective entries: the median of their passes, one per
+                         interleaved step pass or MICRO_PASSES before the steps (MICRO_PLACEMENTS),
                          each kept under compute.passes and collectives.passes)
     steps.json           one StepRecord per plan (median over its interleaved passes' medians, spread,
                          every timed step and the pass it ran in)
@@ -45,6 +46,15 @@ lasts a few seconds slows one pass) and the passes' spread is the profile's own 
 (``FitReport.passes``, ``FitReport.intervals``). Three: the
 median survives one disturbed pass, and the range of three covers the median of the passes'
 distribution with probability 1 - 2 / 2^3 = 75 %."""
+
+MICRO_PLACEMENTS: tuple[str, ...] = ("interleaved", "first")
+"""Where a launch times its microbenchmarks. ``interleaved`` (the default): one pass of the compute
+suite and of the collective sweep as one more block of every interleaved pass over the plans
+(``runners.time_interleaved``), in the same launch, threads and time windows as the steps; as
+many microbenchmark passes as step passes. ``first``: ``micro_passes`` passes back to back before
+any plan is built (the protocol before; issue 21's quiet rounds with it predicted every plan fast,
+the 2-rank plans by 10-30 %, the single rank by 8-19 % without drift correction: the
+microbenchmarks saw a faster host than the steps)."""
 
 COLLECTIVE_KINDS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 COLLECTIVE_SIZES: tuple[int, ...] = tuple(4 ** i * 1024 for i in range(0, 7))
@@ -107,36 +117,45 @@ def tp_message_bytes(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> int:
     return max(sizes) if sizes else 1 << 20
 
 
-def check_passes(micro_passes: int) -> None:
-    """A clear error for a pass count below 1 (before anything is written)."""
+def check_passes(micro_passes: int, micro_placement: str = "first") -> None:
+    """A clear error for a pass count below 1 or an unknown placement (before anything is written)."""
     if micro_passes < 1:
         raise CalibrationError(f"microbenchmark passes = {micro_passes}: run at least 1 pass of the "
                                "microbenchmarks (--micro-passes 1 or more)")
+    if micro_placement not in MICRO_PLACEMENTS:
+        raise CalibrationError(f"microbenchmark placement = {micro_placement!r} is unknown; use one of "
+                               f"{', '.join(MICRO_PLACEMENTS)} (--micro-placement)")
 
 
 def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe, world_size: int,
               collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
-              micro_passes: int = MICRO_PASSES) -> list[dict[str, object]]:
-    """One launch's tasks: compute microbenchmarks and (world > 1) collectives, ``micro_passes``
-    passes of each, then every plan: one "steps" task timing them in interleaved passes
-    (``timing.step_passes`` > 1 and several plans), else one "step" task per plan, one after the other.
+              micro_passes: int = MICRO_PASSES, micro_placement: str = "interleaved") -> list[dict[str, object]]:
+    """One launch's tasks. ``micro_placement="first"``: compute microbenchmarks and (world > 1)
+    collectives, ``micro_passes`` passes of each, then every plan: one "steps" task timing them in
+    interleaved passes (``timing.step_passes`` > 1 and several plans), else one "step" task per
+    plan, one after the other. ``"interleaved"``: one "steps" task whose every pass also runs one
+    pass of the microbenchmarks (``MICRO_PLACEMENTS``; ``micro_passes`` is then not used).
 
     ``sweep=False`` benchmarks only the shapes the plans run (fast, for CI).
     """
-    check_passes(micro_passes)
+    check_passes(micro_passes, micro_placement)
     params = 12 * cfg.hidden_size ** 2 * cfg.num_layers  # 4h^2 attention + 8h^2 MLP per layer
-    tasks: list[dict[str, object]] = [{
+    micro: list[dict[str, object]] = [{
         "kind": "compute", "timing": asdict(timing), "gemm_shapes": gemm_shapes(cfg, plans, sweep),
         "attention_shapes": attention_shapes(cfg, plans, sweep), "memory_sizes": memory_sizes(cfg, plans, sweep),
         "optimizer_params": params, "passes": micro_passes,
     }]
     if world_size > 1:
-        tasks.append({"kind": "collectives", "timing": asdict(timing), "kinds": list(COLLECTIVE_KINDS),
+        micro.append({"kind": "collectives", "timing": asdict(timing), "kinds": list(COLLECTIVE_KINDS),
                       "sizes": list(collective_sizes), "passes": micro_passes,
                       "tp_message_bytes": tp_message_bytes(cfg, plans)})
+    steps: dict[str, object] = {"kind": "steps", "timing": asdict(timing), "plans": [asdict(p) for p in plans],
+                                "model": asdict(cfg)}
+    if micro_placement == "interleaved":  # the microbenchmarks one more block of every pass
+        return [{**steps, "micro": {str(t["kind"]): t for t in micro}}]
+    tasks = micro
     if timing.step_passes > 1 and len(plans) > 1:  # interleaved passes over the plans (``runners.time_interleaved``)
-        tasks.append({"kind": "steps", "timing": asdict(timing), "plans": [asdict(p) for p in plans],
-                      "model": asdict(cfg)})
+        tasks.append(steps)
         return tasks
     tasks += [{"kind": "step", "timing": asdict(timing), "plan": asdict(p), "model": asdict(cfg)} for p in plans]
     return tasks
@@ -158,30 +177,43 @@ def host_info() -> dict[str, object]:
 def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[BackendPlan],
             timing: TimingRecipe, *, timeout: float = 600.0,
             collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
-            micro_passes: int = MICRO_PASSES) -> list[StepRecord]:
+            micro_passes: int = MICRO_PASSES, micro_placement: str = "interleaved") -> list[StepRecord]:
     """Run every plan (grouped by world size, one launch each) and write the results folder."""
-    check_passes(micro_passes)
+    check_passes(micro_passes, micro_placement)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     host = host_info()
     worlds = sorted({p.world_size for p in plans})
     timings = {w: timing.for_world(w, host_cores()) for w in worlds}
     meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host, "plans": [asdict(p) for p in plans],
-            "micro_passes": micro_passes,
+            "micro_passes": micro_passes, "micro_placement": micro_placement,
             "timing_per_world": {str(w): asdict(t) for w, t in timings.items()}}
     write_atomic(out / "meta.json", json.dumps(meta, indent=1))
     records: list[StepRecord] = []
     for world in worlds:
         group = [p for p in plans if p.world_size == world]
         t = timings[world]
-        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep, micro_passes), world,
-                         timeout=timeout, threads=t.threads_per_rank, log_dir=out / "logs" / f"w{world}")
-        micro = {r["kind"]: r for r in results if r["kind"] in ("compute", "collectives")}
+        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep, micro_passes, micro_placement),
+                         world, timeout=timeout, threads=t.threads_per_rank, log_dir=out / "logs" / f"w{world}")
+        micro = micro_sections(results)
         write_atomic(out / f"micro_w{world}.json", json.dumps(micro, indent=1))
         records += [record_from_dict(r) for r in _step_results(results)]
         # written after every launch: a failure at a larger world keeps what was measured
         write_atomic(out / "steps.json", json.dumps([r.to_dict() for r in records], indent=1))
     return records
+
+
+def micro_sections(results: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The "compute" and "collectives" sections of one launch's results: their own tasks' (placement
+    "first") or the interleaved "steps" task's (placement "interleaved")."""
+    out: dict[str, Any] = {}
+    for r in results:
+        if r["kind"] in ("compute", "collectives"):
+            out[r["kind"]] = r
+        for kind in ("compute", "collectives"):
+            if r["kind"] == "steps" and kind in r:
+                out[kind] = {"kind": kind, **r[kind]}
+    return out
 
 
 def _step_results(results: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

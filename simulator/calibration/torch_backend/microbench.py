@@ -189,6 +189,12 @@ def compute_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, ob
     are the median over the passes (``micro_passes.merge``) and ``passes`` keeps each pass's own."""
     probes: list[dict[str, float]] = []
     runs = [compute_pass(task, timing, probes) for _ in range(max(1, int(task.get("passes", 1))))]
+    return compute_result(runs, probes)
+
+
+def compute_result(runs: list[dict[str, Any]], probes: list[dict[str, float]]) -> dict[str, object]:
+    """The compute section from its passes (``compute_pass``, run back to back by ``compute_suite``
+    or interleaved with the steps' passes by ``runners.time_interleaved``) and their probe samples."""
     return {"world_size": dist.get_world_size(), "threads_per_rank": torch.get_num_threads(),
             "device": _dev().type, **micro_passes.merge(runs), "passes": runs, "probe": probe_summary(probes)}
 
@@ -375,6 +381,14 @@ def collective_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str,
     cost, the sync skew and the TP-call situations once."""
     probes: list[dict[str, float]] = []
     runs = [{"entries": collective_entries(task, timing, probes)} for _ in range(max(1, int(task.get("passes", 1))))]
+    return collective_result(task, timing, runs, probes)
+
+
+def collective_result(task: Mapping[str, Any], timing: TimingRecipe, runs: list[dict[str, Any]],
+                      probes: list[dict[str, float]]) -> dict[str, object]:
+    """The collectives section from the sweep's passes (``{"entries": collective_entries(...)}``,
+    back to back or interleaved with the steps) and their probe samples; the frameworks' per-call
+    cost, the sync skew and the TP-call situations are measured here, once."""
     return {"world_size": dist.get_world_size(), "backend": dist.get_backend(),
             **micro_passes.merge(runs, sections=("entries",), singles=()), "passes": runs,
             "framework": framework_entries(timing), "skew": skew_entry(timing), "probe": probe_summary(probes),

@@ -260,13 +260,44 @@ def _time_block(t: _Timed, steps: int, rewarm: int, k: int) -> None:
         t.index.append(k)
 
 
+@dataclass
+class _Micro:
+    """The microbenchmarks timed as one more block of every interleaved pass (``micro_placement
+    = "interleaved"``): one pass of the compute suite and (``collectives`` given) one pass of the
+    collective sweep per block, so the profile is fitted on figures measured in the same time
+    windows, threads and launch as the steps it predicts (issue 21: fitted on microbenchmarks
+    timed before every step, the profile predicted every plan fast)."""
+
+    compute: dict[str, object]
+    collectives: dict[str, object] | None
+    runs: list[dict[str, object]] = field(default_factory=list)
+    sweeps: list[dict[str, object]] = field(default_factory=list)
+    compute_probes: list[dict[str, float]] = field(default_factory=list)
+    sweep_probes: list[dict[str, float]] = field(default_factory=list)
+
+    def block(self, timing: TimingRecipe) -> None:
+        """One pass of every microbenchmark, appended to the passes so far."""
+        self.runs.append(microbench.compute_pass(self.compute, timing, self.compute_probes))
+        if self.collectives is not None:
+            self.sweeps.append({"entries": microbench.collective_entries(self.collectives, timing, self.sweep_probes)})
+
+    def results(self, timing: TimingRecipe) -> dict[str, object]:
+        """The compute and collectives sections, as ``compute_suite`` and ``collective_suite`` give them."""
+        out: dict[str, object] = {"compute": microbench.compute_result(self.runs, self.compute_probes)}
+        if self.collectives is not None:
+            out["collectives"] = microbench.collective_result(self.collectives, timing, self.sweeps,
+                                                              self.sweep_probes)
+        return out
+
+
 def time_interleaved(plans: Sequence[BackendPlan], cfg: GPTConfig, timing: TimingRecipe,
-                     seed: int = 0) -> list[StepRecord]:
+                     seed: int = 0, micro: _Micro | None = None) -> list[StepRecord]:
     """Every plan built and warmed up (in order), then timed in round-robin passes: pass k times
     ``stats.pass_steps`` steps of each plan, in ``stats.pass_order(len(plans), k)``, until
     ``stats.enough_passes`` (the last pass cut at ``repeats_max``). A host state that lasts a few
     seconds to a minute then falls on every plan's passes alike, not on the plans measured while
-    it lasted; each record keeps the pass of every step (``StepRecord.pass_index``)."""
+    it lasted; each record keeps the pass of every step (``StepRecord.pass_index``). With
+    ``micro``, its block is one more slot of every pass's rotation (after the plans' in pass 0)."""
     timed = []
     for plan in plans:
         step = build_step(plan, cfg, seed)
@@ -276,8 +307,11 @@ def time_interleaved(plans: Sequence[BackendPlan], cfg: GPTConfig, timing: Timin
     per, k = stats.pass_steps(timing.repeats, timing.step_passes), 0
     while True:
         steps = min(per, timing.repeats_max - len(timed[0].times))
-        for i in stats.pass_order(len(timed), k):
-            _time_block(timed[i], steps, timing.rewarm, k)
+        for i in stats.pass_order(len(timed) + (micro is not None), k):
+            if i == len(timed) and micro is not None:
+                micro.block(timing)
+            else:
+                _time_block(timed[i], steps, timing.rewarm, k)
         k += 1
         if stats.enough_passes([t.times for t in timed], passes_done=k, min_passes=timing.step_passes,
                                minimum=timing.repeats, maximum=timing.repeats_max, width=timing.ci_width,
@@ -375,7 +409,10 @@ def run_task(task: dict[str, object]) -> dict[str, object]:
         case "steps":
             cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
             plans = [BackendPlan(**p) for p in task["plans"]]  # type: ignore[attr-defined]  # a JSON list of plan sections
-            return {"kind": "steps", "records": [r.to_dict() for r in time_interleaved(plans, cfg, timing)]}
+            micro = dict(task.get("micro") or {})  # type: ignore[call-overload]  # the launcher's JSON section
+            blocks = _Micro(compute=micro["compute"], collectives=micro.get("collectives")) if micro else None
+            records = [r.to_dict() for r in time_interleaved(plans, cfg, timing, micro=blocks)]
+            return {"kind": "steps", "records": records, **(blocks.results(timing) if blocks else {})}
         case "census":
             plan = BackendPlan(**task["plan"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
             cfg = GPTConfig(**task["model"])  # type: ignore[arg-type]  # JSON section of the task, keyed by field name
