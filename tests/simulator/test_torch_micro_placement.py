@@ -145,3 +145,21 @@ def test_without_a_slow_down_both_placements_agree(monkeypatch: pytest.MonkeyPat
     host = Host(switch_at=float("inf"))
     inter = FakeMicro(host)
     assert _bias(_protocol(monkeypatch, host, inter), inter) == pytest.approx(1.0)
+
+
+# --- a rank that dies on a fatal signal (issue 21: "malloc(): unaligned tcache chunk detected") --
+
+
+def test_a_rank_killed_by_the_c_library_is_named_with_its_signal_and_abort_message(tmp_path: Path) -> None:
+    from clustersim.simulator.calibration.torch_backend.launch import _failure_message, rank_env_diagnostics
+
+    (tmp_path / "rank1.log").write_text("step 3\nValueError: earlier, handled\nmalloc(): unaligned tcache chunk "
+                                        "detected\nFatal Python error: Aborted\n\nThread 0x7f (most recent call "
+                                        "first):\n  File \"runners.py\", line 1 in step\n")
+    msg = _failure_message(1, 2, 60.0, tmp_path, -6)
+    assert "rank 1 of 2 killed by SIGABRT: malloc(): unaligned tcache chunk detected" in msg and "\n" not in msg
+    (tmp_path / "rank0.log").write_text("ValueError: unknown task kind 'x'\n")
+    assert "rank 0 of 2 failed: ValueError: unknown task kind" in _failure_message(0, 2, 60.0, tmp_path, 1)
+    # every rank writes its threads' Python stacks on a fatal signal; a setting of the user's stays
+    assert rank_env_diagnostics({})["PYTHONFAULTHANDLER"] == "1"
+    assert rank_env_diagnostics({"PYTHONFAULTHANDLER": "2"})["PYTHONFAULTHANDLER"] == "2"

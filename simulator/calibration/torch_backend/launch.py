@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -54,6 +55,13 @@ def _kill_all(procs: Sequence[subprocess.Popen[bytes]]) -> None:
         p.wait()
 
 
+def rank_env_diagnostics(env: dict[str, str]) -> dict[str, str]:
+    """``env`` with Python's fault handler on (``PYTHONFAULTHANDLER``): a rank that dies on a fatal
+    signal (SIGSEGV, SIGABRT from glibc's heap checks, e.g. "malloc(): unaligned tcache chunk
+    detected", issue 21) writes every thread's Python stack to its log, which names the call."""
+    return {**env, "PYTHONFAULTHANDLER": env.get("PYTHONFAULTHANDLER") or "1"}
+
+
 def _wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> int | None:
     """Rank whose failure ended the run, or None when all exited 0; kills the rest on failure."""
     deadline = time.monotonic() + timeout
@@ -87,7 +95,7 @@ def launch(tasks: Sequence[Mapping[str, object]], world_size: int, *, timeout: f
         procs = []
         try:
             for r in range(world_size):
-                procs.append(subprocess.Popen(cmd, env=rank_env(r, world_size, port, threads),
+                procs.append(subprocess.Popen(cmd, env=rank_env_diagnostics(rank_env(r, world_size, port, threads)),
                                               stdout=logs[r], stderr=subprocess.STDOUT))
             failed = _wait_all(procs, timeout)
         finally:
@@ -95,14 +103,29 @@ def launch(tasks: Sequence[Mapping[str, object]], world_size: int, *, timeout: f
             for f in logs:
                 f.close()
         if failed is not None:
-            raise LaunchError(_failure_message(failed, world_size, timeout, logs_at))
+            code = procs[failed].returncode if failed >= 0 else None
+            raise LaunchError(_failure_message(failed, world_size, timeout, logs_at, code))
         results: list[dict[str, object]] = json.loads(out_file.read_text())
         return results
 
 
-def _failure_message(failed: int, world_size: int, timeout: float, logs: Path) -> str:
+def _how(code: int | None) -> str:
+    """"killed by SIGABRT" for a rank a signal ended (Popen's negative return code), else "failed"."""
+    if code is None or code >= 0:
+        return "failed"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"
+
+
+def _failure_message(failed: int, world_size: int, timeout: float, logs: Path, code: int | None = None) -> str:
+    """One line: which rank failed and how (the signal that ended it, its last error line), and its log."""
     if failed < 0:
         return f"torch backend: {world_size} ranks ran past timeout {timeout:.0f} s; raise --timeout or shrink the model"
     lines = (logs / f"rank{failed}.log").read_text(errors="replace").strip().splitlines() or ["no output"]
-    errors = [ln for ln in lines if "Error" in ln] or lines
-    return f"torch backend: rank {failed} of {world_size} failed: {errors[-1][:300]} (log: {logs / f'rank{failed}.log'})"
+    # the C library's own abort message ("malloc(): ...", "double free ...") names the defect best;
+    # then Python's error lines; the fault handler's stack follows in the log
+    fatal = [ln for ln in lines if ln.startswith(("malloc", "free(", "double free", "corrupted", "munmap_chunk"))]
+    errors = fatal or [ln for ln in lines if "Error" in ln] or lines
+    return f"torch backend: rank {failed} of {world_size} {_how(code)}: {errors[-1][:300]} (log: {logs / f'rank{failed}.log'})"
