@@ -225,7 +225,7 @@ def test_cli_measure_runs_the_baseline(tmp_path: Path) -> None:
     app.command("noop")(lambda: None)
     out = tmp_path / "m"
     res = CliRunner().invoke(app, ["calibrate", "measure", "--out", str(out), "--model", "tiny", "--ranks", "1",
-                                   "--warmup", "2", "--repeats", "2", "--timeout", "120", "--quick",
+                                   "--warmup", "2", "--repeats", "2", "--timeout", "220", "--quick",
                                    "--micro-passes", "1", "--micro-placement", "first"])
     assert res.exit_code == 0, res.output
     assert [r.plan.name for r in load_steps(out)] == ["single"]

@@ -163,3 +163,18 @@ def test_a_rank_killed_by_the_c_library_is_named_with_its_signal_and_abort_messa
     # every rank writes its threads' Python stacks on a fatal signal; a setting of the user's stays
     assert rank_env_diagnostics({})["PYTHONFAULTHANDLER"] == "1"
     assert rank_env_diagnostics({"PYTHONFAULTHANDLER": "2"})["PYTHONFAULTHANDLER"] == "2"
+
+
+def test_the_rank_whose_own_error_ended_the_launch_is_reported_not_the_lost_connection(tmp_path: Path) -> None:
+    # seen at load 14: rank 0 failed and took the rendezvous store down, rank 1 failed on the lost
+    # connection first, and the launch reported rank 1's "Failed to recv" instead of the cause
+    from clustersim.simulator.calibration.torch_backend.launch import primary
+
+    (tmp_path / "rank0.log").write_text("Traceback ...\nValueError: unknown task kind 'nonsense'\n")
+    (tmp_path / "rank1.log").write_text("torch.distributed.DistNetworkError: Failed to recv, got 0 bytes. "
+                                        "Connection was likely closed.\n")
+    assert primary([0, 1], tmp_path) == 0 and primary([1, 0], tmp_path) == 0
+    assert primary([1], tmp_path) == 1  # only the echo failed: it is all there is to report
+    (tmp_path / "rank2.log").write_text("malloc(): unaligned tcache chunk detected\n")
+    assert primary([1, 2], tmp_path) == 2
+    assert primary([-1], tmp_path) == -1  # past the timeout

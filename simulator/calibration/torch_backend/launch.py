@@ -62,20 +62,47 @@ def rank_env_diagnostics(env: dict[str, str]) -> dict[str, str]:
     return {**env, "PYTHONFAULTHANDLER": env.get("PYTHONFAULTHANDLER") or "1"}
 
 
-def _wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float) -> int | None:
-    """Rank whose failure ended the run, or None when all exited 0; kills the rest on failure."""
+FAILURE_GRACE_S = 10.0
+"""Seconds the other ranks get to exit on their own after one fails, before they are killed: a
+rank that fails tears down the rendezvous store or its connections, and a slower rank then fails
+on the lost connection, sometimes before the first has exited (seen at load 14): the launch
+reports the rank whose own error ended the run (``primary``), not the echo."""
+
+SECONDARY: tuple[str, ...] = ("DistNetworkError", "Connection was likely closed", "Connection closed by peer",
+                              "Connection reset by peer", "Broken pipe")
+"""Error lines of a rank that failed because another one went away (not the cause)."""
+
+
+def _wait_all(procs: Sequence[subprocess.Popen[bytes]], timeout: float,
+              grace: float = FAILURE_GRACE_S) -> list[int] | None:
+    """Ranks that failed (in rank order), [-1] past ``timeout``, or None when all exited 0; after
+    the first failure the others get ``grace`` seconds to exit, then the rest are killed."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         codes = [p.poll() for p in procs]
-        failed = [i for i, c in enumerate(codes) if c not in (None, 0)]
-        if failed:
+        if any(c not in (None, 0) for c in codes):
+            end = min(deadline, time.monotonic() + grace)
+            while time.monotonic() < end and any(p.poll() is None for p in procs):
+                time.sleep(0.05)
+            codes = [p.poll() for p in procs]
             _kill_all(procs)
-            return failed[0]
+            return [i for i, c in enumerate(codes) if c not in (None, 0)]
         if all(c == 0 for c in codes):
             return None
         time.sleep(0.05)
     _kill_all(procs)
-    return -1
+    return [-1]
+
+
+def primary(failed: Sequence[int], logs: Path) -> int:
+    """The failed rank to report: the first whose log's last error line is not a lost connection
+    (``SECONDARY``), else the first."""
+    for rank in failed:
+        lines = (logs / f"rank{rank}.log").read_text(errors="replace").splitlines() if rank >= 0 else []
+        errors = [ln for ln in lines if "Error" in ln or ln.startswith(FATAL)]
+        if errors and not any(s in errors[-1] for s in SECONDARY):
+            return rank
+    return failed[0]
 
 
 def launch(tasks: Sequence[Mapping[str, object]], world_size: int, *, timeout: float = 300.0,
@@ -103,10 +130,15 @@ def launch(tasks: Sequence[Mapping[str, object]], world_size: int, *, timeout: f
             for f in logs:
                 f.close()
         if failed is not None:
-            code = procs[failed].returncode if failed >= 0 else None
-            raise LaunchError(_failure_message(failed, world_size, timeout, logs_at, code))
+            rank = primary(failed, logs_at)
+            code = procs[rank].returncode if rank >= 0 else None
+            raise LaunchError(_failure_message(rank, world_size, timeout, logs_at, code))
         results: list[dict[str, object]] = json.loads(out_file.read_text())
         return results
+
+
+FATAL: tuple[str, ...] = ("malloc", "free(", "double free", "corrupted", "munmap_chunk")
+"""How glibc's heap checks begin the line they print before they abort the process."""
 
 
 def _how(code: int | None) -> str:
@@ -126,6 +158,6 @@ def _failure_message(failed: int, world_size: int, timeout: float, logs: Path, c
     lines = (logs / f"rank{failed}.log").read_text(errors="replace").strip().splitlines() or ["no output"]
     # the C library's own abort message ("malloc(): ...", "double free ...") names the defect best;
     # then Python's error lines; the fault handler's stack follows in the log
-    fatal = [ln for ln in lines if ln.startswith(("malloc", "free(", "double free", "corrupted", "munmap_chunk"))]
+    fatal = [ln for ln in lines if ln.startswith(FATAL)]
     errors = fatal or [ln for ln in lines if "Error" in ln] or lines
     return f"torch backend: rank {failed} of {world_size} {_how(code)}: {errors[-1][:300]} (log: {logs / f'rank{failed}.log'})"
