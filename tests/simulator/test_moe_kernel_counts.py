@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import pytest
 
+from clustersim.simulator.calibration.validate import load_runs
+from clustersim.simulator.calibration.validate_rules import TOKEN_DROP_CAPACITY, model_for_row
 from clustersim.simulator.plan.plan import ParallelPlan
-from clustersim.simulator.step.host import MOE_PATH_LAUNCHES, host_excess, kernel_launches
+from clustersim.simulator.step.host import MOE_PATH_LAUNCHES, host_excess, kernel_launches, layer_syncs_host
 from clustersim.simulator.step.partition import chunk_ops
 from clustersim.workloads import Op, TrainingSpec, get_model
 
@@ -79,3 +81,25 @@ def test_with_free_kernels_the_host_adds_launches_times_the_cost() -> None:
     assert out.bwd == pytest.approx(launch * (_launches(ops, "bwd_input", 16, 8) + _launches(ops, "bwd_weight", 16, 8)))
     # more local experts, more launches (the unfused GroupedLinear issues one GEMM per expert)
     assert _launches(ops, "fwd", 32, 8) == _launches(ops, "fwd", 16, 8) + 2 * 16
+
+
+def _published(row_id: int) -> dict[str, object]:
+    runs = load_runs()
+    return {str(k): v for k, v in runs[runs.row_id == row_id].iloc[0].to_dict().items()}
+
+
+def test_a_token_drop_run_is_padded_to_capacity_one_and_so_never_syncs() -> None:
+    drop, dropless = _published(561), _published(349)  # Qwen3-30B-A3B on 8 B200: '(tokendrop)' and plain
+    assert "tokendrop" in str(drop["model"]).lower() and "tokendrop" not in str(dropless["model"]).lower()
+    model = model_for_row(drop, [])
+    assert model.capacity_factor == TOKEN_DROP_CAPACITY == 1.0 and model.pad_to_capacity
+    plain = model_for_row(dropless, [])
+    assert plain.capacity_factor is None and not plain.pad_to_capacity
+    ops = _layer(EP8)
+    assert layer_syncs_host(plain, ops) and not layer_syncs_host(model, ops)
+    # without the sync the host overlaps the GPU across the whole pass: never slower than dropless
+    gpu = lambda chunk, _which: 1e-4 * len(chunk)  # noqa: E731 - a stand-in GPU time per op
+    excess = {x: [host_excess(m, [ops] * 4, [], gpu, x, 16, False, 8).fwd for m in (model, plain)]
+              for x in (5e-6, 25e-6, 60e-6)}
+    assert all(padded <= synced + 1e-15 for padded, synced in excess.values())
+    assert excess[25e-6][0] < excess[25e-6][1]  # the host binds before the sync, the GPU after it
