@@ -284,6 +284,27 @@ def _moe_with_row_shape(row: Mapping[str, Any], model: ModelSpec, shape: dict[st
     return model
 
 
+TOKEN_DROP_QUALIFIER = re.compile(r"\(\s*token[\s_-]*drop\s*\)", re.IGNORECASE)
+"""A model name's run qualifier that names a token-dropping MoE run ('DeepSeekV3 (tokendrop)')."""
+
+TOKEN_DROP_CAPACITY = 1.0
+"""Megatron-Bridge's ``apply_moe_token_drop`` (src/megatron/bridge/training/utils/moe_token_drop.py,
+NVIDIA-NeMo/Megatron-Bridge; the stored copy's commit is not recorded) sets
+``moe_expert_capacity_factor`` = 1.0 and ``moe_pad_expert_input_to_capacity`` = True by default; its
+performance configs call it with the defaults for their token-drop runs."""
+
+
+def _with_token_drop(name: str, model: ModelSpec, notes: list[str]) -> ModelSpec:
+    """A MoE run marked token-drop as Megatron-Bridge configures it: capacity factor 1.0 with the
+    expert inputs padded to capacity (token counts fixed on the host: no dispatcher sync,
+    ``step.host``); any other name unchanged."""
+    if not TOKEN_DROP_QUALIFIER.search(name):
+        return model
+    notes.append(f"model: '{name}' runs token-drop: capacity_factor {TOKEN_DROP_CAPACITY:g}, padded to capacity "
+                 "(Megatron-Bridge apply_moe_token_drop defaults)")
+    return dataclasses.replace(model, capacity_factor=TOKEN_DROP_CAPACITY, pad_to_capacity=True)
+
+
 def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
     """The preset named by ``model``, overridden by the shape columns the row prints (MoE rows also
     by their experts and top-k, ``_moe_with_row_shape``)."""
@@ -304,7 +325,7 @@ def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
                           "attention are not GPT-style); add a preset or an hf_config") from None
         return _gpt_style(row, shape, notes)
     if model.is_moe:
-        return _moe_with_row_shape(row, model, shape, notes)
+        return _with_token_drop(name, _moe_with_row_shape(row, model, shape, notes), notes)
     changed = {k: v for k, v in shape.items() if getattr(model, k) != v}
     if "num_heads" in changed and "num_kv_heads" not in shape:
         changed["num_kv_heads"] = changed["num_heads"]  # the row's heads without a KV count: MHA

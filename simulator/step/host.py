@@ -45,22 +45,90 @@ class HostExcess:
     recompute: float = 0.0
 
 
-def kernel_launches(op: Op, which: Pass, local_experts: int, fused_grouped_mlp: bool) -> int:
-    """Kernels the host issues for one pass of ``op``: one per op, except a routed expert's GEMM
-    on the unfused path, which Transformer Engine's GroupedLinear issues as one cuBLAS GEMM per
-    local expert (``step.compute.gemm_call_flops``); an all-to-all marker is one collective launch in
-    the forward and one in the input-gradient pass; a pass with no work issues none."""
-    if op.kind == "alltoall_marker":
-        return 1 if which in ("fwd", "bwd_input") else 0
-    flops, nbytes = {"fwd": (op.flops, op.bytes), "bwd": (op.bwd_flops, op.bwd_bytes),
-                     "bwd_input": (op.bwd_flops, op.bwd_bytes),
+@dataclass(frozen=True)
+class PassLaunches:
+    """Kernels one op issues in its forward, input-gradient and weight-gradient passes."""
+
+    fwd: int
+    bwd_input: int
+    bwd_weight: int
+
+
+MOE_PATH_LAUNCHES: dict[str, PassLaunches] = {
+    # Router (TopKRouter with moe_router_fusion, aux-loss load balancing, no z-loss):
+    # fwd: the gating GEMM (moe_utils.RouterGatingLinearFunction), fused top-k
+    # (fused_topk_with_score_function), the aux loss's scores (fused_compute_score_for_moe_aux_loss),
+    # its token counts (router.aux_loss_load_balancing: loss_routing_map.sum(dim=0)) and the fused
+    # loss (fused_moe_aux_loss) = 5; input gradient: GEMM dgrad, the backward of the fused top-k,
+    # score and loss kernels, and MoEAuxLossAutoScaler.backward's ones_like x scale (2) = 6; weight
+    # gradient: the GEMM's wgrad = 1.
+    "router": PassLaunches(fwd=5, bwd_input=6, bwd_weight=1),
+    # Permute, with the dispatcher's preprocess (MoEAlltoAllTokenDispatcher.preprocess, EP > 1):
+    # routing_map.sum, .long(), the input splits' reshape-sum, the all-gather of the counts over
+    # TPxEP, the local-expert slice .contiguous(), the three sums of output_splits,
+    # output_splits_tp and tokens per local expert = 8; _maybe_dtoh_and_synchronize copies
+    # tokens_per_expert, input_splits, output_splits, output_splits_tp to the host = 4; the fused
+    # permute with probs (moe_utils.permute, fused) = 1: 13. Backward: the fused permute's = 1.
+    "permute": PassLaunches(fwd=13, bwd_input=1, bwd_weight=0),
+    # Without EP (and TP) the preprocess is routing_map.sum and .long(), one copy to the host.
+    "permute_no_ep": PassLaunches(fwd=4, bwd_input=1, bwd_weight=0),
+    # Dispatch (dispatch_all_to_all): two all-to-alls, tokens and probs; the fused sort of the
+    # received chunks by local expert (dispatch_postprocess: sort_chunks_by_idxs with probs)
+    # counted with the local experts below. The backward mirrors it.
+    "dispatch": PassLaunches(fwd=2, bwd_input=2, bwd_weight=0),
+    # Combine: one all-to-all (combine_all_to_all), the unsort by local expert counted below.
+    "combine": PassLaunches(fwd=1, bwd_input=1, bwd_weight=0),
+    # Unpermute: the fused unpermute with the merging probs (moe_utils.unpermute, fused).
+    "unpermute": PassLaunches(fwd=1, bwd_input=1, bwd_weight=0),
+}
+"""Kernel launches of the MoE path's ops, read from NVIDIA/Megatron-LM
+megatron/core/transformer/moe/ (router.py @ 005742ff1f002035922b88a648fa615aec22eeff
+``TopKRouter.routing`` / ``aux_loss_load_balancing``; moe_utils.py @
+00611e6eeb0b09b5ee074750956855215ddbd67f ``topk_routing_with_score_function``,
+``compute_routing_scores_for_aux_loss``, ``switch_load_balancing_loss_func``,
+``MoEAuxLossAutoScaler``, ``permute`` / ``unpermute`` / ``sort_chunks_by_idxs`` with ``fused``;
+token_dispatcher.py @ 0014f13713bfa38a8bab4ae11edd6917d35165ce ``MoEAlltoAllTokenDispatcher``
+``preprocess``, ``dispatch_all_to_all``, ``dispatch_postprocess``, ``combine_preprocess``,
+``combine_all_to_all``, ``_maybe_dtoh_and_synchronize``), for the configuration Megatron-Bridge's
+MoE recipes set: ``moe_permute_fusion`` and ``moe_grouped_gemm`` True (NVIDIA-NeMo/Megatron-Bridge
+src/megatron/bridge/recipes/qwen/h100/qwen3_moe.py @ 04eb4f8d6045526331113ba3f0d39b7a4d22bb85),
+``moe_router_fusion`` True in its performance configs. One launch per fused Transformer Engine
+call; a D2H copy counts as one. Not counted: the force-balancing benchmark's random logits,
+z-loss, fp8 quantisation kernels, CUDA graphs."""
+
+
+def kernel_launches(op: Op, which: Pass, local_experts: int, fused_grouped_mlp: bool, ep: int = 1) -> int:
+    """Kernels the host issues for one pass of ``op``: the MoE path's ops as ``MOE_PATH_LAUNCHES``
+    (an all-to-all only where ``ep`` > 1; the dispatcher's sort and unsort of the received tokens by
+    local expert one fused kernel where a rank holds several experts); a routed expert's GEMM on the
+    unfused path one cuBLAS GEMM per local expert (Transformer Engine's GroupedLinear,
+    ``general_grouped_gemm`` over ``m_splits``: transformer_engine/pytorch/module/grouped_linear.py
+    @ 0069563f606859d4fb5d663e1c92509a30e99f35 ``_GroupedLinear.forward`` / ``backward``: fprop,
+    dgrad and wgrad each one GEMM per expert); any other op one per pass (a GEMM's backward two);
+    a pass with no work none."""
+    if which == "bwd":
+        return kernel_launches(op, "bwd_input", local_experts, fused_grouped_mlp, ep) + \
+            kernel_launches(op, "bwd_weight", local_experts, fused_grouped_mlp, ep)
+    if op.kind == "alltoall_marker" or op.role in MOE_PATH_LAUNCHES:
+        return _moe_path_launches(op, which, local_experts, ep)
+    flops, nbytes = {"fwd": (op.flops, op.bytes), "bwd_input": (op.bwd_flops, op.bwd_bytes),
                      "bwd_weight": (op.bwd_flops if op.kind == "gemm" else 0.0,
                                     op.bwd_bytes if op.kind == "gemm" else 0.0)}[which]
     if flops <= 0 and nbytes <= 0:
         return 0
     if op.role == "routed_expert" and op.kind == "gemm" and not fused_grouped_mlp:
-        return max(1, local_experts) * (2 if which == "bwd" else 1)
-    return 2 if which == "bwd" and op.kind == "gemm" else 1
+        return max(1, local_experts)
+    return 1
+
+
+def _moe_path_launches(op: Op, which: Pass, local_experts: int, ep: int) -> int:
+    counts = MOE_PATH_LAUNCHES.get("permute_no_ep" if op.role == "permute" and ep <= 1 else op.role)
+    if counts is None or (op.kind == "alltoall_marker" and ep <= 1 and local_experts <= 1):
+        return 0
+    n = {"fwd": counts.fwd, "bwd_input": counts.bwd_input, "bwd_weight": counts.bwd_weight}[which]
+    if op.kind != "alltoall_marker" or which == "bwd_weight":
+        return n
+    return (n if ep > 1 else 0) + (1 if local_experts > 1 else 0)
 
 
 def layer_syncs_host(model: ModelSpec, ops: Sequence[Op]) -> bool:
@@ -94,7 +162,7 @@ def host_bound(gpu: Sequence[float], host: Sequence[float], syncs: Sequence[bool
 
 def host_excess(model: ModelSpec, per_layer: Sequence[Sequence[Op]], recomputed: Sequence[Sequence[Op]],
                 gpu_time: Callable[[Sequence[Op], Pass], float], launch: float, local_experts: int,
-                fused_grouped_mlp: bool) -> HostExcess:
+                fused_grouped_mlp: bool, ep: int = 1) -> HostExcess:
     """What the host adds to one chunk's forward, backward and recomputed forward over their GPU
     time, at ``launch`` seconds per kernel: the forward split at each syncing MoE layer, the
     backward (input and weight gradients) one stretch, the recompute split like the forward."""
@@ -102,7 +170,7 @@ def host_excess(model: ModelSpec, per_layer: Sequence[Sequence[Op]], recomputed:
         return HostExcess()
 
     def host(ops: Sequence[Op], which: Pass) -> float:
-        return launch * sum(kernel_launches(o, which, local_experts, fused_grouped_mlp) for o in ops)
+        return launch * sum(kernel_launches(o, which, local_experts, fused_grouped_mlp, ep) for o in ops)
 
     def forward(layers: Sequence[Sequence[Op]]) -> float:
         pieces = [piece for ops in layers for piece in sync_pieces(model, ops)]

@@ -58,7 +58,7 @@ class Costing:
         local = max(1, self.model.num_experts // max(1, self.plan.ep))
         return host_excess(self.model, [ops for ops, _ in per_layer], recomputed,
                            lambda ops, which: self.time(list(ops), which), self.profile.host_launch_time,
-                           local, self.plan.moe_fused_grouped_mlp)
+                           local, self.plan.moe_fused_grouped_mlp, self.plan.ep)
 
 
 def lower(c: Costing, part: Partition | None = None) -> Lowered:
