@@ -300,9 +300,10 @@ def stage_in_flight_peak(schedule: str, stage: int, pp: int, m: int, vpp: int = 
     return in_flight_peak(_stored_program(schedule, stage, pp, m, vpp), chunk_weight)
 
 
-@lru_cache(maxsize=1024)
+@lru_cache(maxsize=128)
 def _stored_program(schedule: str, stage: int, pp: int, m: int, vpp: int) -> tuple[Action, ...]:
-    """``stage_program`` kept (a search asks for the same stage's program of many plans)."""
+    """``stage_program`` kept (a search asks for the same stage's program of many plans); 128
+    programs at most (a GPipe or DualPipe program of m = 8,192 holds ~16k actions, ~1 MB)."""
     return tuple(stage_program(schedule, stage, pp, m, vpp))
 
 
