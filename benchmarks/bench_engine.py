@@ -57,14 +57,16 @@ def _point(python: str, cwd: Path, cache: Path, *args: object) -> list[float] | 
     return [float(x) for x in out.stdout.split()]
 
 
-def _rows(trees: dict[str, tuple[str, Path]], cache: Path, repeats: int, label: str, args: tuple[object, ...]) -> None:
+def _rows(trees: dict[str, tuple[str, Path]], cache: Path, repeats: int, label: str,
+          args: tuple[object, ...]) -> dict[str, list[float]]:
+    """Prints the medians of each tree at one point and returns them (empty when a run failed)."""
     got: dict[str, list[list[float]]] = {t: [] for t in trees}
     for _ in range(repeats):
         for t, (python, cwd) in trees.items():
             r = _point(python, cwd, cache / t, *args)
             if isinstance(r, str):
                 print(f"{label} {t}: {r}")
-                return
+                return {}
             got[t].append(r)
     med = {t: [statistics.median(col) for col in zip(*rs)] for t, rs in got.items()}
     for t, v in med.items():
@@ -72,6 +74,17 @@ def _rows(trees: dict[str, tuple[str, Path]], cache: Path, repeats: int, label: 
               f"step {v[4]:.9g} s  MFU {v[5]:.4f}  {max(r[6] for r in got[t]):4.0f} MB", flush=True)
     if len(med) == 2:
         print(f"{label} new/old simulate wall {med['new'][2] / med['old'][2]:.2f}, cpu {med['new'][3] / med['old'][3]:.2f}")
+    return med
+
+
+def _flatness(times: dict[int, tuple[float, float]]) -> None:
+    """Issue 18's figure: the simulate wall (and CPU) time of the most micro-batches over the fewest's."""
+    if len(times) >= 2:
+        lo, hi = min(times), max(times)
+        walls = [w for w, _ in times.values()]
+        print(f"new simulate wall {hi:,} / {lo:,} micro-batches: {times[hi][0] / times[lo][0]:.2f}, CPU "
+              f"{times[hi][1] / times[lo][1]:.2f} (wall largest / smallest over all points {max(walls) / min(walls):.2f}; "
+              f"issue 18: within 2)")
 
 
 def main() -> None:
@@ -88,9 +101,13 @@ def main() -> None:
         for t, (python, cwd) in {**old, **new}.items():  # fill the bytecode caches
             _point(python, cwd, cache / t, "llama3-70b", 8, 2048, 64, 8, 8, "selective")
         print("llama3-70b, 64 H100, tp8 pp8 dp1, seq 2048: micro-batches per pipeline")
+        times: dict[int, tuple[float, float]] = {}
         for m in (8, 64, 512, 2048, 8192):
             trees = {**(old if m <= args.old_max else {}), **new}
-            _rows(trees, cache, args.repeats, f"{m:>6} mb", ("llama3-70b", m, 2048, 64, 8, 8, "selective"))
+            med = _rows(trees, cache, args.repeats, f"{m:>6} mb", ("llama3-70b", m, 2048, 64, 8, 8, "selective"))
+            if "new" in med:
+                times[m] = (med["new"][2], med["new"][3])
+        _flatness(times)
         print("llama3-405b, tp8 pp16, GBS 2048 x 8192: GPUs")
         for gpus in (128, 2048, 16384):
             _rows({**old, **new}, cache, args.repeats, f"{gpus:>6} GPUs", ("llama3-405b", 2048, 8192, gpus, 8, 16, "full"))

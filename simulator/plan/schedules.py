@@ -12,6 +12,7 @@ rules between passes. It knows nothing of durations: the engine times the passes
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import Callable, Literal, Sequence
 
 Kind = Literal["F", "B", "W"]
@@ -296,10 +297,17 @@ def stage_in_flight_peak(schedule: str, stage: int, pp: int, m: int, vpp: int = 
     least = 4 * pp + 2
     if schedule in PERIODIC_PEAK and m > least:
         m -= (m - least) // pp * pp
-    return in_flight_peak(stage_program(schedule, stage, pp, m, vpp), chunk_weight)
+    return in_flight_peak(_stored_program(schedule, stage, pp, m, vpp), chunk_weight)
 
 
-def in_flight_peak(program: list[Action], chunk_weight: Sequence[float] | None = None) -> float:
+@lru_cache(maxsize=128)
+def _stored_program(schedule: str, stage: int, pp: int, m: int, vpp: int) -> tuple[Action, ...]:
+    """``stage_program`` kept (a search asks for the same stage's program of many plans); 128
+    programs at most (a GPipe or DualPipe program of m = 8,192 holds ~16k actions, ~1 MB)."""
+    return tuple(stage_program(schedule, stage, pp, m, vpp))
+
+
+def in_flight_peak(program: Sequence[Action], chunk_weight: Sequence[float] | None = None) -> float:
     """Most activations held at once: F of chunk v adds ``chunk_weight[v]`` (1 by default), B frees it."""
     live = peak = 0.0
     for kind, _, v in program:

@@ -36,9 +36,11 @@ from clustersim.simulator.plan import (
 )
 from clustersim.simulator.step import (
     RESERVED_BYTES,
+    LayerSignature,
     Pass,
     expert_load,
     is_routed_expert,
+    layer_signature,
     op_kwargs,
     ops_time,
     optimizer_time,
@@ -50,8 +52,6 @@ from clustersim.workloads import ModelSpec, Op, TrainingSpec, embedding_ops, hea
 SAFETY = 1.0 - 1e-9
 """The bound sums per layer what lowering sums per chunk: float rounding, never physics."""
 
-Signature = tuple[str, bool, int | None]
-"""What ``layer_ops`` depends on besides the shard: (layer kind, MoE or not, attention window)."""
 ChunkBound = tuple[float, float, float, float]
 """(forward, backward with recompute, dense params, expert params) of one chunk, one micro-batch."""
 
@@ -82,7 +82,7 @@ class StepBound:
     _chunks: dict[tuple[object, ...], ChunkBound] = field(default_factory=dict)
     _lanes: dict[tuple[str, int, int, int], list[tuple[bool, bool]]] = field(default_factory=dict)
     _runs: dict[tuple[int, int], tuple[int, ...]] = field(default_factory=dict)
-    _ids: dict[Signature, int] = field(default_factory=dict)
+    _ids: dict[LayerSignature, int] = field(default_factory=dict)
 
     # -- cached pieces ---------------------------------------------------------------------------
     def _run(self, layers: range) -> tuple[int, ...]:
@@ -92,9 +92,8 @@ class StepBound:
             self._runs[key] = tuple(self._ids.setdefault(self._signature(i), len(self._ids)) for i in layers)
         return self._runs[key]
 
-    def _signature(self, i: int) -> Signature:
-        m = self.model
-        return m.layer_kind(i), m.is_moe_layer(i), m.attention_window(i)
+    def _signature(self, i: int) -> LayerSignature:
+        return layer_signature(self.model, i)
 
     def _pass_times(self, ops: tuple[Op, ...], imbalance: float) -> PassTimes:
         acc, prof, prec = self.cluster.accelerator, self.profile, self.training.precision

@@ -33,6 +33,8 @@ from clustersim.simulator.step.jitter import sync_wait_fraction
 from clustersim.simulator.step.lower import Costing, flow_shop, step_calls
 from clustersim.simulator.step.partition import (
     RESERVED_BYTES,
+    LayerSignature,
+    layer_signature,
     op_kwargs,
     partition_memory,
     pipeline_split,
@@ -46,6 +48,7 @@ from clustersim.simulator.step.trace import write_trace
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
     "CATEGORIES",
+    "LayerSignature",
     "J_PER_KWH",
     "RESERVED_BYTES",
     "Costing",
@@ -62,6 +65,7 @@ __all__ = [
     "floor_w",
     "flow_shop",
     "is_routed_expert",
+    "layer_signature",
     "money",
     "op_kwargs",
     "ops_time",

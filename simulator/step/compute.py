@@ -137,9 +137,13 @@ def ops_time_parts(
 ) -> dict[str, float]:
     """``ops_time`` split into ``COMPUTE_PARTS`` (sums to ``ops_time`` with the same arguments)."""
     out = dict.fromkeys(COMPUTE_PARTS, 0.0)
+    seen: dict[int, tuple[Op, dict[str, float]]] = {}  # by identity (see ``ops_time``)
     for op in ops:
-        scale, imbalance = expert_scales(op, profile, expert_scale)
-        for k, v in op_time_parts(op, accelerator, profile, precision, which, scale, imbalance).items():
+        hit = seen.get(id(op))
+        if hit is None:
+            scale, imbalance = expert_scales(op, profile, expert_scale)
+            hit = seen[id(op)] = (op, op_time_parts(op, accelerator, profile, precision, which, scale, imbalance))
+        for k, v in hit[1].items():
             out[k] += v
     return out
 
@@ -152,9 +156,17 @@ def ops_time(
     which: Pass = "fwd",
     expert_scale: float = 1.0,
 ) -> float:
-    """Summed seconds of ``ops`` for one pass; routed-expert ops stretched by ``expert_scale``."""
-    return sum(op_time(op, accelerator, profile, precision, which, *expert_scales(op, profile, expert_scale))
-               for op in ops)
+    """Summed seconds of ``ops`` for one pass; routed-expert ops stretched by ``expert_scale``. An op
+    listed again (``step.partition.LayerMemo`` shares a layer's ops between layers of one signature)
+    is priced once; the sum runs over every listing in order, as before."""
+    seen: dict[int, tuple[Op, float]] = {}  # by identity; holding the op keeps its id unique for the call
+
+    def one(op: Op) -> float:
+        hit = seen.get(id(op))
+        if hit is None:
+            hit = seen[id(op)] = (op, op_time(op, accelerator, profile, precision, which, *expert_scales(op, profile, expert_scale)))
+        return hit[1]
+    return sum(one(op) for op in ops)
 
 
 def expert_scales(op: Op, profile: CalibrationProfile, imbalance: float) -> tuple[float, float]:

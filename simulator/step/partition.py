@@ -121,14 +121,52 @@ def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> OpKwargs:
     }
 
 
-def chunk_ops(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range) -> list[Op]:
-    """Every op of one model chunk on one device, for one micro-batch."""
+LayerSignature = tuple[str, bool, int | None]
+"""All that ``workloads.layer_ops`` and ``layer_activation_bytes`` read of a layer index besides the
+shard: (layer kind, MoE or not, attention window)."""
+
+
+def layer_signature(model: ModelSpec, i: int) -> LayerSignature:
+    """Layer ``i``'s signature: layers with equal signatures have the same ops and activations."""
+    return model.layer_kind(i), model.is_moe_layer(i), model.attention_window(i)
+
+
+class LayerMemo:
+    """One plan's layer ops and activation bytes, computed once per layer signature (a model's 80
+    identical layers cost one ``layer_ops`` call, not 80); bound to one (model, training, plan)."""
+
+    def __init__(self, model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> None:
+        self.model, self.training, self.plan = model, training, plan
+        self._ops: dict[LayerSignature, tuple[Op, ...]] = {}
+        self._bytes: dict[LayerSignature, float] = {}
+
+    def ops(self, i: int) -> tuple[Op, ...]:
+        """``workloads.layer_ops`` of layer ``i`` under the plan's sharding."""
+        key = layer_signature(self.model, i)
+        if key not in self._ops:
+            kw = op_kwargs(self.plan, self.training)
+            self._ops[key] = tuple(layer_ops(self.model, i, attention_kernel=self.training.attention_kernel, **kw))
+        return self._ops[key]
+
+    def activation_bytes(self, i: int) -> float:
+        """``layer_bytes`` of layer ``i``."""
+        key = layer_signature(self.model, i)
+        if key not in self._bytes:
+            self._bytes[key] = layer_bytes(self.model, self.training, self.plan, i)
+        return self._bytes[key]
+
+
+def chunk_ops(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range,
+              memo: LayerMemo | None = None) -> list[Op]:
+    """Every op of one model chunk on one device, for one micro-batch (``memo``: the plan's layer
+    memo, made here when not given)."""
     kw = op_kwargs(plan, training)
+    memo = memo or LayerMemo(model, training, plan)
     ops: list[Op] = []
     if chunk == 0:
         ops += embedding_ops(model, **kw)
     for i in layers:
-        ops += layer_ops(model, i, attention_kernel=training.attention_kernel, **kw)
+        ops += memo.ops(i)
     if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
         ops += head_ops(model, **kw)
     return ops
@@ -180,10 +218,11 @@ def kept_layer_bytes(per_layer: list[float], offloaded: int) -> float:
     return sum(out) + max(per_layer[:offloaded], default=0.0)
 
 
-def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range) -> float:
+def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, chunk: int, layers: range,
+                      memo: LayerMemo) -> float:
     """Activations one micro-batch leaves on a device of this chunk (Korthikanti et al. 2022)."""
     shard = _Shard(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
-    per_layer = [layer_bytes(model, training, plan, i) for i in layers]
+    per_layer = [memo.activation_bytes(i) for i in layers]
     total = kept_layer_bytes(per_layer, min(plan.cpu_offloading_num_layers, len(per_layer)))
     if chunk == 0:
         total += embedding_activation_bytes(model, **shard)
@@ -197,10 +236,11 @@ def _peak_activations(plan: ParallelPlan, m: int, stage: int, chunk_bytes: list[
     return stage_in_flight_peak(plan.schedule, stage, plan.pp, m, plan.vpp, chunk_bytes)
 
 
-def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layers: range) -> float:
+def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layers: range,
+                   memo: LayerMemo) -> float:
     """Parameters on one device of the largest layer among ``layers`` (FSDP gathers one at a time)."""
     kinds = {(model.layer_kind(i), model.is_moe_layer(i)): i for i in layers}
-    return max((sum(o.params for o in chunk_ops(model, training, plan, -1, range(i, i + 1))) for i in kinds.values()),
+    return max((sum(o.params for o in chunk_ops(model, training, plan, -1, range(i, i + 1), memo)) for i in kinds.values()),
                default=0.0)
 
 
@@ -234,11 +274,14 @@ class Partition:
         return tuple(s.memory for s in self.stages)
 
 
-def stage_part(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int) -> StagePart:
-    """The chunks, ops and memory of one device of ``stage`` (ops computed once, shared by both)."""
-    chunks = tuple(ChunkPart(chunk=k, layers=layers, ops=tuple(chunk_ops(model, training, plan, k, layers)))
+def stage_part(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int,
+               memo: LayerMemo | None = None) -> StagePart:
+    """The chunks, ops and memory of one device of ``stage`` (ops computed once, shared by both;
+    ``memo``: the plan's layer memo, shared by its stages)."""
+    memo = memo or LayerMemo(model, training, plan)
+    chunks = tuple(ChunkPart(chunk=k, layers=layers, ops=tuple(chunk_ops(model, training, plan, k, layers, memo)))
                    for k, layers in stage_chunks(plan, model.num_layers)[stage])
-    return StagePart(stage=stage, chunks=chunks, memory=_stage_memory(model, training, plan, stage, chunks))
+    return StagePart(stage=stage, chunks=chunks, memory=_stage_memory(model, training, plan, stage, chunks, memo))
 
 
 def stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int) -> StageMemory:
@@ -247,7 +290,7 @@ def stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, s
 
 
 def _stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, stage: int,
-                  chunks: tuple[ChunkPart, ...]) -> StageMemory:
+                  chunks: tuple[ChunkPart, ...], memo: LayerMemo) -> StageMemory:
     dense = expert = 0.0
     act: list[float] = []
     largest_layer = 0.0
@@ -255,8 +298,8 @@ def _stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, 
         chunk, layers = part.chunk, part.layers
         d, e = _params(list(part.ops))
         dense, expert = dense + d, expert + e
-        act.append(_activation_bytes(model, training, plan, chunk, layers))
-        largest_layer = max(largest_layer, _largest_layer(model, training, plan, layers))
+        act.append(_activation_bytes(model, training, plan, chunk, layers, memo))
+        largest_layer = max(largest_layer, _largest_layer(model, training, plan, layers, memo))
     params = dense + expert
     optimizer = plan.sharded_state(dense, expert, training.master_param_bytes + training.optimizer_state_bytes)
     weights = params * training.param_bytes / plan.param_shard
@@ -284,7 +327,8 @@ def _dispatch_buffers(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
 
 def partition_plan(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan) -> Partition:
     """The partition of ``plan`` without the fit check (lowering alone, tests)."""
-    return Partition(stages=tuple(stage_part(model, training, plan, s) for s in range(plan.pp)))
+    memo = LayerMemo(model, training, plan)
+    return Partition(stages=tuple(stage_part(model, training, plan, s, memo) for s in range(plan.pp)))
 
 
 def partition(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, cluster: Cluster) -> Partition:

@@ -22,7 +22,9 @@ from clustersim.topologies.presets import get_cluster
 NVLINK = 450e9  # H100 NVLink4 per direction (NVIDIA H100 datasheet: 900 GB/s bidirectional)
 NIC = 50e9  # ConnectX-7 400 Gb/s per direction (NVIDIA ConnectX-7 datasheet)
 IDEAL = CalibrationProfile(link_efficiency={"nvlink": 1.0, "nic": 1.0, "fabric": 1.0},
-                           collective_overhead=0.0, p2p_overhead=0.0)
+                           collective_overhead=0.0, p2p_overhead=0.0, collective_latency="path")
+# The closed forms and the sweeps below test the path latency model (one path latency per step,
+# link_latency per source); NCCL's model has its own tests (test_nccl_latency.py).
 # Proposed defaults (reported to the lead for simulator/profiles): link efficiencies and overhead.
 # nvlink 0.80: 8x H200 ring (NVLS off) reaches 367.6 GB/s busbw of 450 GB/s (ml-engineering H200 notes);
 # in_network_reduction 0.76: NVLS all-reduce busbw 480 GB/s = 1.75 * 450 * 0.80 * 0.76.
@@ -30,6 +32,7 @@ PROPOSED = CalibrationProfile(
     link_efficiency={"nvlink": 0.80, "nic": 0.85, "fabric": 0.95, "pcie": 0.80, "loopback": 1.0,
                      "in_network_reduction": 0.76},
     collective_overhead=14e-6,
+    collective_latency="path",
 )
 DATA = Path(__file__).resolve().parents[2] / "workloads" / "data" / "collective_bandwidth.csv"
 

@@ -180,7 +180,8 @@ def test_run_without_failures_costs_the_step_per_token_and_failures_add_to_it() 
     step = step_energy(result, cluster)
     _, calm = price_run(result, cluster, 1e9, checkpoint, FailureSpec(), np.random.default_rng(0), days=1.0,
                         repetitions=4)
-    assert calm.energy_kwh.mean == pytest.approx(1e9 * step.j_per_token / 3.6e6, rel=1e-9)
+    # the day's history ends inside a step: at most one step's time of the day is not useful
+    assert calm.energy_kwh.mean == pytest.approx(1e9 * step.j_per_token / 3.6e6, rel=result.step_time / 86400.0)
     longrun, rough = price_run(result, cluster, 1e9, checkpoint, FailureSpec(mtbf_gpu=2 * 3600.0, restart_time=600.0),
                                np.random.default_rng(0), days=1.0, repetitions=20)
     assert longrun.goodput_mean < 0.95

@@ -15,13 +15,14 @@ import pytest
 from clustersim.simulator.network import nccl_tuning as nt
 from clustersim.simulator.network.analytic import GroupShape, collective_time
 from clustersim.simulator.network.collectives import collective_steps, price_collective
-from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile, default_profile
 from clustersim.topologies.fabrics import NodeSpec, fat_tree
 
 NVLINK = 450e9  # H100 NVLink4 per direction (NVIDIA H100 datasheet: 900 GB/s bidirectional)
 NIC = 50e9  # ConnectX-7 400 Gb/s per direction (NVIDIA ConnectX-7 datasheet)
 PATH = CalibrationProfile(link_efficiency={"nvlink": 1.0, "nic": 1.0, "fabric": 1.0},
-                          collective_overhead=0.0, p2p_overhead=0.0, pipeline_fill_bytes=0.0)
+                          collective_overhead=0.0, p2p_overhead=0.0, pipeline_fill_bytes=0.0,
+                          collective_latency="path")
 NCCL = PATH.replace(collective_latency="nccl")
 
 
@@ -119,5 +120,6 @@ def test_analytic_tier_uses_the_same_model() -> None:
     assert collective_time("all_gather", size, shape, cluster, PATH) != pytest.approx(t, rel=1e-9)  # type: ignore[arg-type]  # duck-typed cluster
 
 
-def test_default_profile_keeps_the_path_latency() -> None:
-    assert CalibrationProfile().collective_latency == "path"
+def test_default_profile_uses_nccl_latency() -> None:
+    assert CalibrationProfile().collective_latency == "nccl"
+    assert default_profile("H100 SXM 80GB").collective_latency == "nccl"
