@@ -34,9 +34,9 @@ Simulate = Callable[[int], tuple[list[Interval], float]]
 StreamKey = tuple[int, int, str]
 TOLERANCE: float = 1e-10
 """Largest time difference, as a fraction of the step, still counted as the same gap or duration."""
-BUDGET: float = 0.3
+BUDGET: float = 1 / 3
 """Most micro-batches the short runs may simulate in all, as a fraction of ``m``: when no period is
-confirmed the full run follows, so a failed search costs at most 30 % more."""
+confirmed the full run follows, so a failed search costs at most a third more."""
 ATTEMPTS: tuple[tuple[int, int], ...] = ((1, 1), (1, 2), (2, 2), (4, 2), (6, 2), (8, 2))
 """(period in schedule units of micro-batches, multiple of ``base`` the short runs start from),
 tried in order: short periods after a short warm-up first."""
