@@ -93,7 +93,7 @@ def fill_pooled(pb: _Problem, x: Scales, have: Mapping[str, np.ndarray],
             continue
         mean = float(lv[p][donors].mean())
         for i in np.flatnonzero(~donors):
-            out[p][i] = _clip(pb, p, i, float(np.exp(mean - ref[p][i])), x, bounds)
+            out[p][i] = _clip(pb, p, int(i), float(np.exp(mean - ref[p][i])), x, bounds)
             names = ", ".join(g for g, d in zip(pb.groups, donors) if d)
             notes.append(f"{pb.groups[i]} {p}: no training row moves it, pooled level {np.exp(mean):.3f} of {names}")
     return out, notes
@@ -105,9 +105,9 @@ def _clip(pb: _Problem, p: str, i: int, s: float, x: Mapping[str, np.ndarray], b
     if p == "gemm":
         return min(s, hi / float(np.max(b["gemm"][i] * x["curve"])))
     if p == "attn":
-        return min(s, hi / b["attn_max"][i], hi / (b["attn_max"][i] * b["ak"][i]))
+        return float(min(s, hi / b["attn_max"][i], hi / (b["attn_max"][i] * b["ak"][i])))
     if p == "link":
-        return min(s, hi / b["nvlink"][i], bounds.max_nic_efficiency / b["nic"][i])
+        return float(min(s, hi / b["nvlink"][i], bounds.max_nic_efficiency / b["nic"][i]))
     lo, up = {"exp": bounds.expert, "fp8": bounds.fp8, "fp4": bounds.fp4}[p]
     return float(np.clip(s * b[p][i], lo, up) / b[p][i])
 
