@@ -180,12 +180,16 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
                             bounds: Bounds = Bounds(), sweeps: int = 4, fidelity: Fidelity = "analytic",
                             workers: int = 2, progress: Callable[[int, int], None] | None = None,
                             reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
+                            on_folds: Callable[[pd.DataFrame, Sequence[FoldFit]], None] | None = None,
                             ) -> CrossValidation:
     """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
 
     ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).
     ``reuse`` = (profiles, row_id -> seconds) of a ``--fit-profiles`` run: its predictions serve as
     the in-sample figure when its profiles are the all-families fit's (checked), else ignored.
+    ``on_folds`` is called once the folds are fitted, before any re-simulation, with the first-order
+    held-out table (row_id, source_id, gpu_type, group, measured_s, family, first_order_held_out_s)
+    and the fold fits: the fit's own figure in minutes, the simulated one after.
     """
     ok = sens[sens.status == "ok"].reset_index(drop=True)
     fam = ok.source_id.astype(str).map(family_of).to_numpy()
@@ -204,11 +208,14 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
         folds.append(ff)
         fold_of[f] = ff
         first_order[test] = _first_order_at(pb, ok, profiles, ff)[test]
+    frame = ok[["row_id", "source_id", "gpu_type", "group", "measured"]].rename(columns={"measured": "measured_s"})
+    frame = frame.assign(family=fam, first_order_held_out_s=first_order)
+    if on_folds is not None:
+        on_folds(frame, folds)
     sim = _simulate_all(runs, ok, fam, fold_of, None if in_sample is not None else full, fidelity, workers, progress)
     if in_sample is not None:
         sim["in_sample_s"] = sim.row_id.map(in_sample)
-    frame = ok[["row_id", "source_id", "gpu_type", "group", "measured"]].rename(columns={"measured": "measured_s"})
-    frame = frame.assign(family=fam, first_order_held_out_s=first_order).merge(sim, on="row_id", how="left")
+    frame = frame.merge(sim, on="row_id", how="left")
     gpus = runs.set_index(runs.row_id.astype(int)).num_gpus
     frame = frame[frame.held_status == "ok"].reset_index(drop=True)
     frame["num_gpus"] = frame.row_id.map(gpus).astype(int)
