@@ -44,7 +44,7 @@ def _top(prof: object) -> float:
 def test_unseen_type_takes_the_geometric_mean_of_the_trained_levels() -> None:
     sens = _three_types()
     bridge = sens.source_id.str.startswith("megatron-bridge").to_numpy()
-    fold = fit_fold(sens, PROFILES, ~bridge, family="megatron-bridge", sweeps=1, strength=0.0)
+    fold = fit_fold(sens, PROFILES, ~bridge, family="megatron-bridge", sweeps=1, pooling=True, strength=0.0)
     h, a, b = (_top(fold.profiles[g]) for g in ("h100", "a100", "b200"))
     assert a / h == pytest.approx(SLOW, rel=0.03)  # each trained type fitted on its own rows
     assert b == pytest.approx((h * a) ** 0.5, rel=0.01)  # not a copy of either donor
