@@ -10,7 +10,10 @@ scored on the family left out), the interval table stored as data
 prediction (``interval_for``), marked extrapolated when its regime or scale has no held-out
 evidence, with the nearest validated regime named and the pooled interval widened by a factor
 measured on the residuals themselves (``extrapolation_widening``: each validated regime left out of
-the pooled set in turn, the conformal quantile of how far its rows fall outside the others' interval).
+the pooled set in turn, the conformal quantile of how far its rows fall outside the others' interval),
+and every interval widened by the spread between families (``family_widening``: each family left
+out in turn, the family-weighted conformal quantile of how far its rows fall outside the intervals
+calibrated on the others).
 It does not fit profiles nor simulate (``calibration.fit_crossval``).
 """
 
@@ -185,14 +188,54 @@ def with_regimes(frame: pd.DataFrame) -> pd.DataFrame:
     return frame.assign(regime_key=[regime(k or "dense", g) for k, g in zip(frame.regime, frame.group.astype(str))])
 
 
+def _regime_bounds(cal: pd.DataFrame, reg: object, level: float, factor: list[float]) -> tuple[float, float, bool]:
+    """The interval of regime ``reg`` calibrated on ``cal``: its own rows, or the pooled rows widened
+    by ``extrapolation_widening`` of ``cal`` (computed once, kept in ``factor``); and whether pooled."""
+    r, w, extrapolated = _calibration(cal, reg)
+    lo, hi = conformal_bounds(r, level, w)
+    if extrapolated:
+        if not factor:
+            factor.append(extrapolation_widening(cal, level)[0])
+        lo, hi = _widen(lo, hi, factor[0])
+    return lo, hi, extrapolated
+
+
+def family_widening(frame: pd.DataFrame, level: float) -> float:
+    """The factor on the log-ratio bounds that makes the interval hold for a family not seen.
+
+    Each family of ``frame`` is treated in turn as the new one: its rows are scored
+    (``widening_scores``) against the intervals of their regimes calibrated on the other families
+    (``_regime_bounds``: the same rule a prediction gets); the factor is the split-conformal
+    ``level`` quantile of the scores with each family one unit of evidence (a new family is
+    exchangeable with a family, not with a row: Dunn, Wasserman & Ramdas 2022, the argument of
+    ``family_weights``, applied to the widening as ``extrapolation_widening`` does for regimes), never
+    below 1. A family whose bias the others do not share drives it up; exchangeable families leave it
+    near 1. Fewer than two families leave nothing to measure it on: 1 (the rows' own interval)."""
+    fr = frame if "regime_key" in frame else with_regimes(frame)
+    fams = sorted(fr.family.astype(str).unique())
+    if len(fams) < 2:
+        return 1.0
+    scores, weights = [], []
+    for fam in fams:
+        test, cal = fr[fr.family == fam], fr[fr.family != fam]
+        factor: list[float] = []
+        for reg, part in test.groupby("regime_key"):
+            lo, hi, _ = _regime_bounds(cal, reg, level, factor)
+            scores.append(widening_scores(ratios(part), lo, hi))
+            weights.append(np.full(len(part), 1.0 / len(test)))
+    return max(1.0, _weighted_upper(np.concatenate(scores), np.concatenate(weights), level))
+
+
 def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> pd.DataFrame:
     """Per held-out family and level: the share of its rows inside intervals calibrated without it.
 
     The calibration set of family f is the held-out residuals of every other family (each itself
     predicted by a fit that did not see it); a regime with fewer than ``MIN_REGIME_ROWS`` of them
     uses the pooled set widened by ``extrapolation_widening`` of the same calibration set (the
-    extrapolation rule, measured without the family scored). Columns: family, level,
-    rows, covered, coverage, extrapolated_rows; plus one "all" line per level.
+    extrapolation rule, measured without the family scored), and every interval is widened by
+    ``family_widening`` of the same calibration set (measured on the other families only).
+    Columns: family, level, rows, covered, coverage, extrapolated_rows, family_widening; plus one
+    "all" line per level.
     """
     import pandas as pd  # the fitting side only: ``simulate`` reads the stored table without pandas
 
@@ -202,23 +245,20 @@ def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) ->
         tot = cov = ext = 0
         for fam, test in fr.groupby("family"):
             cal = fr[fr.family != fam]
-            inside = 0
-            extra = 0
-            factor: float | None = None
+            inside = extra = 0
+            factor: list[float] = []
+            between = family_widening(cal, level)
             for reg, part in test.groupby("regime_key"):
-                r, w, extrapolated = _calibration(cal, reg)
-                lo, hi = conformal_bounds(r, level, w)
-                if extrapolated:
-                    factor = extrapolation_widening(cal, level)[0] if factor is None else factor
-                    lo, hi = _widen(lo, hi, factor)
-                    extra += len(part)
+                lo, hi, extrapolated = _regime_bounds(cal, reg, level, factor)
+                lo, hi = _widen(lo, hi, between)
+                extra += len(part) if extrapolated else 0
                 q = ratios(part)
                 inside += int(np.sum((q >= lo) & (q <= hi)))
             out.append({"family": fam, "level": level, "rows": len(test), "covered": inside,
-                        "coverage": inside / len(test), "extrapolated_rows": extra})
+                        "coverage": inside / len(test), "extrapolated_rows": extra, "family_widening": between})
             tot, cov, ext = tot + len(test), cov + inside, ext + extra
         out.append({"family": "all", "level": level, "rows": tot, "covered": cov, "coverage": cov / tot if tot else math.nan,
-                    "extrapolated_rows": ext})
+                    "extrapolated_rows": ext, "family_widening": family_widening(fr, level)})
     return pd.DataFrame(out)
 
 
@@ -233,7 +273,8 @@ def interval_table(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> dic
                                 for lv in levels}}
     pooled = {f"ratio_{int(lv * 100)}": list(conformal_bounds(ratios(fr), lv, family_weights(fr))) for lv in levels}
     widen = {f"ratio_{int(lv * 100)}": extrapolation_widening(fr, lv)[0] for lv in levels}
-    return {"levels": list(levels), "min_regime_rows": MIN_REGIME_ROWS, "widen": widen,
+    between = {f"ratio_{int(lv * 100)}": family_widening(fr, lv) for lv in levels}
+    return {"levels": list(levels), "min_regime_rows": MIN_REGIME_ROWS, "widen": widen, "family_widen": between,
             "pooled": {"rows": int(len(fr)), **pooled}, "regimes": regimes}
 
 
@@ -294,12 +335,13 @@ def interval_for(step_time: float, kind: str, gpu: str, num_gpus: int, *, level:
     if entry is not None and key not in entry:
         raise CalibrationError(f"interval level {level} not stored; use one of {tab['levels']}")
     if entry is not None and entry["rows"] >= tab["min_regime_rows"] and num_gpus <= SCALE_HEADROOM * entry["max_gpus"]:
-        lo, hi = (_bound(v) for v in entry[key])
+        lo, hi = _widen(_bound(entry[key][0]), _bound(entry[key][1]), stored_family_widening(tab, key))
         return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=False,
                         nearest=f"{reg} ({entry['rows']} held-out rows, up to {entry['max_gpus']} GPUs)")
     factor = stored_widening(tab, key)
     pooled_lo, pooled_hi = (_bound(v) for v in tab["pooled"][key])
     lo, hi = _widen(pooled_lo, pooled_hi, factor)
+    lo, hi = _widen(lo, hi, stored_family_widening(tab, key))
     near = _nearest(tab, reg, factor)
     return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=True,
                     nearest=near)
@@ -310,6 +352,12 @@ def stored_widening(tab: Mapping[str, Any], key: str) -> float:
     measured (``extrapolation_widening``); one number (``WIDEN_FALLBACK``'s rule) in older tables."""
     widen = tab.get("widen", WIDEN_FALLBACK)
     return float(widen[key]) if isinstance(widen, Mapping) else float(widen)
+
+
+def stored_family_widening(tab: Mapping[str, Any], key: str) -> float:
+    """The table's between-family factor at level ``key`` (``family_widening``); 1 in tables
+    written before it (their intervals as they were)."""
+    return float(tab.get("family_widen", {}).get(key, 1.0))
 
 
 def _nearest(tab: Mapping[str, Any], reg: str, factor: float) -> str:

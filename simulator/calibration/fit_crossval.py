@@ -5,7 +5,9 @@ family (``validate.FAMILIES``); inside each fold everything that learns from mea
 on the other families only: the first-order profile fit (``fit_first_order.fit_scales``, same
 bounds, same weights), the choice of which per-GPU factors have evidence (a factor no training row
 moves takes its prior, ``PRIORS``; a GPU type without training rows takes the fitted profile of
-its donor, ``GROUP_DONORS``), and the schedule knobs a row leaves unpublished (re-tuned at the fold's
+its donor, ``GROUP_DONORS``; with ``pooling`` the GPU types are instead partially pooled and a type
+without training rows takes the pooled levels, ``fit_pooling``, the strength chosen by
+leave-one-family-out inside the training families), and the schedule knobs a row leaves unpublished (re-tuned at the fold's
 profile by ``validate_row``, which picks the fastest plan and never looks at the measured time).
 Held-out rows are then re-simulated at their fold's profile, so the held-out error is the
 simulator's, not the first-order model's. One pass of sensitivities (``fit_defaults.sensitivities``,
@@ -26,8 +28,9 @@ import pandas as pd
 from clustersim.simulator.calibration.fit_defaults import profile_key
 from clustersim.simulator.calibration.fit_first_order import (
     GEMM_POINTS, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
-    predict, row_weights, with_cited_constants,
+    row_weights, with_cited_constants,
 )
+from clustersim.simulator.calibration.fit_pooling import choose_strength, evidence, fit_pooled
 from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, CalibrationProfile
 from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
@@ -45,7 +48,8 @@ part's own datasheet peak, so they carry over between parts."""
 
 PRIORS: Mapping[str, tuple[str, float]] = {
     "exp": ("expert_efficiency", GROUPED_GEMM_EFFICIENCY_PRIOR), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0)}
-"""Value of a per-GPU factor that no training row of its GPU type moves (no MoE, FP8 or NVFP4 row):
+"""Value of a per-GPU factor that no training row of any GPU type moves (no MoE, FP8 or NVFP4 row;
+with ``fit_fold(pooling=True)``, where some type has one, the others take its pooled level):
 routed-expert GEMMs at the cited grouped-GEMM prior (``profile.GROUPED_GEMM_EFFICIENCY_PRIOR``,
 0.62 of the dense GEMM curve read at one expert's shape), FP8/FP4 GEMMs at the
 same fraction of their datasheet peak as BF16 (1.0). Never the value fitted on the held-out rows."""
@@ -110,8 +114,53 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
 
 
 def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], train: np.ndarray, *,
+             family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4, pooling: bool = False,
+             strength: float | None = None) -> FoldFit:
+    """Fit on the ``train`` rows of the ``ok`` rows of ``sens``.
+
+    ``pooling`` False (default): ``_fit_fold_donor``. True: the GPU types partially pooled
+    (``fit_pooling``) at ``strength``, chosen by leave-one-family-out inside the training rows
+    when None; pooled levels for what no training row moves, priors where no type has evidence.
+    Not the default: on the stored sensitivities of 34d4574 it made the first-order held-out
+    figure worse (11.50 -> 12.61 %; docs/VALIDATION.md)."""
+    if not pooling:
+        return _fit_fold_donor(sens, profiles, train, family=family, bounds=bounds, sweeps=sweeps)
+    ok = sens[sens.status == "ok"]
+    pb = first_order_problem(ok, profiles)
+    meas, w = measured_times(ok, None), row_weights(ok)
+    fam = ok.source_id.fillna("").astype(str).map(family_of).to_numpy()
+    notes: list[str] = []
+    if strength is None:
+        strength, scores = choose_strength(pb, meas, w, fam, train, bounds=bounds, sweeps=sweeps)
+        notes.append("pooling strength " + f"{strength:g} (inner held-out families, first-order MAPE: "
+                     + ", ".join(f"{k:g}: {v:.2f} %" for k, v in scores.items()) + ")")
+    x, pooled = fit_pooled(pb, meas, w, train, strength, bounds=bounds, sweeps=sweeps)
+    notes.extend(pooled)
+    have = evidence(pb, train)
+    out: dict[str, CalibrationProfile] = {}
+    counts: dict[str, int] = {}
+    for i, g in enumerate(pb.groups):
+        prof = with_cited_constants(apply_scales(profiles[g], i, x), g)
+        for p in PRIORS:
+            if not have[p].any():
+                prof = _set_prior(prof, p)
+                notes.append(f"{g} {p}: no training row of any GPU type moves it, prior {PRIORS[p][1]}")
+        counts[g] = int(sum(bool(have[p][i]) for p in PER_GROUP))
+        if not np.any(train & (pb.gi == i)):
+            prof = prof.replace(name=f"{g}-pooled", source=f"fold without {family}: no {g} row, pooled levels")
+        notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
+        out[g] = prof
+    notes.append(f"sync_jitter_cv = {next(iter(out.values())).sync_jitter_cv} (shared by every GPU type)")
+    for g in sorted(set(profiles) - set(out)):
+        out[g] = profiles[g]
+        counts[g] = 0
+        notes.append(f"{g}: no row at all, its profile as given")
+    return FoldFit(family=family, profiles=out, fitted_params=counts, notes=tuple(notes))
+
+
+def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], train: np.ndarray, *,
              family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4) -> FoldFit:
-    """Fit on the ``train`` rows of the ``ok`` rows of ``sens``; priors and donors for the rest."""
+    """The default fold fit: each GPU type on its own rows; priors and donors (``GROUP_DONORS``) for the rest."""
     ok = sens[sens.status == "ok"]
     pb = first_order_problem(ok, profiles)
     meas, w = measured_times(ok, None), row_weights(ok)
@@ -193,19 +242,23 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
                             bounds: Bounds = Bounds(), sweeps: int = 4, fidelity: Fidelity = "analytic",
                             workers: int = 2, progress: Callable[[int, int], None] | None = None,
                             reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
-                            ) -> CrossValidation:
+                            on_folds: Callable[[pd.DataFrame, Sequence[FoldFit]], None] | None = None,
+                            pooling: bool = False) -> CrossValidation:
     """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
 
     ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).
     ``reuse`` = (profiles, row_id -> seconds) of a ``--fit-profiles`` run: its predictions serve as
     the in-sample figure when its profiles are the all-families fit's (checked), else ignored.
+    ``on_folds`` is called once the folds are fitted, before any re-simulation, with the first-order
+    held-out table (row_id, source_id, gpu_type, group, measured_s, family, first_order_held_out_s)
+    and the fold fits: the fit's own figure in minutes, the simulated one after.
     """
     ok = sens[sens.status == "ok"].reset_index(drop=True)
     fam = ok.source_id.astype(str).map(family_of).to_numpy()
     families = sorted(set(fam))
     if len(families) < 2:
         raise CalibrationError(f"cross-validation by family needs 2 or more families, the rows have {families}")
-    full = fit_fold(ok, profiles, np.ones(len(ok), bool), bounds=bounds, sweeps=sweeps)
+    full = fit_fold(ok, profiles, np.ones(len(ok), bool), bounds=bounds, sweeps=sweeps, pooling=pooling)
     in_sample = reuse[1] if reuse is not None and same_fit(full, reuse[0]) else None
     folds = [full]
     fold_of: dict[str, FoldFit] = {}
@@ -213,15 +266,18 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     first_order = np.zeros(len(ok))
     for f in families:
         test = fam == f
-        ff = fit_fold(ok, profiles, ~test, family=f, bounds=bounds, sweeps=sweeps)
+        ff = fit_fold(ok, profiles, ~test, family=f, bounds=bounds, sweeps=sweeps, pooling=pooling)
         folds.append(ff)
         fold_of[f] = ff
         first_order[test] = _first_order_at(pb, ok, profiles, ff)[test]
+    frame = ok[["row_id", "source_id", "gpu_type", "group", "measured"]].rename(columns={"measured": "measured_s"})
+    frame = frame.assign(family=fam, first_order_held_out_s=first_order)
+    if on_folds is not None:
+        on_folds(frame, folds)
     sim = _simulate_all(runs, ok, fam, fold_of, None if in_sample is not None else full, fidelity, workers, progress)
     if in_sample is not None:
         sim["in_sample_s"] = sim.row_id.map(in_sample)
-    frame = ok[["row_id", "source_id", "gpu_type", "group", "measured"]].rename(columns={"measured": "measured_s"})
-    frame = frame.assign(family=fam, first_order_held_out_s=first_order).merge(sim, on="row_id", how="left")
+    frame = frame.merge(sim, on="row_id", how="left")
     gpus = runs.set_index(runs.row_id.astype(int)).num_gpus
     frame = frame[frame.held_status == "ok"].reset_index(drop=True)
     frame["num_gpus"] = frame.row_id.map(gpus).astype(int)

@@ -254,13 +254,16 @@ def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.n
 
 
 def fit_scales(pb: _Problem, measured: np.ndarray, weights: np.ndarray, *, bounds: Bounds = Bounds(),
-               sweeps: int = 4, mask: np.ndarray | None = None) -> tuple[dict[str, np.ndarray], float]:
-    """Scales minimising the weighted MAPE of the rows in ``mask`` (all by default), and that MAPE."""
+               sweeps: int = 4, mask: np.ndarray | None = None,
+               penalty: Callable[[Mapping[str, np.ndarray]], float] | None = None) -> tuple[dict[str, np.ndarray], float]:
+    """Scales minimising the weighted MAPE of the rows in ``mask`` (all by default) plus
+    ``penalty(scales)`` (in MAPE percent points; none by default), and that objective."""
     m = np.ones(len(measured), bool) if mask is None else mask
     x = _initial(pb)
     for i, smooth in enumerate(SMOOTHING):
         def obj(x: Mapping[str, np.ndarray], s: float = smooth) -> float:
-            return weighted_mape(predict(pb, x)[m], measured[m], weights[m], s)
+            extra = penalty(x) if penalty is not None else 0.0
+            return weighted_mape(predict(pb, x)[m], measured[m], weights[m], s) + extra
 
         best = obj(x)
         for step in ([None] * sweeps if i == 0 else []) + [0.02, 0.005, 0.001]:

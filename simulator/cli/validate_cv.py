@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Sequence
 
 import pandas as pd
 from rich.console import Console
@@ -17,7 +18,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from clustersim.files import write_atomic
-from clustersim.simulator.calibration.fit_crossval import CrossValidation, cross_validate_families
+from clustersim.simulator.calibration.fit_crossval import CrossValidation, FoldFit, cross_validate_families
 from clustersim.simulator.calibration.fit_defaults import sensitivities
 from clustersim.simulator.intervals import coverage_by_family, interval_table, write_intervals
 from clustersim.simulator.profile import PROFILE_DIR, CalibrationProfile, load_profile
@@ -49,7 +50,7 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
         task2 = bar.add_task("held-out re-simulation", total=int((sens.status == "ok").sum()))
         cv = cross_validate_families(table, sens, profiles, fidelity=fidelity, workers=workers,
                                      progress=lambda d, _t: bar.update(task2, completed=d),
-                                     reuse=_fit_run(sens_csv))
+                                     reuse=_fit_run(sens_csv), on_folds=lambda fr, folds: _write_folds(out_dir, fr, folds))
     coverage = coverage_by_family(cv.rows)
     _write(out_dir, cv, coverage, sens if sens_csv is None else None)
     _print(console, cv, coverage, t_sens, time.perf_counter() - start - t_sens, out_dir)
@@ -65,6 +66,17 @@ def _fit_run(sens_csv: Path | None) -> tuple[dict[str, CalibrationProfile], dict
     return fitted, dict(zip(rows.row_id.astype(int), rows.base.astype(float)))
 
 
+def _write_folds(out_dir: Path, first_order: pd.DataFrame, folds: Sequence[FoldFit]) -> None:
+    """``cv_first_order.csv`` and ``cv_notes.txt`` as soon as the folds are fitted (before the re-simulation)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "cv_first_order.csv", first_order.to_csv(index=False))
+    write_atomic(out_dir / "cv_notes.txt", _notes(folds))
+
+
+def _notes(folds: Sequence[FoldFit]) -> str:
+    return "".join(f"[{f.family or 'all families (in-sample)'}] {n}\n" for f in folds for n in f.notes)
+
+
 def _write(out_dir: Path, cv: CrossValidation, coverage: pd.DataFrame, sens: pd.DataFrame | None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, frame in (("cv_rows", cv.rows), ("cv_families", cv.by_family), ("cv_coverage", coverage),
@@ -72,8 +84,7 @@ def _write(out_dir: Path, cv: CrossValidation, coverage: pd.DataFrame, sens: pd.
         write_atomic(out_dir / f"{name}.csv", frame.to_csv(index=False))
     if sens is not None:
         write_atomic(out_dir / "fit_sensitivities.csv", sens.to_csv(index=False))
-    notes = "".join(f"[{f.family or 'all families (in-sample)'}] {n}\n" for f in cv.folds for n in f.notes)
-    write_atomic(out_dir / "cv_notes.txt", notes)
+    write_atomic(out_dir / "cv_notes.txt", _notes(cv.folds))
     write_intervals(interval_table(cv.rows), out_dir / "intervals.yaml", header=INTERVALS_HEADER)
 
 
@@ -87,10 +98,11 @@ def _print(console: Console, cv: CrossValidation, coverage: pd.DataFrame, t_sens
                   f"{r['median_abs_out']:.1f}", f"{r['bias_out']:+.1f}")
     console.print(t)
     c = Table(title="interval coverage on held-out families")
-    for col in ("level", "rows", "covered %", "extrapolated rows"):
+    for col in ("level", "rows", "covered %", "extrapolated rows", "family widening (all)"):
         c.add_column(col, justify="right")
     for r in coverage[coverage.family == "all"].to_dict("records"):
-        c.add_row(f"{r['level']:.0%}", str(r["rows"]), f"{100 * r['coverage']:.1f}", str(r["extrapolated_rows"]))
+        c.add_row(f"{r['level']:.0%}", str(r["rows"]), f"{100 * r['coverage']:.1f}", str(r["extrapolated_rows"]),
+                  f"x{r['family_widening']:.2f}")
     console.print(c)
     params = ", ".join(f"{r['gpu_type']} {r['own_params']}" for r in cv.params.to_dict("records"))
     console.print(f"fitted parameters per GPU type (own; plus {cv.params.shared_params.iloc[0]} shared): {params}")

@@ -145,3 +145,40 @@ def test_coverage_uses_the_widening_of_its_own_calibration_set() -> None:
     assert cov.loc["c", "extrapolated_rows"] == 5 and cov.loc["c", "coverage"] == 1.0
     table = interval_table(frame, levels=(0.8,))
     assert table["widen"]["ratio_80"] == pytest.approx(extrapolation_widening(frame, 0.8)[0])
+
+
+def _families_at(ratios_by_family: dict[str, float]) -> pd.DataFrame:
+    return pd.concat([_cv(values=np.full(20, r), families=(f,)) for f, r in ratios_by_family.items()])
+
+
+def test_family_widening_known_answer() -> None:
+    from clustersim.simulator.intervals import family_widening
+    # a, b at 1.1, c at 1.21 = 1.1^2 (one dense/hopper regime, 20 rows each). Left out: a (and b)
+    # against b+c's family-weighted [1.1, 1.21] scores log 1.1 / log 1.21 = 0.5; c against a+b's
+    # [1.1, 1.1] scores 2. Each family one unit, new-point mass 1/20: the 0.8 quantile of
+    # (0.5, 0.5, 2.0) over 3.05 is reached at 2.44 > 2 units, among c's 2.0s
+    assert family_widening(_families_at({"a": 1.1, "b": 1.1, "c": 1.21}), 0.8) == pytest.approx(2.0)
+    # exchangeable families (same ratios): nothing to widen, and never narrower than 1
+    assert family_widening(_families_at({"a": 1.1, "b": 1.1, "c": 1.1}), 0.8) == pytest.approx(1.0)
+    assert family_widening(_cv(families=("a",)), 0.8) == 1.0  # one family: nothing to measure
+
+
+def test_coverage_of_a_biased_family_uses_the_spread_of_the_others() -> None:
+    from clustersim.simulator.intervals import family_widening
+    # d (1.331 = 1.1^3) held out: a, b, c calibrate [1.1, 1.21], which misses d; the spread among
+    # a, b, c (b off the others by 1.1) gives factor 2 (as the known answer above), so the
+    # interval reaches 1.21^2 = 1.4641 and covers d
+    frame = _families_at({"a": 1.1, "b": 1.21, "c": 1.1, "d": 1.331})
+    cov = coverage_by_family(frame, levels=(0.8,)).set_index("family")
+    assert cov.loc["d", "coverage"] == 1.0
+    assert cov.loc["d", "family_widening"] == pytest.approx(family_widening(frame[frame.family != "d"], 0.8))
+    assert cov.loc["d", "family_widening"] == pytest.approx(2.0)
+
+
+def test_interval_for_applies_the_stored_family_widening() -> None:
+    tab = interval_table(_cv())
+    base = interval_for(1.0, "dense", "H100", 64, level=0.8, table={**tab, "family_widen": {"ratio_80": 1.0}})
+    wide = interval_for(1.0, "dense", "H100", 64, level=0.8, table={**tab, "family_widen": {"ratio_80": 2.0}})
+    assert (wide.low_s, wide.high_s) == (pytest.approx(base.low_s ** 2), pytest.approx(base.high_s ** 2))
+    old = {k: v for k, v in tab.items() if k != "family_widen"}  # a table written before the factor
+    assert interval_for(1.0, "dense", "H100", 64, level=0.8, table=old) == base
