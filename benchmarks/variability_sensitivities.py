@@ -2,9 +2,10 @@
 
     .venv/bin/python benchmarks/variability_sensitivities.py OLD/fit_sensitivities.csv OUT_DIR [--workers 1]
 
-The fit installs ``gpu_variability_cv = profile.GPU_VARIABILITY_CV_MEASURED`` with its other cited
-constants (``fit_first_order.with_cited_constants``); a sensitivity pass taken without it linearises
-every row at a step time without the wait for the job's slowest GPU. Instead of a fresh pass (fifteen
+``benchmarks/cv_variability.py measured`` sets ``gpu_variability_cv = profile.GPU_VARIABILITY_CV_MEASURED``
+in every fold's profiles; a sensitivity pass taken without it linearises every row at a step time
+without the wait for the job's slowest GPU, so each fold's fit cannot absorb the wait. Use the
+spliced file as ``--sensitivities`` of that run. Instead of a fresh pass (fifteen
 simulations per row) this simulates each row's base once with the constant set, at the bundled
 profiles with the current code (``fit_defaults.sensitivities`` with no parameter), and writes
 OUT_DIR/fit_sensitivities.csv = the old file with, per ``ok`` row, r = (base with the constant) /

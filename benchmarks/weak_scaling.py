@@ -13,7 +13,7 @@ sets ``gpu_variability_cv`` (static GPU-to-GPU speed variability over the job's 
 ``profile.GPU_VARIABILITY_CV_MEASURED``) on every profile; ``--latency`` sets ``collective_latency``
 (``nccl``: NCCL's tuning model of latency and protocol, ``network.nccl_tuning``). ``--cited``
 starts from the fit's cited constants (``fit_first_order.with_cited_constants``: overlap slowdown,
-GPU-to-GPU variability, flash2 factor), as every cross-validation fold's profile carries them;
+flash2 factor), as every cross-validation fold's profile carries them;
 ``--overlap`` and ``--variability`` then override them only where given. ``--decompose`` prints
 the predicted step at the smallest and largest count split into the Result's breakdown (compute,
 exposed DP: communication and the waits for the slowest rank/GPU, optimizer, ...) and the wait's

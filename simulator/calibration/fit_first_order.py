@@ -22,8 +22,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.profile import (GPU_VARIABILITY_CV_MEASURED, OVERLAP_SLOWDOWN_MEASURED, SYNC_JITTER_MAX,
-                                          CalibrationProfile)
+from clustersim.simulator.profile import OVERLAP_SLOWDOWN_MEASURED, SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.validate import family_of
 
@@ -64,20 +63,12 @@ MI250 and MI210, ``profile.OVERLAP_SLOWDOWN_MEASURED``: NCCL's kernels take SMs 
 applied to the FSDP/ZeRO-3 layer gathers and scatters and the ZeRO-1/2 parameter gathers that run
 beside compute (``step.lower.flow_shop``). Until December 2026 the fitted profiles left it absent
 (0): every prefetched gather was free for the compute it hid behind."""
-GPU_VARIABILITY_CV: float = GPU_VARIABILITY_CV_MEASURED
-"""``gpu_variability_cv`` of every GPU profile the fit writes, a cited constant, not fitted: the
-GPUs of one SKU differ in speed for a whole run (8 % variation, Sinha et al. SC'22, read as the
-artifact's box-plot fence span over the median, ``profile.GPU_VARIABILITY_CV_MEASURED`` = 0.0148),
-and a job whose GPUs synchronise every step runs at its slowest GPU's pace
-(``step.jitter.variability_wait_fraction``: 3.9 % of compute at 128 GPUs, 4.6 % at 512). Until
-December 2026 (stop 16) the fitted profiles left it at 0."""
 
 
 def with_cited_constants(profile: CalibrationProfile, stem: str) -> CalibrationProfile:
     """``profile`` with the fit's cited, unfitted constants set: the ``flash2`` factor of its GPU
-    type (``FLASH2_FACTOR``, where it has one), the overlap slowdown (``OVERLAP_SLOWDOWN``) and the
-    GPU-to-GPU speed variability (``GPU_VARIABILITY_CV``)."""
-    prof = profile.replace(overlap_slowdown=dict(OVERLAP_SLOWDOWN), gpu_variability_cv=GPU_VARIABILITY_CV)
+    type (``FLASH2_FACTOR``, where it has one) and the overlap slowdown (``OVERLAP_SLOWDOWN``)."""
+    prof = profile.replace(overlap_slowdown=dict(OVERLAP_SLOWDOWN))
     if stem in FLASH2_FACTOR:
         prof = prof.replace(attention_kernel_efficiency={"flash2": FLASH2_FACTOR[stem]})
     return prof
