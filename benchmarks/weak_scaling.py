@@ -1,7 +1,7 @@
 """Weak scaling: the bundled weak-scaling series re-predicted, predicted growth against published.
 
     .venv/bin/python benchmarks/weak_scaling.py [--jitter CV ...] [--cv-dir DIR] [--ecmp adaptive|hash] [--overlap F]
-        [--variability CV] [--latency path|nccl]
+        [--variability CV] [--latency path|nccl] [--cited] [--decompose]
 
 A series is one source, model, GPU type, per-GPU batch and parallel shape at >= 3 GPU counts
 spanning >= 4x (``fidelity_sharing._weak_series``, all MosaicML llm-foundry tables). For each
@@ -11,7 +11,13 @@ spanning >= 4x (``fidelity_sharing._weak_series``, all MosaicML llm-foundry tabl
 published and predicted, and whether the prediction is within a factor of 2. ``--variability``
 sets ``gpu_variability_cv`` (static GPU-to-GPU speed variability over the job's GPUs; ``measured``:
 ``profile.GPU_VARIABILITY_CV_MEASURED``) on every profile; ``--latency`` sets ``collective_latency``
-(``nccl``: NCCL's tuning model of latency and protocol, ``network.nccl_tuning``).
+(``nccl``: NCCL's tuning model of latency and protocol, ``network.nccl_tuning``). ``--cited``
+starts from the fit's cited constants (``fit_first_order.with_cited_constants``: overlap slowdown,
+flash2 factor), as every cross-validation fold's profile carries them;
+``--overlap`` and ``--variability`` then override them only where given. ``--decompose`` prints
+the predicted step at the smallest and largest count split into the Result's breakdown (compute,
+exposed DP: communication and the waits for the slowest rank/GPU, optimizer, ...) and the wait's
+share (``step.jitter``) of it.
 
 Not part of the test run (a few minutes: two rows per series and value).
 """
@@ -23,23 +29,54 @@ import os
 import time
 from pathlib import Path
 
-from clustersim.simulator.profile import GPU_VARIABILITY_CV_MEASURED, default_profile
-from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, load_runs, part_of_row, validate_row
+from clustersim.simulator.profile import GPU_VARIABILITY_CV_MEASURED, CalibrationProfile, default_profile
+from clustersim.simulator.calibration.fit_first_order import with_cited_constants
+from clustersim.simulator.calibration.validate import (SYSTEM_OF_PART, load_runs, part_of_row, scenario_for_row,
+                                                       validate_row)
+from clustersim.simulator.step import simulate_step
+from clustersim.simulator.step.jitter import variability_wait_fraction
 
 import fidelity_sharing  # the series definition, one place
 
 
-def _predict(row: dict[str, object], cv: float, cache: dict, ecmp: str, overlap: float,
-             variability: float = 0.0, latency: str = "path") -> tuple[float, float]:
-    """(predicted, measured) step time of ``row`` at its default profile with ``sync_jitter_cv``,
-    ``ecmp_routing``, ``overlap_slowdown`` (all_gather and reduce_scatter) and ``gpu_variability_cv`` set."""
-    prof = default_profile(SYSTEM_OF_PART[part_of_row(row)][1]).replace(
-        sync_jitter_cv=cv, ecmp_routing=ecmp, overlap_slowdown={"all_gather": overlap, "reduce_scatter": overlap},
-        gpu_variability_cv=variability, collective_latency=latency)
+def _profile(row: dict[str, object], cv: float, args: argparse.Namespace) -> CalibrationProfile:
+    """The row's default profile (with the fit's cited constants under ``--cited``) and the fields set."""
+    stem = SYSTEM_OF_PART[part_of_row(row)][1]
+    prof = default_profile(stem)
+    fields: dict[str, object] = {"sync_jitter_cv": cv, "ecmp_routing": args.ecmp, "collective_latency": args.latency}
+    if args.cited:
+        prof = with_cited_constants(prof, stem)
+    if args.overlap is not None or not args.cited:
+        f = args.overlap or 0.0
+        fields["overlap_slowdown"] = {"all_gather": f, "reduce_scatter": f}
+    if args.variability is not None or not args.cited:
+        fields["gpu_variability_cv"] = _variability(args.variability)
+    return prof.replace(**fields)
+
+
+def _variability(value: str | None) -> float:
+    return GPU_VARIABILITY_CV_MEASURED if value == "measured" else float(value or 0.0)
+
+
+def _predict(row: dict[str, object], cv: float, cache: dict, args: argparse.Namespace) -> tuple[float, float]:
+    """(predicted, measured) step time of ``row`` at ``_profile``; with ``--decompose`` its breakdown printed."""
+    prof = _profile(row, cv, args)
     rec = validate_row(row, profile=prof, fidelity="flow", cache=cache)
     if rec["status"] != "ok":
         return float("nan"), float("nan")
+    if args.decompose:
+        _print_breakdown(row, rec, prof, cache)
     return float(rec["predicted_step_time_s"]), float(rec["measured_step_time_s"])
+
+
+def _print_breakdown(row: dict[str, object], rec: dict, prof: CalibrationProfile, cache: dict) -> None:
+    """The simulated plan's step split by the Result's breakdown (ms), and the static wait's share."""
+    sc = scenario_for_row(row, cache, prof)
+    res = simulate_step(sc.model, sc.training, sc.cluster, rec["_plan"], profile=prof, fidelity="flow")
+    parts = " ".join(f"{k} {v * 1e3:.1f}" for k, v in res.breakdown.items() if abs(v) >= 5e-5)
+    wait = variability_wait_fraction(rec["_plan"].world_size, prof.gpu_variability_cv)
+    print(f"    {int(row['num_gpus']):4d} GPUs {rec['plan']}: step {res.step_time * 1e3:.1f} ms = {parts} ms "
+          f"(static variability wait {wait * 100:.2f} % of compute)")
 
 
 def _fold_cv(cv_dir: Path | None) -> float | None:
@@ -57,12 +94,14 @@ def main() -> None:
     ap.add_argument("--jitter", type=float, nargs="*", default=[0.0, 0.05, 0.1])
     ap.add_argument("--cv-dir", type=Path, default=None)
     ap.add_argument("--ecmp", choices=("adaptive", "hash"), default="adaptive", help="profile ecmp_routing")
-    ap.add_argument("--overlap", type=float, default=0.0, help="profile overlap_slowdown (both kinds)")
-    ap.add_argument("--variability", default="0", help="profile gpu_variability_cv, or 'measured'")
+    ap.add_argument("--overlap", type=float, default=None, help="profile overlap_slowdown (both kinds); default 0")
+    ap.add_argument("--variability", default=None, help="profile gpu_variability_cv, or 'measured'; default 0")
     ap.add_argument("--latency", choices=("path", "nccl"), default="path", help="profile collective_latency")
+    ap.add_argument("--cited", action="store_true", help="start from the fit's cited constants (as the folds)")
+    ap.add_argument("--decompose", action="store_true", help="print each end's breakdown")
     args = ap.parse_args()
-    variability = GPU_VARIABILITY_CV_MEASURED if args.variability == "measured" else float(args.variability)
-    print(f"gpu_variability_cv {variability}, ecmp {args.ecmp}, overlap {args.overlap}, latency {args.latency}")
+    print(f"cited constants {args.cited}, gpu_variability_cv {args.variability}, ecmp {args.ecmp}, "
+          f"overlap {args.overlap}, latency {args.latency}")
     print(f"load average (1, 5, 15 min): {os.getloadavg()}, {os.cpu_count()} CPUs")
     table = load_runs()
     by_id = {int(r["row_id"]): {str(k): v for k, v in r.items()} for r in table.to_dict("records")}
@@ -79,8 +118,7 @@ def main() -> None:
         a, b = by_id[ids[0]], by_id[ids[-1]]
         cells, published = [], float("nan")
         for cv in values:
-            (pb, mb), (pa, ma) = (_predict(b, cv, cache, args.ecmp, args.overlap, variability, args.latency),
-                                  _predict(a, cv, cache, args.ecmp, args.overlap, variability, args.latency))
+            (pa, ma), (pb, mb) = _predict(a, cv, cache, args), _predict(b, cv, cache, args)
             published, grow = (mb / ma - 1) * 100, (pb / pa - 1) * 100
             ok = grow > 0 and published / 2 <= grow <= published * 2
             within[cv] += ok

@@ -68,8 +68,11 @@ GPU_VARIABILITY_CV_MEASURED = round(GPU_VARIABILITY_VARIATION / (4.0 * 1.349), 4
 """``gpu_variability_cv`` from ``GPU_VARIABILITY_VARIATION``: 0.0148. The variation is read as the
 spread of the box plots' whiskers over the median, outliers excluded (the abstract quotes the
 outliers apart): for a normal sample of thousands the whiskers sit at the 1.5 IQR fences, a spread
-of 4 IQR = 4 x 1.349 sigma. Not checked against the paper's body (only its abstract is at hand): if
-the 8 % were the interquartile range instead, cv would be 0.08 / 1.349 = 0.059 (4x larger)."""
+of 4 IQR = 4 x 1.349 sigma. The paper's body is not at hand; its artifact states the statistic: the
+"Percent Variability" of its plot script is (Q3 + 1.5 IQR - (Q1 - 1.5 IQR)) / median = 4 IQR / median
+of the per-GPU normalised performance, box plots drawn without fliers (hal-uw/gpu_variability_sc22_artifact,
+plot_script/plot_aggregated.py @ bc84e72e77297d2e6750d1ec18951fe536744eac, the closing block), so
+the interquartile reading (0.08 / 1.349 = 0.059) is not the paper's."""
 GROUPED_GEMM_EFFICIENCY_PRIOR = 0.62
 """Prior of ``expert_efficiency`` (the routed-expert GEMMs' rate against the dense GEMM curve read at
 one expert's shape) where no MoE row sets it: Megatron-Core's unfused MoE MLP path (Transformer

@@ -73,6 +73,25 @@ def test_the_cited_constant_is_the_whisker_reading_of_the_published_variation() 
     assert CalibrationProfile().gpu_variability_cv == 0.0  # a field default that changes nothing
 
 
+def _artifact_percent_variability(perf: np.ndarray) -> float:
+    """The statistic of Sinha et al.'s artifact (plot_script/plot_aggregated.py): the span of the
+    box plot's 1.5 IQR fences over the median, in percent."""
+    q1, q2, q3 = np.quantile(perf, [0.25, 0.5, 0.75])
+    iqr = q3 - q1
+    return float((q3 + 1.5 * iqr - (q1 - 1.5 * iqr)) / q2 * 100)
+
+
+def test_the_artifacts_statistic_of_gpus_at_the_cited_cv_is_the_published_8_percent() -> None:
+    # thousands of GPUs whose speed is lognormal at the installed cv: the artifact's statistic reads 8 %;
+    # the interquartile reading's cv (4x larger) would read 32 %
+    rng = np.random.default_rng(14)
+    s = lognormal_sigma(GPU_VARIABILITY_CV_MEASURED)
+    perf = np.exp(s * rng.standard_normal(200_000))
+    assert _artifact_percent_variability(perf) == pytest.approx(100 * GPU_VARIABILITY_VARIATION, rel=0.02)
+    wide = np.exp(lognormal_sigma(GPU_VARIABILITY_VARIATION / 1.349) * rng.standard_normal(200_000))
+    assert _artifact_percent_variability(wide) == pytest.approx(4 * 100 * GPU_VARIABILITY_VARIATION, rel=0.03)
+
+
 LLAMA = get_model("llama3-8b")
 
 
