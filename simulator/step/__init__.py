@@ -48,12 +48,12 @@ from clustersim.simulator.step.trace import write_trace
 __all__ = [
     "ADAM_BYTES_PER_PARAM",
     "CATEGORIES",
-    "LayerSignature",
     "J_PER_KWH",
     "RESERVED_BYTES",
     "Costing",
     "EpShape",
     "FabricSharing",
+    "LayerSignature",
     "Pass",
     "Result",
     "StepEnergy",

@@ -1,0 +1,152 @@
+"""What framework recipes set about recompute and the pipeline split, for runs that do not print it.
+
+Owns two tables read from the Megatron-Bridge sources named in each entry: the per-module recompute
+of the MoE performance recipes (``RECIPE_RECOMPUTE``) and the embedding/loss accounting of the
+pipeline split (``RECIPE_PIPELINE_SPLIT``), with their lookups by framework string, model preset,
+GPU type, precision label and degrees. It does not read rows (``validate_rules`` does) nor price
+anything; the MoE dispatcher and grouped-MLP recipes are ``recipe_moe``'s.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# the recipe files' locators are recipe_moe's: one spelling of each stored copy
+from clustersim.simulator.calibration.recipe_moe import _CFG, _DSV3, _DSV3_NEW, _DSV3_OLD, _NANO, _OSS
+from clustersim.simulator.calibration.recipe_moe import _KIMI as _KIMI_NEW
+from clustersim.simulator.step import pipeline_split
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeRecompute:
+    """The per-module recompute one framework recipe sets (Megatron-Bridge performance configs).
+
+    It applies to a row of one of ``frameworks`` that runs one of ``models`` (preset names) on
+    ``gpu`` at one of ``precisions`` (``spellings`` labels) with the recipe's degrees and
+    micro-batch; a value the row does not print (vpp, micro_batch) is not compared."""
+
+    frameworks: tuple[str, ...]
+    models: tuple[str, ...]
+    gpu: str
+    precisions: tuple[str, ...]
+    degrees: tuple[int, int, int, int, int]
+    """tp, pp, vpp, ep, micro_batch of the recipe."""
+    modules: tuple[str, ...]
+    locator: str
+    """File, stored copy and recipe names the settings come from."""
+
+
+_MB = ("megatron-bridge",)
+_DSV3_MID = _CFG + "deepseek/deepseek_workload_base_configs.py (later copy, stored copy 67566028990) "
+_KIMI_OLD = _CFG + "kimi/kimi_workload_base_configs.py (earlier copy, stored copy 55843530975) "
+_ALL = ("bf16", "fp8", "mxfp8", "nvfp4")
+
+
+def _r(models: tuple[str, ...], gpu: str, precisions: tuple[str, ...], degrees: tuple[int, int, int, int, int],
+       modules: tuple[str, ...], locator: str) -> RecipeRecompute:
+    return RecipeRecompute(frameworks=_MB, models=models, gpu=gpu, precisions=precisions, degrees=degrees,
+                           modules=modules, locator=locator)
+
+
+RECIPE_RECOMPUTE: tuple[RecipeRecompute, ...] = (
+    # DeepSeek-V3; degrees (tp, pp, vpp, ep, micro_batch)
+    _r(_DSV3, "GB300", _ALL, (1, 2, 8, 32, 2), ("mla_up_proj",),
+       _DSV3_OLD + "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_V1 (= _FP8_CS_V1, _FP8_MX_V1, _NVFP4_V1)"),
+    _r(_DSV3, "GB300", ("mxfp8", "nvfp4"), (1, 2, 8, 32, 1), (), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_FP8_MX_V1, _NVFP4_V1"),
+    _r(_DSV3, "GB300", ("bf16",), (1, 4, 4, 64, 1), ("moe_act",), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_GB300_BF16_V1"),
+    _r(_DSV3, "GB200", _ALL, (1, 4, 4, 64, 1), ("mla_up_proj",),
+       _DSV3_OLD + "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_V1 (= _BF16_V1, _FP8_CS_V1, _FP8_MX_V1, _NVFP4_V1)"),
+    _r(_DSV3, "B300", _ALL, (1, 16, 1, 8, 1), ("mla_up_proj",), _DSV3_OLD + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 and variants"),
+    _r(_DSV3, "B300", _ALL, (1, 8, 1, 8, 1), ("mla_up_proj",), _DSV3_OLD + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_BF16_V2"),
+    _r(_DSV3, "B300", _ALL, (1, 8, 1, 8, 2), ("mla_up_proj",),
+       _DSV3_MID + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V2 (= _BF16_V2, _FP8_CS_V2, _FP8_MX_V2, _NVFP4_V2)"),
+    _r(_DSV3, "B300", _ALL, (1, 8, 2, 8, 1), ("mla_up_proj",), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_V1 and variants"),
+    _r(_DSV3, "B300", ("nvfp4",), (1, 8, 2, 8, 2), ("mla_up_proj",), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B300_NVFP4_V1"),
+    _r(_DSV3, "B200", _ALL, (1, 16, 1, 8, 1), ("mla_up_proj",), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_V1 and variants"),
+    _r(_DSV3, "B200", ("mxfp8",), (1, 8, 2, 32, 1), ("mla_up_proj", "mlp"), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_FP8_MX_V2"),
+    _r(_DSV3, "B200", ("nvfp4",), (1, 8, 2, 32, 1), ("mla_up_proj", "layernorm", "moe_act"),
+       _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_B200_NVFP4_V2"),
+    _r(_DSV3, "H100", _ALL, (2, 8, 4, 64, 1), ("mla_up_proj", "mlp"), _DSV3_NEW + "DEEPSEEK_V3_PRETRAIN_CONFIG_H100_V1 and variants"),
+    # Kimi K2
+    _r(("kimi-k2",), "GB300", _ALL, (1, 4, 4, 64, 2), ("mla_up_proj",),
+       _KIMI_OLD + "KIMI_K2_PRETRAIN_CONFIG_GB300 (= _BF16, _FP8_CS, _FP8_MX, _NVFP4)"),
+    _r(("kimi-k2",), "GB300", ("mxfp8",), (1, 4, 4, 64, 1), (), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_GB300_FP8_MX"),
+    _r(("kimi-k2",), "GB200", _ALL, (1, 4, 4, 64, 1), ("mla_up_proj",), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_GB200"),
+    _r(("kimi-k2",), "B300", _ALL, (1, 16, 1, 16, 2), ("mla_up_proj",), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_B300"),
+    _r(("kimi-k2",), "B200", _ALL, (1, 16, 1, 16, 1), ("mla_up_proj",), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_B200"),
+    _r(("kimi-k2",), "H100", _ALL, (8, 16, 2, 64, 1), ("mla_up_proj", "mlp"), _KIMI_NEW + "KIMI_K2_PRETRAIN_CONFIG_H100"),
+    # Nemotron 3 Nano (hybrid Mamba-Transformer MoE)
+    _r(("nemotron-3-nano",), "H100", ("fp8",), (1, 1, 1, 8, 1), ("moe", "layernorm", "core_attn", "moe_act"),
+       _NANO + "NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1"),
+    _r(("nemotron-3-nano",), "H100", ("bf16",), (1, 1, 1, 8, 1), ("moe", "layernorm"),
+       _NANO + "NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_BF16_V1"),
+    # GPT-OSS 120B
+    _r(("gpt-oss-120b",), "GB200", ("bf16",), (1, 1, 1, 64, 4), ("layernorm", "moe_act"),
+       _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V1, _V2"),
+    _r(("gpt-oss-120b",), "GB200", ("mxfp8",), (1, 1, 1, 64, 4), (), _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_FP8_MX_V2"),
+    _r(("gpt-oss-120b",), "B200", ("bf16", "mxfp8"), (1, 1, 1, 64, 4), ("layernorm", "moe_act"),
+       _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V1, _FP8_MX_V1"),
+    _r(("gpt-oss-120b",), "B200", ("bf16", "mxfp8"), (1, 1, 1, 8, 4), ("layernorm", "moe_act"),
+       _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2, _FP8_MX_V2"),
+    _r(("gpt-oss-120b",), "H100", ("bf16", "fp8"), (1, 4, 1, 8, 1), ("layernorm", "moe_act"),
+       _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1, _V2, _FP8_CS_V1, _FP8_CS_V2"),
+)
+"""Framework recipe -> per-module recompute, for rows that do not print their recompute: the
+Megatron-Bridge performance recipes of the MoE models of the bundled table, from the stored copies
+named in each entry (two copies where a later release changed the recipe's degrees or modules; the
+row's printed degrees and micro-batch pick the recipe). Qwen3's recipes
+(qwen/qwen3_workload_base_configs.py) set no recompute_modules, so they have no entry."""
+
+
+def recipe_recompute_entry(*, framework: str, model: str, gpu: str, precision: str,
+                           degrees: tuple[int, int, int, int, int], printed: tuple[bool, bool]) -> RecipeRecompute | None:
+    """The first ``RECIPE_RECOMPUTE`` entry for this framework string, model preset, GPU type,
+    precision label (``spellings.precision_label``) and degrees (``printed``: whether the run prints
+    its vpp and its micro-batch), or None."""
+    fw, gpu = framework.lower(), gpu.upper()
+    compared = (True, True, printed[0], True, printed[1])
+    for entry in RECIPE_RECOMPUTE:
+        same = all(a == b for a, b, c in zip(degrees, entry.degrees, compared) if c)
+        if (any(f in fw for f in entry.frameworks) and model in entry.models and gpu == entry.gpu
+                and precision in entry.precisions and same):
+            return entry
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeSplit:
+    """The pipeline split one framework recipe sets: whether the embedding and the loss count as
+    a layer of the split (Megatron-Core ``account_for_embedding_in_pipeline_split`` /
+    ``account_for_loss_in_pipeline_split``; their default is False: an even split of the
+    transformer layers, embedding on the first and loss on the last chunk)."""
+
+    frameworks: tuple[str, ...]
+    models: tuple[str, ...]
+    embedding: bool
+    loss: bool
+    locator: str
+
+
+RECIPE_PIPELINE_SPLIT: tuple[RecipeSplit, ...] = (
+    RecipeSplit(frameworks=_MB, models=("llama3-405b",), embedding=True, loss=True,
+                locator="NVIDIA-NeMo/Megatron-Bridge src/megatron/bridge/recipes/llama/llama3.py (commit "
+                        "0d5f5558c16fc7b3eec45698768522e74f1a87a2) llama31_405b_pretrain_config, which the "
+                        "performance configs (scripts/performance/configs/llama/llama31_llm_pretrain.py) start from"),
+)
+"""Framework recipe -> pipeline split, for rows that do not print one. Megatron-Bridge's other
+dense recipes of the table (llama3_70b, llama31_70b, llama3_8b: same file) leave both False."""
+
+
+def recipe_split(*, framework: str, model: str, num_layers: int, pp: int, vpp: int,
+                 notes: list[str] | None = None) -> tuple[int, ...] | None:
+    """``plan.layer_split`` of this framework's recipe (``RECIPE_PIPELINE_SPLIT``) for a model preset
+    of ``num_layers`` layers at pp x vpp, or None (no entry, pp = 1, or a split Megatron-Core would reject)."""
+    fw = framework.lower()
+    for entry in RECIPE_PIPELINE_SPLIT:
+        if pp > 1 and model in entry.models and any(f in fw for f in entry.frameworks):
+            split = pipeline_split(num_layers, pp, vpp, embedding=entry.embedding, loss=entry.loss)
+            if split is not None and notes is not None:
+                notes.append(f"layer_split = {list(split)}: embedding {entry.embedding}, loss {entry.loss} "
+                             f"counted in the pipeline split (framework recipe {entry.locator})")
+            return split
+    return None
