@@ -184,9 +184,9 @@ class CalibrationProfile(BaseModel):
     (``clustersim.simulator.step.jitter.variability_wait_fraction``). A cited constant, not fitted
     (``GPU_VARIABILITY_CV_MEASURED``, set by the fit beside the other cited constants). 0 (the
     default): every GPU alike."""
-    collective_latency: Literal["path", "nccl"] = "nccl"
-    """Latency of a collective call before its bytes move: ``path`` pays the path
-    latency of the fabric's links once per sequential step; ``nccl`` (the default) uses NCCL's own tuning model
+    collective_latency: Literal["path", "nccl"] = "path"
+    """Latency of a collective call before its bytes move: ``path`` (the default) pays the path
+    latency of the fabric's links once per sequential step; ``nccl`` uses NCCL's own tuning model
     (``clustersim.simulator.network.nccl_tuning``: baseLat + per-step hwLat by algorithm, protocol
     and intra/inter-node step, with the protocol (LL / LL128 / Simple) NCCL's tuner picks at that
     size and its bandwidth) for ring, tree and in-switch collectives, in the flow pricer and the

@@ -17,7 +17,7 @@ from clustersim.topologies import Cluster
 NVLINK_HOP_LATENCY = 1.0e-6  # s per ring step inside an NVLink domain (NCCL LL/Simple, measured order)
 NETWORK_HOP_LATENCY = 4.0e-6  # s per ring step across the fabric (NIC + 2-3 switch hops)
 # The two constants are the ``collective_latency = "path"`` figures (uncited orders of magnitude);
-# ``"nccl"`` (the default) replaces them for all-reduce, reduce-scatter, all-gather and broadcast by NCCL's own
+# ``"nccl"`` replaces them for all-reduce, reduce-scatter, all-gather and broadcast by NCCL's own
 # tuning model (``network.nccl_tuning``, cited there).
 
 

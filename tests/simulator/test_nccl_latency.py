@@ -120,6 +120,8 @@ def test_analytic_tier_uses_the_same_model() -> None:
     assert collective_time("all_gather", size, shape, cluster, PATH) != pytest.approx(t, rel=1e-9)  # type: ignore[arg-type]  # duck-typed cluster
 
 
-def test_default_profile_uses_nccl_latency() -> None:
-    assert CalibrationProfile().collective_latency == "nccl"
-    assert default_profile("H100 SXM 80GB").collective_latency == "nccl"
+def test_default_profile_keeps_the_path_latency() -> None:
+    # NCCL's model as the default measured 10.70 % out of sample against 10.64 % for path (fresh
+    # sensitivity passes of each, December's sixth stop, docs/VALIDATION.md): path stays the default
+    assert CalibrationProfile().collective_latency == "path"
+    assert default_profile("H100 SXM 80GB").collective_latency == "path"
