@@ -81,14 +81,6 @@ def _set_prior(profile: CalibrationProfile, param: str) -> CalibrationProfile:
     return profile.replace(precision_efficiency={**profile.precision_efficiency, field: value})
 
 
-def _evidence(pb: Any, train: np.ndarray, i: int, param: str) -> bool:
-    """Whether any training row of group ``i`` has a nonzero sensitivity to ``param``."""
-    rows = train & (pb.gi == i)
-    if param == "gemm":
-        return any(np.any(pb.slopes[f"g{j}"][rows] != 0) for j in range(GEMM_POINTS) if f"g{j}" in pb.slopes)
-    return param in pb.slopes and bool(np.any(pb.slopes[param][rows] != 0))
-
-
 def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) -> list[str]:
     """Values of ``profile`` within ``tol`` of a bound of ``Bounds``."""
     out = []
@@ -165,6 +157,7 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
     pb = first_order_problem(ok, profiles)
     meas, w = measured_times(ok, None), row_weights(ok)
     x, _ = fit_scales(pb, meas, w, bounds=bounds, sweeps=sweeps, mask=train)
+    moved = evidence(pb, train)
     fitted: dict[str, CalibrationProfile] = {}
     counts: dict[str, int] = {}
     notes: list[str] = []
@@ -172,7 +165,7 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
         if not np.any(train & (pb.gi == i)):
             continue
         prof = with_cited_constants(apply_scales(profiles[g], i, x), g)
-        have = [p for p in PER_GROUP if _evidence(pb, train, i, p)]
+        have = [p for p in PER_GROUP if moved[p][i]]
         for p in PRIORS:
             if p not in have:
                 prof = _set_prior(prof, p)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from clustersim.simulator.calibration.recipe_moe import recipe_fused_grouped_mlp, recipe_moe_comm

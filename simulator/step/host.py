@@ -123,9 +123,9 @@ def kernel_launches(op: Op, which: Pass, local_experts: int, fused_grouped_mlp: 
 
 def _moe_path_launches(op: Op, which: Pass, local_experts: int, ep: int) -> int:
     counts = MOE_PATH_LAUNCHES.get("permute_no_ep" if op.role == "permute" and ep <= 1 else op.role)
-    if counts is None or (op.kind == "alltoall_marker" and ep <= 1 and local_experts <= 1):
+    if counts is None:
         return 0
-    n = {"fwd": counts.fwd, "bwd_input": counts.bwd_input, "bwd_weight": counts.bwd_weight}[which]
+    n: int = getattr(counts, which)
     if op.kind != "alltoall_marker" or which == "bwd_weight":
         return n
     return (n if ep > 1 else 0) + (1 if local_experts > 1 else 0)

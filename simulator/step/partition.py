@@ -236,12 +236,10 @@ def _peak_activations(plan: ParallelPlan, m: int, stage: int, chunk_bytes: list[
     return stage_in_flight_peak(plan.schedule, stage, plan.pp, m, plan.vpp, chunk_bytes)
 
 
-def _largest_layer(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layers: range,
-                   memo: LayerMemo) -> float:
+def _largest_layer(memo: LayerMemo, layers: range) -> float:
     """Parameters on one device of the largest layer among ``layers`` (FSDP gathers one at a time)."""
-    kinds = {(model.layer_kind(i), model.is_moe_layer(i)): i for i in layers}
-    return max((sum(o.params for o in chunk_ops(model, training, plan, -1, range(i, i + 1), memo)) for i in kinds.values()),
-               default=0.0)
+    kinds = {(memo.model.layer_kind(i), memo.model.is_moe_layer(i)): i for i in layers}
+    return max((sum(o.params for o in memo.ops(i)) for i in kinds.values()), default=0.0)
 
 
 @dataclass(frozen=True)
@@ -299,7 +297,7 @@ def _stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, 
         d, e = _params(list(part.ops))
         dense, expert = dense + d, expert + e
         act.append(_activation_bytes(model, training, plan, chunk, layers, memo))
-        largest_layer = max(largest_layer, _largest_layer(model, training, plan, layers, memo))
+        largest_layer = max(largest_layer, _largest_layer(memo, layers))
     params = dense + expert
     optimizer = plan.sharded_state(dense, expert, training.master_param_bytes + training.optimizer_state_bytes)
     weights = params * training.param_bytes / plan.param_shard
