@@ -107,12 +107,14 @@ def _period_unit(inp: EngineInput) -> tuple[int, int]:
     """(micro-batches per schedule period, first count worth extrapolating from).
 
     Interleaved 1F1B maps micro-batches to chunks in groups of pp; DualPipe splits them in two
-    halves; the others repeat per micro-batch. From about 4 pp micro-batches on (8 pp for DualPipe's
-    halves) the warm-up is over on every stage.
+    halves; the others repeat per micro-batch. From about 4 pp micro-batches on for ZB-H1's split
+    backward (8 pp for DualPipe's halves) the warm-up is over on every stage; GPipe's, 1F1B's and the interleaved schedule's
+    from about 2 pp (their first short runs start there, the later attempts at twice that).
     """
     pp = len(inp.stages)
     unit = pp if inp.schedule == "interleaved" else 2 if inp.schedule == "dualpipe" else 1
-    first = max(8 * pp if inp.schedule == "dualpipe" else 4 * pp, 16)
+    warm = {"dualpipe": 8, "zb-h1": 4}.get(inp.schedule, 2)
+    first = max(warm * pp, 16)
     return unit, -(-first // unit) * unit
 
 

@@ -83,13 +83,18 @@ def extrapolate(simulate: Simulate, m: int, unit: int, base: int) -> tuple[list[
         return runs[k]
 
     attempts = [(cycle, scale, 0) for cycle, scale in ATTEMPTS]
+    probed: set[int] = set()
     tried = 0
     while tried < len(attempts):
-        if tried == 1 and base in runs:  # the cheapest attempt failed: next, the periods its first run shows,
-            # from the first run's end and, if the warm-up outlasts it, one period later (two runs reused)
-            seen = [(k // unit, 1, skip) for k in _detected_cycles(runs[base][0], unit, TOLERANCE * runs[base][1])
-                    for skip in (0, 1)]
-            attempts[1:1] = [a for a in seen if a not in attempts]
+        if tried in (1, 2) and runs and (longest := max(runs)) not in probed:
+            # the cheapest attempt (or the next, from twice the start) failed: next, the periods the
+            # longest short run shows, from that run's start multiple and, if the warm-up outlasts it,
+            # one period later (runs reused)
+            probed.add(longest)
+            scale_seen = max(1, longest // base)
+            seen = [(k // unit, scale_seen, skip)
+                    for k in _detected_cycles(runs[longest][0], unit, TOLERANCE * runs[longest][1]) for skip in (0, 1)]
+            attempts[tried:tried] = [a for a in seen if a not in attempts]
         cycle, scale, skip = attempts[tried]
         tried += 1
         c, first = cycle * unit, scale * base
