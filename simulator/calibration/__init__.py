@@ -39,6 +39,7 @@ from clustersim.simulator.calibration.torch_backend.check import (
 from clustersim.simulator.calibration.torch_backend.measure import (
     HOLDOUT_GPT,
     MICRO_PASSES,
+    MICRO_OPERANDS,
     MICRO_PLACEMENTS,
     SMALL_GPT,
     TINY_GPT,
@@ -63,6 +64,7 @@ from clustersim.simulator.calibration.watch import (
 __all__ = [
     "HOLDOUT_GPT",
     "MICRO_PASSES",
+    "MICRO_OPERANDS",
     "MICRO_PLACEMENTS",
     "SMALL_GPT",
     "STATISTICS",

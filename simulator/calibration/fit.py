@@ -154,11 +154,14 @@ def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) ->
 
 
 def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None, name: str = "this-machine",
-                causal_factor: float = 0.5) -> FitReport:
+                causal_factor: float = 0.5, operands: str = "hot") -> FitReport:
     """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks
     (each entry's median over its passes), with each pass's own fit (``passes``: pass i of the
-    compute microbenchmarks with pass i of the collective sweep)."""
+    compute microbenchmarks with pass i of the collective sweep). ``operands``: the GEMM,
+    attention and memory entries measured on hot or cold operands (``micro_passes.with_operands``;
+    folders measured before ``--micro-operands`` have hot ones only)."""
     n, micro = load_micro(folder, world_size)
+    micro = {**micro, "compute": micro_passes.with_operands(micro["compute"], operands)}
     host = _host(folder)
     central = fit_micro(micro, n, host, name=name, source=str(folder), causal_factor=causal_factor)
     computes = micro_passes.of(micro["compute"])

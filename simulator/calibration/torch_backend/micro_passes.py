@@ -19,6 +19,10 @@ from clustersim.simulator.errors import CalibrationError
 
 SECTIONS: tuple[str, ...] = ("gemm", "attention", "memory")
 """The compute suite's lists of entries (one entry per shape or size, the same order in every pass)."""
+COLD_SECTIONS: tuple[str, ...] = tuple(f"{s}_cold" for s in SECTIONS)
+"""The same entries measured on cold operands (``microbench.OperandPool``), where recorded."""
+OPERANDS: tuple[str, ...] = ("hot", "cold")
+"""The operands a profile can be fitted on (``with_operands``)."""
 SINGLE: tuple[str, ...] = ("overhead", "optimizer")
 """The compute suite's single entries."""
 
@@ -72,3 +76,35 @@ def of(section: Mapping[str, Any], passes: int | None = None) -> list[dict[str, 
                                "and collective sections of one launch run the same passes")
     shared = {k: v for k, v in section.items() if k != "passes"}
     return [{**shared, **p} for p in recorded]
+
+
+def recorded_operands(section: Mapping[str, Any]) -> list[str]:
+    """The operands a compute section has GEMM entries of: "hot" where ``gemm`` is there (every
+    folder measured before the option), "cold" where ``gemm_cold`` is."""
+    return [k for k, key in (("hot", "gemm"), ("cold", "gemm_cold")) if section.get(key)]
+
+
+def with_operands(section: Mapping[str, Any], operands: str) -> dict[str, Any]:
+    """The compute section (and each of its passes) with the GEMM, attention and memory entries
+    of ``operands`` ("hot": as recorded; "cold": the ``*_cold`` ones in their place), so the fit
+    reads either under the same keys; a clear error when they were not recorded."""
+    if operands not in OPERANDS:
+        raise CalibrationError(f"microbenchmark operands = {operands!r} are unknown; use one of "
+                               f"{', '.join(OPERANDS)} (--micro-operands)")
+    have = recorded_operands(section)
+    if operands not in have:
+        raise CalibrationError(f"microbenchmark operands = {operands!r} were not recorded (recorded: "
+                               f"{', '.join(have) or 'none'}); measure with `calibrate measure --micro-operands "
+                               f"{operands}` or both, or check with --micro-operands {have[0] if have else 'hot'}")
+    if operands == "hot":
+        return dict(section)
+
+    def swap(d: Mapping[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in d.items() if k not in COLD_SECTIONS}
+        out.update({hot: d[cold] for hot, cold in zip(SECTIONS, COLD_SECTIONS) if cold in d})
+        return out
+
+    out = swap(section)
+    if "passes" in section:
+        out["passes"] = [swap(p) for p in section["passes"]]
+    return out
