@@ -50,6 +50,7 @@ from clustersim.simulator.calibration.torch_backend.measure import (
     measure,
     standard_plans,
 )
+from clustersim.simulator.calibration.torch_backend.micro_passes import OPERANDS_DEFAULT
 from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, StepRecord, TimingRecipe
 from clustersim.simulator.calibration.watch import (
     Assessment,
@@ -66,6 +67,7 @@ __all__ = [
     "MICRO_PASSES",
     "MICRO_OPERANDS",
     "MICRO_PLACEMENTS",
+    "OPERANDS_DEFAULT",
     "SMALL_GPT",
     "STATISTICS",
     "TINY_GPT",

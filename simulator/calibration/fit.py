@@ -154,7 +154,7 @@ def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) ->
 
 
 def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None, name: str = "this-machine",
-                causal_factor: float = 0.5, operands: str = "hot") -> FitReport:
+                causal_factor: float = 0.5, operands: str = micro_passes.OPERANDS_DEFAULT) -> FitReport:
     """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks
     (each entry's median over its passes), with each pass's own fit (``passes``: pass i of the
     compute microbenchmarks with pass i of the collective sweep). ``operands``: the GEMM,

@@ -27,6 +27,7 @@ from clustersim.simulator.calibration import (
     MICRO_PASSES,
     MICRO_OPERANDS,
     MICRO_PLACEMENTS,
+    OPERANDS_DEFAULT,
     SMALL_GPT,
     STATISTICS,
     TINY_GPT,
@@ -203,13 +204,15 @@ def fit_command(
     world_size: Annotated[Optional[int], typer.Option(help="Fit the microbenchmarks of this many ranks (default: largest).")] = None,
     runs: Annotated[Optional[Path], typer.Option("--runs", help="Fit on imported runs (import-run folders) under this folder instead.")] = None,
     hold_out: Annotated[Optional[str], typer.Option("--hold-out", help="With --runs: keep this family out and predict it at the end.")] = None,
+    micro_operands: Annotated[str, typer.Option(help="Fit on the compute microbenchmarks measured on hot or cold "
+                                                "operands (calibrate measure --micro-operands).")] = OPERANDS_DEFAULT,
 ) -> None:
     """Fit a calibration profile: from microbenchmarks (FOLDER), or from imported runs (--runs DIR)."""
     if runs is not None:
         return fit_runs_command(runs, out, hold_out)
     if folder is None:
         raise CalibrationError("calibrate fit: give a calibrate measure FOLDER, or --runs DIR of imported runs")
-    report = fit_profile(folder, world_size=world_size)
+    report = fit_profile(folder, world_size=world_size, operands=micro_operands)
     save_profile(report.profile, out)
     _console().print(_fit_table(report))
     _console().print(f"wrote {out}; use it with --calibration {out}")
@@ -280,7 +283,7 @@ def check_command(
                                        "also for folders without probes).")] = DRIFT_DEFAULT,
     micro_operands: Annotated[str, typer.Option(help="Fit on the compute microbenchmarks measured on hot operands "
                                                 "(in cache; every folder has them unless measured cold only) or "
-                                                "cold ones (measure --micro-operands cold or both).")] = "hot",
+                                                "cold ones (measure --micro-operands cold or both).")] = OPERANDS_DEFAULT,
 ) -> None:
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan and the ranking."""
     if statistic not in STATISTICS:

@@ -23,6 +23,9 @@ COLD_SECTIONS: tuple[str, ...] = tuple(f"{s}_cold" for s in SECTIONS)
 """The same entries measured on cold operands (``microbench.OperandPool``), where recorded."""
 OPERANDS: tuple[str, ...] = ("hot", "cold")
 """The operands a profile can be fitted on (``with_operands``)."""
+OPERANDS_DEFAULT = "hot"
+"""What ``calibrate check`` and ``calibrate fit`` fit on unless told (``--micro-operands``): hot,
+the protocol before, until an A/B on the same steps measures cold better (issue 21)."""
 SINGLE: tuple[str, ...] = ("overhead", "optimizer")
 """The compute suite's single entries."""
 
