@@ -204,8 +204,9 @@ def fit_command(
     world_size: Annotated[Optional[int], typer.Option(help="Fit the microbenchmarks of this many ranks (default: largest).")] = None,
     runs: Annotated[Optional[Path], typer.Option("--runs", help="Fit on imported runs (import-run folders) under this folder instead.")] = None,
     hold_out: Annotated[Optional[str], typer.Option("--hold-out", help="With --runs: keep this family out and predict it at the end.")] = None,
-    micro_operands: Annotated[str, typer.Option(help="Fit on the compute microbenchmarks measured on hot or cold "
-                                                "operands (calibrate measure --micro-operands).")] = OPERANDS_DEFAULT,
+    micro_operands: Annotated[Optional[str], typer.Option(help="Fit on the compute microbenchmarks measured on hot "
+                                                          "or cold operands (calibrate measure --micro-operands; "
+                                                          f"default {OPERANDS_DEFAULT} where recorded).")] = None,
 ) -> None:
     """Fit a calibration profile: from microbenchmarks (FOLDER), or from imported runs (--runs DIR)."""
     if runs is not None:
@@ -281,9 +282,10 @@ def check_command(
                                        "per-call latencies), compute (rates only; the default: the latency "
                                        "probe reads the plan's own state, not the host's) or none (as fitted; "
                                        "also for folders without probes).")] = DRIFT_DEFAULT,
-    micro_operands: Annotated[str, typer.Option(help="Fit on the compute microbenchmarks measured on hot operands "
-                                                "(in cache; every folder has them unless measured cold only) or "
-                                                "cold ones (measure --micro-operands cold or both).")] = OPERANDS_DEFAULT,
+    micro_operands: Annotated[Optional[str], typer.Option(help="Fit on the compute microbenchmarks measured on hot "
+                                                          "operands (in cache) or cold ones (measure "
+                                                          "--micro-operands cold or both); default "
+                                                          f"{OPERANDS_DEFAULT} where recorded, else what was.")] = None,
 ) -> None:
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan and the ranking."""
     if statistic not in STATISTICS:
@@ -311,7 +313,7 @@ def check_command(
     for line in _summary_lines(rows, s, records, from_file=calibration is not None):
         _console().print(line)
     if json_out:
-        doc = {"statistic": statistic, "profile_from": str(calibration or source), "micro_operands": micro_operands,
+        doc = {"statistic": statistic, "profile_from": str(calibration or source), "micro_operands": sorted({r.operands for r in reports.values()}),
                "rows": [{**r.__dict__, "error": r.error} for r in rows], "summary": s,
                "misordered": [m.__dict__ for m in misordered(rows)]}
         write_atomic(json_out, json.dumps(doc, indent=2))

@@ -124,11 +124,17 @@ def test_with_operands_swaps_the_cold_entries_in_everywhere_and_keeps_hot_as_rec
     assert [p["gemm"][0]["time_s"] for p in micro_passes.of(cold)] == [10.0, 11.0, 12.0]
     with pytest.raises(CalibrationError, match="'cold' were not recorded.*recorded: hot.*--micro-operands"):
         micro_passes.with_operands(_section(cold=False), "cold")
+    # unless told: the default where recorded, else what was recorded
+    assert micro_passes.chosen_operands(_section(cold=False), None) == "hot"
+    assert micro_passes.chosen_operands(both, None) == micro_passes.OPERANDS_DEFAULT
+    cold_only = {k: v for k, v in both.items() if k != "gemm"}
+    assert micro_passes.chosen_operands(cold_only, None) == "cold"
+    assert micro_passes.with_operands(cold_only, None)["gemm"][0]["time_s"] == 11.0
 
 
 def test_an_old_folder_fits_as_before_and_refuses_cold_operands_clearly() -> None:
     before = fit_profile(RECORDED)
-    assert fit_profile(RECORDED, operands="hot").profile == before.profile
+    assert before.operands == "hot" and fit_profile(RECORDED, operands="hot").profile == before.profile
     with pytest.raises(CalibrationError, match="'cold' were not recorded"):
         fit_profile(RECORDED, operands="cold")
 
@@ -152,6 +158,7 @@ def test_cold_entries_fit_the_profile_in_place_of_the_hot_ones(tmp_path: Path) -
         compute["passes"] = [slower(p) for p in micro["compute"].get("passes", [])]
         path.write_text(json.dumps({**micro, "compute": compute}))
     hot, cold = fit_profile(folder, operands="hot"), fit_profile(folder, operands="cold")
+    assert cold.operands == "cold" and fit_profile(folder).operands == micro_passes.OPERANDS_DEFAULT
     assert cold.profile.machine["peak_flops"] == pytest.approx(hot.profile.machine["peak_flops"] / 1.25)
     assert cold.profile.machine["memory_bandwidth"] == pytest.approx(hot.profile.machine["memory_bandwidth"] / 1.25)
     assert [e for _, e in cold.profile.gemm_efficiency] == pytest.approx([e for _, e in hot.profile.gemm_efficiency])

@@ -24,8 +24,9 @@ COLD_SECTIONS: tuple[str, ...] = tuple(f"{s}_cold" for s in SECTIONS)
 OPERANDS: tuple[str, ...] = ("hot", "cold")
 """The operands a profile can be fitted on (``with_operands``)."""
 OPERANDS_DEFAULT = "hot"
-"""What ``calibrate check`` and ``calibrate fit`` fit on unless told (``--micro-operands``): hot,
-the protocol before, until an A/B on the same steps measures cold better (issue 21)."""
+"""What ``calibrate check`` and ``calibrate fit`` fit on unless told (``--micro-operands``), where
+recorded (``chosen_operands``): hot, the protocol before, until an A/B on the same steps measures
+cold better (issue 21)."""
 SINGLE: tuple[str, ...] = ("overhead", "optimizer")
 """The compute suite's single entries."""
 
@@ -87,10 +88,21 @@ def recorded_operands(section: Mapping[str, Any]) -> list[str]:
     return [k for k, key in (("hot", "gemm"), ("cold", "gemm_cold")) if section.get(key)]
 
 
-def with_operands(section: Mapping[str, Any], operands: str) -> dict[str, Any]:
+def chosen_operands(section: Mapping[str, Any], operands: str | None) -> str:
+    """``operands`` when given, else ``OPERANDS_DEFAULT`` where recorded, else what was recorded
+    (a folder measured ``--micro-operands cold`` fits cold, one measured before the option hot)."""
+    if operands is not None:
+        return operands
+    have = recorded_operands(section)
+    return OPERANDS_DEFAULT if OPERANDS_DEFAULT in have or not have else have[0]
+
+
+def with_operands(section: Mapping[str, Any], operands: str | None) -> dict[str, Any]:
     """The compute section (and each of its passes) with the GEMM, attention and memory entries
     of ``operands`` ("hot": as recorded; "cold": the ``*_cold`` ones in their place), so the fit
-    reads either under the same keys; a clear error when they were not recorded."""
+    reads either under the same keys; None: ``chosen_operands``; a clear error when they were not
+    recorded."""
+    operands = chosen_operands(section, operands)
     if operands not in OPERANDS:
         raise CalibrationError(f"microbenchmark operands = {operands!r} are unknown; use one of "
                                f"{', '.join(OPERANDS)} (--micro-operands)")
