@@ -42,10 +42,11 @@ PLACEMENT=${PLACEMENT:-interleaved}
 # the operands of the GEMM/attention/memory microbenchmarks (issue 21): "both" (the default) times
 # every shape hot (one operand set, in cache) then cold (cycled through the bytes a rank touches in
 # one step of the launch's largest plan) in the same passes; the round is checked with the profile
-# fitted on each (OPERANDS_CHECK, hot first), the first one's JSON at {model}-check.json (what the
-# final table reads), the others' at {model}-check-{operands}.json: an A/B on the same steps.
+# fitted on each (OPERANDS_CHECK, cold first: calibrate check's default), the first one's JSON at
+# {model}-check.json (what the final table reads), the other's at {model}-check-hot.json: an A/B
+# on the same steps.
 OPERANDS=${OPERANDS:-both}
-read -r -a CHECK_OPERANDS <<< "${OPERANDS_CHECK:-$([ "$OPERANDS" = both ] && echo "hot cold" || echo "$OPERANDS")}"
+read -r -a CHECK_OPERANDS <<< "${OPERANDS_CHECK:-$([ "$OPERANDS" = both ] && echo "cold hot" || echo "$OPERANDS")}"
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT"
 printf 'micro_placement %s\nmicro_operands %s (checked with %s)\ntiming %s\nmeasure %s\n' "$PLACEMENT" "$OPERANDS" \

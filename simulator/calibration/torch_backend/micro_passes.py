@@ -23,10 +23,13 @@ COLD_SECTIONS: tuple[str, ...] = tuple(f"{s}_cold" for s in SECTIONS)
 """The same entries measured on cold operands (``microbench.OperandPool``), where recorded."""
 OPERANDS: tuple[str, ...] = ("hot", "cold")
 """The operands a profile can be fitted on (``with_operands``)."""
-OPERANDS_DEFAULT = "hot"
+OPERANDS_DEFAULT = "cold"
 """What ``calibrate check`` and ``calibrate fit`` fit on unless told (``--micro-operands``), where
-recorded (``chosen_operands``): hot, the protocol before, until an A/B on the same steps measures
-cold better (issue 21)."""
+recorded (``chosen_operands``; folders measured before the option: hot). Cold since the A/B of
+one ``torch_backend_check.sh`` round measured with both (issue 21, load 4.7-7.2 on 2 shared
+cores): every plan of both models predicted closer, small GPT median |error| 59.1 -> 56.9 %, max
+66.0 -> 63.8 %; holdout GPT (out of sample) 52.6 -> 48.2 %, max 56.3 -> 54.2 %; one misordered
+pair fewer in each."""
 SINGLE: tuple[str, ...] = ("overhead", "optimizer")
 """The compute suite's single entries."""
 
