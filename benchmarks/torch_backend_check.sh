@@ -39,18 +39,33 @@ read -r -a MEASURE <<< "${MEASURE_ARGS:-}"
 # the steps; "first" (PLACEMENT=first) runs 3 passes back to back before any step, the protocol of
 # the quiet rounds that predicted every plan fast. Recorded in OUT/protocol.txt and each meta.json.
 PLACEMENT=${PLACEMENT:-interleaved}
+# the operands of the GEMM/attention/memory microbenchmarks (issue 21): "both" (the default) times
+# every shape hot (one operand set, in cache) then cold (cycled through the bytes a rank touches in
+# one step of the launch's largest plan) in the same passes; the round is checked with the profile
+# fitted on each (OPERANDS_CHECK, cold first: calibrate check's default), the first one's JSON at
+# {model}-check.json (what the final table reads), the other's at {model}-check-hot.json: an A/B
+# on the same steps.
+OPERANDS=${OPERANDS:-both}
+read -r -a CHECK_OPERANDS <<< "${OPERANDS_CHECK:-$([ "$OPERANDS" = both ] && echo "cold hot" || echo "$OPERANDS")}"
 PY=${PYTHON:-.venv/bin/python}
 mkdir -p "$OUT"
-printf 'micro_placement %s\ntiming %s\nmeasure %s\n' "$PLACEMENT" "${TIMING[*]}" "${MEASURE[*]:-}" | tee "$OUT/protocol.txt"
+printf 'micro_placement %s\nmicro_operands %s (checked with %s)\ntiming %s\nmeasure %s\n' "$PLACEMENT" "$OPERANDS" \
+  "${CHECK_OPERANDS[*]}" "${TIMING[*]}" "${MEASURE[*]:-}" | tee "$OUT/protocol.txt"
 echo "load before: $(uptime)"
 for run in $(seq 1 "$RUNS"); do
   R="$OUT/run$run"
   rm -rf "$R"
   echo "round $run: $(uptime)"
-  "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2 --micro-placement "$PLACEMENT" "${TIMING[@]}" "${MEASURE[@]}"
-  "$CS" calibrate check "$R/small" --json "$R/small-check.json"
-  "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick --micro-placement "$PLACEMENT" "${TIMING[@]}" "${MEASURE[@]}"
-  "$CS" calibrate check "$R/holdout" --micro "$R/small" --json "$R/holdout-check.json"
+  "$CS" calibrate measure --out "$R/small" --model small --ranks 1,2 --micro-placement "$PLACEMENT" \
+    --micro-operands "$OPERANDS" "${TIMING[@]}" "${MEASURE[@]}"
+  "$CS" calibrate measure --out "$R/holdout" --model holdout --ranks 1,2 --quick --micro-placement "$PLACEMENT" \
+    --micro-operands "$OPERANDS" "${TIMING[@]}" "${MEASURE[@]}"
+  suffix=""
+  for ops in "${CHECK_OPERANDS[@]}"; do
+    [ "$ops" = "${CHECK_OPERANDS[0]}" ] || suffix="-$ops"
+    "$CS" calibrate check "$R/small" --micro-operands "$ops" --json "$R/small-check$suffix.json"
+    "$CS" calibrate check "$R/holdout" --micro "$R/small" --micro-operands "$ops" --json "$R/holdout-check$suffix.json"
+  done
 done
 echo "load after: $(uptime)"
 # every round predicted with each drift correction (both / compute / none), seconds

@@ -39,6 +39,7 @@ from clustersim.simulator.calibration.torch_backend.check import (
 from clustersim.simulator.calibration.torch_backend.measure import (
     HOLDOUT_GPT,
     MICRO_PASSES,
+    MICRO_OPERANDS,
     MICRO_PLACEMENTS,
     SMALL_GPT,
     TINY_GPT,
@@ -49,6 +50,7 @@ from clustersim.simulator.calibration.torch_backend.measure import (
     measure,
     standard_plans,
 )
+from clustersim.simulator.calibration.torch_backend.micro_passes import OPERANDS_DEFAULT
 from clustersim.simulator.calibration.torch_backend.specs import GPTConfig, StepRecord, TimingRecipe
 from clustersim.simulator.calibration.watch import (
     Assessment,
@@ -63,7 +65,9 @@ from clustersim.simulator.calibration.watch import (
 __all__ = [
     "HOLDOUT_GPT",
     "MICRO_PASSES",
+    "MICRO_OPERANDS",
     "MICRO_PLACEMENTS",
+    "OPERANDS_DEFAULT",
     "SMALL_GPT",
     "STATISTICS",
     "TINY_GPT",

@@ -60,6 +60,8 @@ class FitReport:
     probe: Mapping[str, float] = field(default_factory=dict)
     """The drift probe measured with the microbenchmarks (``probe_reference``): the host's state
     the profile was fitted under; empty for folders measured without one."""
+    operands: str = "hot"
+    """The operands of the compute microbenchmarks it was fitted on (``micro_passes.with_operands``)."""
 
 
 def bus_factor(kind: str, n: int) -> float:
@@ -154,11 +156,16 @@ def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) ->
 
 
 def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None, name: str = "this-machine",
-                causal_factor: float = 0.5) -> FitReport:
+                causal_factor: float = 0.5, operands: str | None = None) -> FitReport:
     """Fit a profile from the microbenchmarks in ``folder`` measured on ``world_size`` ranks
     (each entry's median over its passes), with each pass's own fit (``passes``: pass i of the
-    compute microbenchmarks with pass i of the collective sweep)."""
+    compute microbenchmarks with pass i of the collective sweep). ``operands``: the GEMM,
+    attention and memory entries measured on hot or cold operands (``micro_passes.with_operands``;
+    None: ``micro_passes.OPERANDS_DEFAULT`` where recorded; folders measured before
+    ``--micro-operands`` have hot ones only)."""
     n, micro = load_micro(folder, world_size)
+    operands = micro_passes.chosen_operands(micro["compute"], operands)
+    micro = {**micro, "compute": micro_passes.with_operands(micro["compute"], operands)}
     host = _host(folder)
     central = fit_micro(micro, n, host, name=name, source=str(folder), causal_factor=causal_factor)
     computes = micro_passes.of(micro["compute"])
@@ -166,7 +173,8 @@ def fit_profile(folder: str | os.PathLike[str], *, world_size: int | None = None
     each = tuple(fit_micro({**micro, "compute": c, **({"collectives": s} if s else {})}, n, host, name=name,
                            source=str(folder), causal_factor=causal_factor).profile
                  for c, s in zip(computes, sweeps))
-    return replace(central, passes=each, intervals=field_intervals(central.profile, each), probe=probe_reference(micro))
+    return replace(central, passes=each, intervals=field_intervals(central.profile, each), probe=probe_reference(micro),
+                   operands=operands)
 
 
 def probe_reference(micro: Mapping[str, Any]) -> dict[str, float]:

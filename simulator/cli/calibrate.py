@@ -25,7 +25,9 @@ from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration import (
     HOLDOUT_GPT,
     MICRO_PASSES,
+    MICRO_OPERANDS,
     MICRO_PLACEMENTS,
+    OPERANDS_DEFAULT,
     SMALL_GPT,
     STATISTICS,
     TINY_GPT,
@@ -115,9 +117,14 @@ def measure_command(
                                                  "block of every step pass (as many passes as the steps'; "
                                                  "--micro-passes unused); first: --micro-passes passes before "
                                                  "any step (the protocol before).")] = MICRO_PLACEMENTS[0],
+    micro_operands: Annotated[str, typer.Option(help="Operands of the GEMM, attention and memory microbenchmarks: "
+                                                "hot (one set, repeated: in cache), cold (cycled through the "
+                                                "bytes a rank touches in one step of the largest plan), or both "
+                                                "(each shape hot then cold in the same passes; calibrate check "
+                                                "--micro-operands picks).")] = MICRO_OPERANDS[0],
 ) -> None:
     """Run real training steps and microbenchmarks with PyTorch on this machine (gloo/NCCL)."""
-    check_passes(micro_passes, micro_placement)
+    check_passes(micro_passes, micro_placement, micro_operands)
     if not torch_available():
         raise CalibrationError("calibrate measure needs torch; install the extra: pip install 'clustersim[torch]'")
     cfg = _model(model, layers, hidden, heads, seq)
@@ -128,7 +135,7 @@ def measure_command(
                           threads_per_rank=threads, pin_cores=pin, profile_dir=str(trace or ""),
                           step_passes=step_passes, rewarm=rewarm)
     records = measure(out, cfg, plans, timing, timeout=timeout, sweep=not quick, micro_passes=micro_passes,
-                      micro_placement=micro_placement)
+                      micro_placement=micro_placement, micro_operands=micro_operands)
     table = Table(title=f"measured step times ({out})")
     for col in ("plan", "ranks", "threads", "median ms", "95% CI ms", "CI width %", "spread %", "passes",
                 "pass spread %", "steps", "load"):
@@ -197,13 +204,16 @@ def fit_command(
     world_size: Annotated[Optional[int], typer.Option(help="Fit the microbenchmarks of this many ranks (default: largest).")] = None,
     runs: Annotated[Optional[Path], typer.Option("--runs", help="Fit on imported runs (import-run folders) under this folder instead.")] = None,
     hold_out: Annotated[Optional[str], typer.Option("--hold-out", help="With --runs: keep this family out and predict it at the end.")] = None,
+    micro_operands: Annotated[Optional[str], typer.Option(help="Fit on the compute microbenchmarks measured on hot "
+                                                          "or cold operands (calibrate measure --micro-operands; "
+                                                          f"default {OPERANDS_DEFAULT} where recorded).")] = None,
 ) -> None:
     """Fit a calibration profile: from microbenchmarks (FOLDER), or from imported runs (--runs DIR)."""
     if runs is not None:
         return fit_runs_command(runs, out, hold_out)
     if folder is None:
         raise CalibrationError("calibrate fit: give a calibrate measure FOLDER, or --runs DIR of imported runs")
-    report = fit_profile(folder, world_size=world_size)
+    report = fit_profile(folder, world_size=world_size, operands=micro_operands)
     save_profile(report.profile, out)
     _console().print(_fit_table(report))
     _console().print(f"wrote {out}; use it with --calibration {out}")
@@ -272,6 +282,10 @@ def check_command(
                                        "per-call latencies), compute (rates only; the default: the latency "
                                        "probe reads the plan's own state, not the host's) or none (as fitted; "
                                        "also for folders without probes).")] = DRIFT_DEFAULT,
+    micro_operands: Annotated[Optional[str], typer.Option(help="Fit on the compute microbenchmarks measured on hot "
+                                                          "operands (in cache) or cold ones (measure "
+                                                          "--micro-operands cold or both); default "
+                                                          f"{OPERANDS_DEFAULT} where recorded, else what was.")] = None,
 ) -> None:
     """Simulate every measured plan with the microbenchmark-only profile; print the error per plan and the ranking."""
     if statistic not in STATISTICS:
@@ -280,7 +294,7 @@ def check_command(
         raise CalibrationError("calibrate check: give --calibration or --micro, not both")
     output_file("--json", json_out)
     source = micro or folder
-    reports = {} if calibration else fit_profiles(source)
+    reports = {} if calibration else fit_profiles(source, operands=micro_operands)
     profiles = load_profile(calibration) if calibration else {n: r.profile for n, r in reports.items()}
     if not profiles:
         raise CalibrationError(f"folder {source} has no micro_w*.json microbenchmarks; give a folder written by "
@@ -299,7 +313,7 @@ def check_command(
     for line in _summary_lines(rows, s, records, from_file=calibration is not None):
         _console().print(line)
     if json_out:
-        doc = {"statistic": statistic, "profile_from": str(calibration or source),
+        doc = {"statistic": statistic, "profile_from": str(calibration or source), "micro_operands": sorted({r.operands for r in reports.values()}),
                "rows": [{**r.__dict__, "error": r.error} for r in rows], "summary": s,
                "misordered": [m.__dict__ for m in misordered(rows)]}
         write_atomic(json_out, json.dumps(doc, indent=2))

@@ -170,6 +170,31 @@ def test_the_compute_microbenchmarks_ran_in_passes_and_their_fits_bound_the_pred
     assert all(r.predicted_low <= r.predicted <= r.predicted_high for r in rows)  # type: ignore[operator]
 
 
+def test_the_default_records_hot_and_cold_operands_in_the_same_passes(
+        folder: Path, records: dict[str, StepRecord]) -> None:
+    # ``--micro-operands both`` (the default): every GEMM, attention and memory entry twice, hot
+    # and cycled through the launch's working set, in every pass; either fits a profile
+    from clustersim.simulator.calibration.torch_backend.measure import micro_working_set
+
+    meta = json.loads((folder / "meta.json").read_text())
+    assert meta["micro_operands"] == "both"
+    for world in (1, 2):
+        compute = json.loads((folder / f"micro_w{world}.json").read_text())["compute"]
+        plans = [p for p in PLANS if p.world_size == world]
+        assert compute["micro_operands"] == "both" and compute["working_set_bytes"] == micro_working_set(TINY_GPT, plans)
+        assert meta["working_set_bytes"][str(world)] == compute["working_set_bytes"]
+        for key in ("gemm", "attention", "memory"):
+            hot, cold = compute[key], compute[f"{key}_cold"]
+            strip = ("time_s", "fwd_s", "bwd_s", "bandwidth")
+            assert [{k: v for k, v in e.items() if k not in strip} for e in cold] == \
+                   [{k: v for k, v in e.items() if k not in strip} for e in hot]  # the same shapes, in order
+            assert all(len(p[f"{key}_cold"]) == len(cold) for p in compute["passes"])
+        assert all(0 < g["flops"] / g["time_s"] < 320e9 * world for g in compute["gemm_cold"])
+    cold = fit_profiles(folder, operands="cold")
+    rows = check(list(records.values()), {n: r.profile for n, r in cold.items()})
+    assert all(math.isfinite(r.predicted) and r.predicted > 0 for r in rows)
+
+
 def test_check_predicts_every_measured_plan(folder: Path, records: dict[str, StepRecord]) -> None:
     # only that every plan is predicted, finitely and deterministically: how close is load-
     # dependent and checked on recorded measurements (test_torch_recorded.py)
@@ -227,10 +252,13 @@ def test_cli_measure_runs_the_baseline(tmp_path: Path) -> None:
     out = tmp_path / "m"
     res = CliRunner().invoke(app, ["calibrate", "measure", "--out", str(out), "--model", "tiny", "--ranks", "1",
                                    "--warmup", "2", "--repeats", "2", "--timeout", "220", "--quick",
-                                   "--micro-passes", "1", "--micro-placement", "first"])
+                                   "--micro-passes", "1", "--micro-placement", "first", "--micro-operands", "hot"])
     assert res.exit_code == 0, res.output
     assert [r.plan.name for r in load_steps(out)] == ["single"]
     # the options reached the ranks: the old placement, one pass before the plan's one block
     assert len(json.loads((out / "micro_w1.json").read_text())["compute"]["passes"]) == 1
     assert load_steps(out)[0].pass_index == () and json.loads((out / "meta.json").read_text())["micro_placement"] == "first"
+    compute = json.loads((out / "micro_w1.json").read_text())["compute"]
+    assert json.loads((out / "meta.json").read_text())["micro_operands"] == compute["micro_operands"] == "hot"
+    assert "gemm_cold" not in compute and compute["gemm"]  # hot only, as before the option
     assert "single" in res.output

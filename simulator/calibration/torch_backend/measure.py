@@ -56,6 +56,49 @@ any plan is built (the protocol before; issue 21's quiet rounds with it predicte
 the 2-rank plans by 10-30 %, the single rank by 8-19 % without drift correction: the
 microbenchmarks saw a faster host than the steps)."""
 
+MICRO_OPERANDS: tuple[str, ...] = ("both", "hot", "cold")
+"""Which operands the GEMM, attention and memory microbenchmarks run on (``--micro-operands``).
+``hot``: one operand set, repeated call after call (it stays in the core's caches; the protocol
+before). ``cold``: the calls cycle through operand sets carved one after the other out of a
+buffer of ``micro_working_set`` bytes, the data a rank's kernels touch in one step of the
+launch's largest plan, so each call finds its operands as a training step does (issue 21: every
+plan, the single rank included, predicted 21-27 % fast; ``benchmarks/torch_cold_gemm.py``
+measured cold/hot GEMM time 1.0-1.47). ``both`` (the default): each shape hot then cold in the
+same pass, so ``calibrate check --micro-operands hot|cold`` predicts the same steps with either
+(an A/B under the same load). Recorded in meta.json and in the compute section."""
+
+def layer_activations(cfg: GPTConfig, plan: BackendPlan) -> int:
+    """Elements one block of ``cfg`` keeps per micro-batch on a rank of ``plan``: per token the
+    two norms' outputs, the attention output projected back and the MLP output (h each, whole on
+    every TP rank), the q, k, v and attention outputs (4 h / tp) and the MLP's inner activation
+    before and after the GELU (2 f / tp)."""
+    h, f, tp = cfg.hidden_size, cfg.ffn_hidden_size, plan.tp
+    return plan.micro_batch * cfg.seq_len * (4 * h + (4 * h + 2 * f) // tp)
+
+
+def working_set_bytes(cfg: GPTConfig, plan: BackendPlan) -> int:
+    """Bytes (fp32) a rank of ``plan`` touches in one step's forward and backward: the weights
+    and gradients of its largest pipeline stage's blocks (4 h^2 + 2 h f each, over tp) and of the
+    embedding and output layer (v h each, over tp; both on a 1-stage plan, one on each end stage
+    else), and the activations of the micro-batches in flight at once (all of them under GPipe,
+    up to ``pp`` under 1F1B, one without pipelining) plus the logits (v / tp per token). FSDP's
+    weights count whole: its blocks compute on gathered weights. A closed form of the model, not
+    a measurement; ``micro_working_set`` takes the launch's largest."""
+    h, v, tp, pp = cfg.hidden_size, cfg.vocab_size, plan.tp, plan.pp
+    layers = -(-cfg.num_layers // pp)  # the largest stage
+    params = layers * (4 * h * h + 2 * h * cfg.ffn_hidden_size) // tp + (2 if pp == 1 else 1) * v * h // tp
+    in_flight = 1 if pp == 1 else plan.micro_batches if plan.schedule == "gpipe" else min(pp, plan.micro_batches)
+    acts = in_flight * (layers * layer_activations(cfg, plan) + plan.micro_batch * cfg.seq_len * v // tp)
+    return 4 * (2 * params + acts)
+
+
+def micro_working_set(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> int:
+    """The working set the cold microbenchmarks of one launch cycle through: the largest of its
+    plans' (``working_set_bytes``; one pass of the microbenchmarks serves every plan of the
+    launch, and the largest bounds what the steps evict), 0 without plans."""
+    return max((working_set_bytes(cfg, p) for p in plans), default=0)
+
+
 COLLECTIVE_KINDS: tuple[str, ...] = ("all_reduce", "all_gather", "reduce_scatter", "all_to_all", "send_recv")
 COLLECTIVE_SIZES: tuple[int, ...] = tuple(4 ** i * 1024 for i in range(0, 7))
 """1 KiB to 4 MiB, a factor 4 apart (bytes per rank buffer, nccl-tests convention)."""
@@ -117,33 +160,40 @@ def tp_message_bytes(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> int:
     return max(sizes) if sizes else 1 << 20
 
 
-def check_passes(micro_passes: int, micro_placement: str = "first") -> None:
-    """A clear error for a pass count below 1 or an unknown placement (before anything is written)."""
+def check_passes(micro_passes: int, micro_placement: str = "first", micro_operands: str = "both") -> None:
+    """A clear error for a pass count below 1, an unknown placement or unknown operands (before
+    anything is written)."""
     if micro_passes < 1:
         raise CalibrationError(f"microbenchmark passes = {micro_passes}: run at least 1 pass of the "
                                "microbenchmarks (--micro-passes 1 or more)")
     if micro_placement not in MICRO_PLACEMENTS:
         raise CalibrationError(f"microbenchmark placement = {micro_placement!r} is unknown; use one of "
                                f"{', '.join(MICRO_PLACEMENTS)} (--micro-placement)")
+    if micro_operands not in MICRO_OPERANDS:
+        raise CalibrationError(f"microbenchmark operands = {micro_operands!r} are unknown; use one of "
+                               f"{', '.join(MICRO_OPERANDS)} (--micro-operands)")
 
 
 def tasks_for(cfg: GPTConfig, plans: Sequence[BackendPlan], timing: TimingRecipe, world_size: int,
               collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
-              micro_passes: int = MICRO_PASSES, micro_placement: str = "interleaved") -> list[dict[str, object]]:
+              micro_passes: int = MICRO_PASSES, micro_placement: str = "interleaved",
+              micro_operands: str = "both") -> list[dict[str, object]]:
     """One launch's tasks. ``micro_placement="first"``: compute microbenchmarks and (world > 1)
     collectives, ``micro_passes`` passes of each, then every plan: one "steps" task timing them in
     interleaved passes (``timing.step_passes`` > 1 and several plans), else one "step" task per
     plan, one after the other. ``"interleaved"``: one "steps" task whose every pass also runs one
     pass of the microbenchmarks (``MICRO_PLACEMENTS``; ``micro_passes`` is then not used).
 
-    ``sweep=False`` benchmarks only the shapes the plans run (fast, for CI).
+    ``sweep=False`` benchmarks only the shapes the plans run (fast, for CI). ``micro_operands``:
+    hot, cold (cycled through ``micro_working_set`` bytes) or both (``MICRO_OPERANDS``).
     """
-    check_passes(micro_passes, micro_placement)
+    check_passes(micro_passes, micro_placement, micro_operands)
     params = 12 * cfg.hidden_size ** 2 * cfg.num_layers  # 4h^2 attention + 8h^2 MLP per layer
     micro: list[dict[str, object]] = [{
         "kind": "compute", "timing": asdict(timing), "gemm_shapes": gemm_shapes(cfg, plans, sweep),
         "attention_shapes": attention_shapes(cfg, plans, sweep), "memory_sizes": memory_sizes(cfg, plans, sweep),
-        "optimizer_params": params, "passes": micro_passes,
+        "optimizer_params": params, "passes": micro_passes, "micro_operands": micro_operands,
+        "working_set_bytes": micro_working_set(cfg, plans),
     }]
     if world_size > 1:
         micro.append({"kind": "collectives", "timing": asdict(timing), "kinds": list(COLLECTIVE_KINDS),
@@ -177,9 +227,10 @@ def host_info() -> dict[str, object]:
 def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[BackendPlan],
             timing: TimingRecipe, *, timeout: float = 600.0,
             collective_sizes: Sequence[int] = COLLECTIVE_SIZES, sweep: bool = True,
-            micro_passes: int = MICRO_PASSES, micro_placement: str = "interleaved") -> list[StepRecord]:
+            micro_passes: int = MICRO_PASSES, micro_placement: str = "interleaved",
+            micro_operands: str = "both") -> list[StepRecord]:
     """Run every plan (grouped by world size, one launch each) and write the results folder."""
-    check_passes(micro_passes, micro_placement)
+    check_passes(micro_passes, micro_placement, micro_operands)
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     host = host_info()
@@ -187,13 +238,17 @@ def measure(out_dir: str | os.PathLike[str], cfg: GPTConfig, plans: Sequence[Bac
     timings = {w: timing.for_world(w, host_cores()) for w in worlds}
     meta = {"model": asdict(cfg), "timing": asdict(timing), "host": host, "plans": [asdict(p) for p in plans],
             "micro_passes": micro_passes, "micro_placement": micro_placement,
+            "micro_operands": micro_operands,
+            "working_set_bytes": {str(w): micro_working_set(cfg, [p for p in plans if p.world_size == w])
+                                  for w in worlds},
             "timing_per_world": {str(w): asdict(t) for w, t in timings.items()}}
     write_atomic(out / "meta.json", json.dumps(meta, indent=1))
     records: list[StepRecord] = []
     for world in worlds:
         group = [p for p in plans if p.world_size == world]
         t = timings[world]
-        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep, micro_passes, micro_placement),
+        results = launch(tasks_for(cfg, group, t, world, collective_sizes, sweep, micro_passes, micro_placement,
+                                   micro_operands),
                          world, timeout=timeout, threads=t.threads_per_rank, log_dir=out / "logs" / f"w{world}")
         micro = micro_sections(results)
         write_atomic(out / f"micro_w{world}.json", json.dumps(micro, indent=1))

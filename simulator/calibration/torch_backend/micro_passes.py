@@ -19,6 +19,17 @@ from clustersim.simulator.errors import CalibrationError
 
 SECTIONS: tuple[str, ...] = ("gemm", "attention", "memory")
 """The compute suite's lists of entries (one entry per shape or size, the same order in every pass)."""
+COLD_SECTIONS: tuple[str, ...] = tuple(f"{s}_cold" for s in SECTIONS)
+"""The same entries measured on cold operands (``microbench.OperandPool``), where recorded."""
+OPERANDS: tuple[str, ...] = ("hot", "cold")
+"""The operands a profile can be fitted on (``with_operands``)."""
+OPERANDS_DEFAULT = "cold"
+"""What ``calibrate check`` and ``calibrate fit`` fit on unless told (``--micro-operands``), where
+recorded (``chosen_operands``; folders measured before the option: hot). Cold since the A/B of
+one ``torch_backend_check.sh`` round measured with both (issue 21, load 4.7-7.2 on 2 shared
+cores): every plan of both models predicted closer, small GPT median |error| 59.1 -> 56.9 %, max
+66.0 -> 63.8 %; holdout GPT (out of sample) 52.6 -> 48.2 %, max 56.3 -> 54.2 %; one misordered
+pair fewer in each."""
 SINGLE: tuple[str, ...] = ("overhead", "optimizer")
 """The compute suite's single entries."""
 
@@ -72,3 +83,46 @@ def of(section: Mapping[str, Any], passes: int | None = None) -> list[dict[str, 
                                "and collective sections of one launch run the same passes")
     shared = {k: v for k, v in section.items() if k != "passes"}
     return [{**shared, **p} for p in recorded]
+
+
+def recorded_operands(section: Mapping[str, Any]) -> list[str]:
+    """The operands a compute section has GEMM entries of: "hot" where ``gemm`` is there (every
+    folder measured before the option), "cold" where ``gemm_cold`` is."""
+    return [k for k, key in (("hot", "gemm"), ("cold", "gemm_cold")) if section.get(key)]
+
+
+def chosen_operands(section: Mapping[str, Any], operands: str | None) -> str:
+    """``operands`` when given, else ``OPERANDS_DEFAULT`` where recorded, else what was recorded
+    (a folder measured ``--micro-operands cold`` fits cold, one measured before the option hot)."""
+    if operands is not None:
+        return operands
+    have = recorded_operands(section)
+    return OPERANDS_DEFAULT if OPERANDS_DEFAULT in have or not have else have[0]
+
+
+def with_operands(section: Mapping[str, Any], operands: str | None) -> dict[str, Any]:
+    """The compute section (and each of its passes) with the GEMM, attention and memory entries
+    of ``operands`` ("hot": as recorded; "cold": the ``*_cold`` ones in their place), so the fit
+    reads either under the same keys; None: ``chosen_operands``; a clear error when they were not
+    recorded."""
+    operands = chosen_operands(section, operands)
+    if operands not in OPERANDS:
+        raise CalibrationError(f"microbenchmark operands = {operands!r} are unknown; use one of "
+                               f"{', '.join(OPERANDS)} (--micro-operands)")
+    have = recorded_operands(section)
+    if operands not in have:
+        raise CalibrationError(f"microbenchmark operands = {operands!r} were not recorded (recorded: "
+                               f"{', '.join(have) or 'none'}); measure with `calibrate measure --micro-operands "
+                               f"{operands}` or both, or check with --micro-operands {have[0] if have else 'hot'}")
+    if operands == "hot":
+        return dict(section)
+
+    def swap(d: Mapping[str, Any]) -> dict[str, Any]:
+        out = {k: v for k, v in d.items() if k not in COLD_SECTIONS}
+        out.update({hot: d[cold] for hot, cold in zip(SECTIONS, COLD_SECTIONS) if cold in d})
+        return out
+
+    out = swap(section)
+    if "passes" in section:
+        out["passes"] = [swap(p) for p in section["passes"]]
+    return out

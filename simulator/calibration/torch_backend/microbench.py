@@ -8,8 +8,10 @@ training; the slowest rank sets each figure. It does not fit curves (``clustersi
 
 from __future__ import annotations
 
+import itertools
+import math
 import time
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 import torch
 import torch.distributed as dist
@@ -87,56 +89,132 @@ def time_call(fn: Callable[[], object], timing: TimingRecipe) -> float:
     return stats.median(sample_call(fn, timing))
 
 
+class OperandPool:
+    """Operand sets for the cold microbenchmarks: carved one after the other out of one fp32
+    buffer of ``nbytes`` (``measure.micro_working_set``: what a rank touches in one step), so
+    calls that take the sets in turn walk through the whole buffer, as a step walks through its
+    weights and activations; one fresh set when one set is larger than the buffer."""
+
+    def __init__(self, nbytes: int) -> None:
+        self.buffer = torch.randn(max(1, nbytes // 4), device=_dev())
+
+    def sets(self, shapes: Sequence[Sequence[int]]) -> list[list[torch.Tensor]]:
+        """As many disjoint sets of tensors of ``shapes`` as the buffer holds (views into it)."""
+        sizes = [math.prod(s) for s in shapes]
+        count = self.buffer.numel() // sum(sizes)
+        if count == 0:
+            return [[torch.randn(*s, device=_dev()) for s in shapes]]
+        out, offset = [], 0
+        for _ in range(count):
+            views = []
+            for shape, n in zip(shapes, sizes):
+                views.append(self.buffer[offset:offset + n].view(*shape))
+                offset += n
+            out.append(views)
+        return out
+
+
+def operand_sets(shapes: Sequence[Sequence[int]], pool: OperandPool | None) -> Iterator[list[torch.Tensor]]:
+    """The operand sets a microbenchmark takes in turn: one fresh set over and over (``pool``
+    None: hot, in cache after the first call) or every set of ``pool`` in a cycle (cold)."""
+    sets = pool.sets(shapes) if pool is not None else [[torch.randn(*s, device=_dev()) for s in shapes]]
+    return itertools.cycle(sets)
+
+
+def _operand_variants(pool: OperandPool | None, operands: str) -> list[tuple[str, OperandPool | None]]:
+    """(label, pool) of each operand variant ``operands`` asks for, hot first (``measure.MICRO_OPERANDS``)."""
+    return [(k, None if k == "hot" else pool) for k in ("hot", "cold") if operands in (k, "both")]
+
+
 def gemm_entries(shapes: list[list[int]], timing: TimingRecipe,
-                 probes: list[dict[str, float]] | None = None) -> list[dict[str, Any]]:
-    """Forward (x W^T) and both backward layouts (dY W, dY^T x) of each (m, n, k) linear; a drift
-    probe sample (GEMM only) appended to ``probes`` after each shape."""
-    out = []
+                 probes: list[dict[str, float]] | None = None, pool: OperandPool | None = None,
+                 operands: str = "hot") -> dict[str, list[dict[str, Any]]]:
+    """Forward (x W^T) and both backward layouts (dY W, dY^T x) of each (m, n, k) linear, hot
+    and/or cold (``operands``; each shape's cold calls right after its hot ones); a drift probe
+    sample (GEMM only) appended to ``probes`` after each shape. {"hot": entries, "cold": entries}."""
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k, _ in _operand_variants(pool, operands)}
     for m, n, k in shapes:
         if probes is not None:
             probes.append(probe_sample(calls=False))
-        x, w, dy = (torch.randn(a, b, device=_dev()) for a, b in ((m, k), (n, k), (m, n)))
-        layouts = {"fwd": lambda: F.linear(x, w), "bwd_input": lambda: dy @ w, "bwd_weight": lambda: dy.t() @ x}
-        for layout, fn in layouts.items():
-            t = time_call(fn, timing)
-            out.append({"m": m, "n": n, "k": k, "layout": layout, "flops": 2.0 * m * n * k, "time_s": t})
+        for label, p in _operand_variants(pool, operands):
+            sets = operand_sets([(m, k), (n, k), (m, n)], p)
+
+            def fwd(s: Iterator[list[torch.Tensor]] = sets) -> object:
+                x, w, _ = next(s)
+                return F.linear(x, w)
+
+            def bwd_input(s: Iterator[list[torch.Tensor]] = sets) -> object:
+                _, w, dy = next(s)
+                return dy @ w
+
+            def bwd_weight(s: Iterator[list[torch.Tensor]] = sets) -> object:
+                x, _, dy = next(s)
+                return dy.t() @ x
+
+            for layout, fn in (("fwd", fwd), ("bwd_input", bwd_input), ("bwd_weight", bwd_weight)):
+                t = time_call(fn, timing)
+                out[label].append({"m": m, "n": n, "k": k, "layout": layout, "flops": 2.0 * m * n * k, "time_s": t})
     return out
 
 
-def attention_entries(shapes: list[list[int]], timing: TimingRecipe) -> list[dict[str, Any]]:
-    """Causal SDPA forward and backward for each (batch, heads, seq, head_dim)."""
-    out = []
+def attention_entries(shapes: list[list[int]], timing: TimingRecipe, pool: OperandPool | None = None,
+                      operands: str = "hot") -> dict[str, list[dict[str, Any]]]:
+    """Causal SDPA forward and backward for each (batch, heads, seq, head_dim), hot and/or cold."""
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k, _ in _operand_variants(pool, operands)}
     for b, h, s, d in shapes:
-        q, k, v = (torch.randn(b, h, s, d, device=_dev(), requires_grad=True) for _ in range(3))
-        fwd = time_call(lambda: F.scaled_dot_product_attention(q, k, v, is_causal=True), timing)
-        grad = torch.randn(b, h, s, d, device=_dev())
+        for label, p in _operand_variants(pool, operands):
+            base = p.sets([(b, h, s, d)] * 4) if p is not None else [[torch.randn(b, h, s, d, device=_dev())
+                                                                      for _ in range(4)]]
+            sets = [[t.detach().requires_grad_(i < 3) for i, t in enumerate(ts)] for ts in base]
+            cycle_f, cycle_b = itertools.cycle(sets), itertools.cycle(sets)
 
-        def fwd_bwd() -> None:
-            F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+            def fwd(c: Iterator[list[torch.Tensor]] = cycle_f) -> object:
+                q, k, v, _ = next(c)
+                return F.scaled_dot_product_attention(q, k, v, is_causal=True)
 
-        both = time_call(fwd_bwd, timing)
-        # FLOP of QK^T and PV without the causal saving: 4 b h s^2 d (forward), twice that backward.
-        full = 4.0 * b * h * s * s * d
-        out.append({"batch": b, "heads": h, "seq": s, "head_dim": d, "flops_fwd_full": full,
-                    "fwd_s": fwd, "bwd_s": max(both - fwd, 1e-9)})
+            def fwd_bwd(c: Iterator[list[torch.Tensor]] = cycle_b) -> None:
+                q, k, v, grad = next(c)
+                F.scaled_dot_product_attention(q, k, v, is_causal=True).backward(grad)
+
+            t_fwd = time_call(fwd, timing)
+            both = time_call(fwd_bwd, timing)
+            # FLOP of QK^T and PV without the causal saving: 4 b h s^2 d (forward), twice that backward.
+            full = 4.0 * b * h * s * s * d
+            out[label].append({"batch": b, "heads": h, "seq": s, "head_dim": d, "flops_fwd_full": full,
+                               "fwd_s": t_fwd, "bwd_s": max(both - t_fwd, 1e-9)})
     return out
 
 
-def memory_entries(sizes: list[int], timing: TimingRecipe) -> list[dict[str, Any]]:
-    """Bytes/s of copy, add, GELU and LayerNorm on fp32 tensors of ``sizes`` elements."""
-    out = []
+def memory_entries(sizes: list[int], timing: TimingRecipe, pool: OperandPool | None = None,
+                   operands: str = "hot") -> dict[str, list[dict[str, Any]]]:
+    """Bytes/s of copy, add, GELU and LayerNorm on fp32 tensors of ``sizes`` elements, hot and/or cold."""
+    out: dict[str, list[dict[str, Any]]] = {k: [] for k, _ in _operand_variants(pool, operands)}
     for n in sizes:
-        a, b, c = (torch.randn(n, device=_dev()) for _ in range(3))
-        rows = a.view(-1, 256) if n % 256 == 0 else a.view(1, -1)
-        kinds: dict[str, tuple[Callable[[], object], float]] = {
-            "copy": (lambda: c.copy_(a), 8.0 * n),  # read a, write c
-            "add": (lambda: torch.add(a, b, out=c), 12.0 * n),  # read a, b, write c
-            "gelu": (lambda: F.gelu(a), 8.0 * n),
-            "layernorm": (lambda: F.layer_norm(rows, rows.shape[-1:]), 8.0 * n),
-        }
-        for kind, (fn, nbytes) in kinds.items():
-            t = time_call(fn, timing)
-            out.append({"kind": kind, "elements": n, "bytes": nbytes, "time_s": t, "bandwidth": nbytes / t})
+        for label, p in _operand_variants(pool, operands):
+            sets = operand_sets([(n,)] * 3, p)
+            width = 256 if n % 256 == 0 else n
+
+            def copy(s: Iterator[list[torch.Tensor]] = sets) -> object:
+                a, _, c = next(s)
+                return c.copy_(a)  # read a, write c
+
+            def add(s: Iterator[list[torch.Tensor]] = sets) -> object:
+                a, b, c = next(s)
+                return torch.add(a, b, out=c)  # read a, b, write c
+
+            def gelu(s: Iterator[list[torch.Tensor]] = sets) -> object:
+                return F.gelu(next(s)[0])
+
+            def layernorm(s: Iterator[list[torch.Tensor]] = sets) -> object:
+                return F.layer_norm(next(s)[0].view(-1, width), (width,))
+
+            kinds: dict[str, tuple[Callable[[], object], float]] = {
+                "copy": (copy, 8.0 * n), "add": (add, 12.0 * n), "gelu": (gelu, 8.0 * n),
+                "layernorm": (layernorm, 8.0 * n)}
+            for kind, (fn, nbytes) in kinds.items():
+                t = time_call(fn, timing)
+                out[label].append({"kind": kind, "elements": n, "bytes": nbytes, "time_s": t,
+                                   "bandwidth": nbytes / t})
     return out
 
 
@@ -174,11 +252,21 @@ def optimizer_entry(params: int, timing: TimingRecipe) -> dict[str, float]:
 
 def compute_pass(task: Mapping[str, Any], timing: TimingRecipe,
                  probes: list[dict[str, float]] | None = None) -> dict[str, Any]:
-    """One pass of every compute microbenchmark the task names (all ranks run it concurrently)."""
+    """One pass of every compute microbenchmark the task names (all ranks run it concurrently):
+    the GEMM, attention and memory entries on hot operands under "gemm", "attention", "memory",
+    on cold ones (cycled through ``working_set_bytes``) under "gemm_cold", ... (``micro_operands``:
+    hot, cold or both, ``measure.MICRO_OPERANDS``; tasks written before the option: hot)."""
+    operands = str(task.get("micro_operands", "hot"))
+    pool = OperandPool(int(task.get("working_set_bytes", 0))) if operands != "hot" else None
+    sections = {
+        "gemm": gemm_entries(task.get("gemm_shapes", []), timing, probes, pool, operands),
+        "attention": attention_entries(task.get("attention_shapes", []), timing, pool, operands),
+        "memory": memory_entries(task.get("memory_sizes", []), timing, pool, operands),
+    }
+    del pool  # the buffer freed before the overhead and optimizer microbenchmarks
     return {
-        "gemm": gemm_entries(task.get("gemm_shapes", []), timing, probes),
-        "attention": attention_entries(task.get("attention_shapes", []), timing),
-        "memory": memory_entries(task.get("memory_sizes", []), timing),
+        **{name + ("" if label == "hot" else "_cold"): entries
+           for name, by in sections.items() for label, entries in by.items()},
         "overhead": overhead_entry(timing),
         "optimizer": optimizer_entry(int(task.get("optimizer_params", 1 << 20)), timing),
     }
@@ -189,14 +277,20 @@ def compute_suite(task: Mapping[str, Any], timing: TimingRecipe) -> dict[str, ob
     are the median over the passes (``micro_passes.merge``) and ``passes`` keeps each pass's own."""
     probes: list[dict[str, float]] = []
     runs = [compute_pass(task, timing, probes) for _ in range(max(1, int(task.get("passes", 1))))]
-    return compute_result(runs, probes)
+    return compute_result(runs, probes, task)
 
 
-def compute_result(runs: list[dict[str, Any]], probes: list[dict[str, float]]) -> dict[str, object]:
+def compute_result(runs: list[dict[str, Any]], probes: list[dict[str, float]],
+                   task: Mapping[str, Any] | None = None) -> dict[str, object]:
     """The compute section from its passes (``compute_pass``, run back to back by ``compute_suite``
-    or interleaved with the steps' passes by ``runners.time_interleaved``) and their probe samples."""
+    or interleaved with the steps' passes by ``runners.time_interleaved``) and their probe samples;
+    the operands they ran on and the cold working set, from ``task``."""
+    sections = [s for s in (*micro_passes.SECTIONS, *micro_passes.COLD_SECTIONS) if runs and s in runs[0]]
+    task = task or {}
     return {"world_size": dist.get_world_size(), "threads_per_rank": torch.get_num_threads(),
-            "device": _dev().type, **micro_passes.merge(runs), "passes": runs, "probe": probe_summary(probes)}
+            "device": _dev().type, "micro_operands": str(task.get("micro_operands", "hot")),
+            "working_set_bytes": int(task.get("working_set_bytes", 0)),
+            **micro_passes.merge(runs, sections=sections), "passes": runs, "probe": probe_summary(probes)}
 
 
 def collective_call(kind: str, size: int) -> Callable[[], object]:

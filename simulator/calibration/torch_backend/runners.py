@@ -283,7 +283,7 @@ class _Micro:
 
     def results(self, timing: TimingRecipe) -> dict[str, object]:
         """The compute and collectives sections, as ``compute_suite`` and ``collective_suite`` give them."""
-        out: dict[str, object] = {"compute": microbench.compute_result(self.runs, self.compute_probes)}
+        out: dict[str, object] = {"compute": microbench.compute_result(self.runs, self.compute_probes, self.compute)}
         if self.collectives is not None:
             out["collectives"] = microbench.collective_result(self.collectives, timing, self.sweeps,
                                                               self.sweep_probes)
