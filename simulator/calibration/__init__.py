@@ -38,8 +38,8 @@ from clustersim.simulator.calibration.torch_backend.check import (
 )
 from clustersim.simulator.calibration.torch_backend.measure import (
     HOLDOUT_GPT,
-    MICRO_PASSES,
     MICRO_OPERANDS,
+    MICRO_PASSES,
     MICRO_PLACEMENTS,
     SMALL_GPT,
     TINY_GPT,
@@ -64,8 +64,8 @@ from clustersim.simulator.calibration.watch import (
 
 __all__ = [
     "HOLDOUT_GPT",
-    "MICRO_PASSES",
     "MICRO_OPERANDS",
+    "MICRO_PASSES",
     "MICRO_PLACEMENTS",
     "OPERANDS_DEFAULT",
     "SMALL_GPT",
