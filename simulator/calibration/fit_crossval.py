@@ -143,7 +143,7 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
                 notes.append(f"{g} {p}: no training row of any GPU type moves it, prior {PRIORS[p][1]}")
         host_moved = host_evidence(pb, train)
         counts[g] = int(sum(bool(have[p][i]) for p in PER_GROUP)) + int(bool(host_moved[i]))
-        notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes))
+        notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         if not np.any(train & (pb.gi == i)):
             prof = prof.replace(name=f"{g}-pooled", source=f"fold without {family}: no {g} row, pooled levels")
         notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
@@ -178,7 +178,7 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
                 prof = _set_prior(prof, p)
                 notes.append(f"{g} {p}: no training row moves it, prior {PRIORS[p][1]}")
         counts[g] = len(have) + int(bool(host_moved[i]))
-        notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes))
+        notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
         fitted[g] = prof
     if fitted:
@@ -212,8 +212,10 @@ def host_evidence(pb: Any, train: np.ndarray) -> np.ndarray:
     return np.array([bool(np.any(moved & train & (pb.gi == i))) for i in range(len(pb.groups))])
 
 
-def _host_note(g: str, prof: CalibrationProfile, moved: bool, column: bool) -> str:
+def _host_note(g: str, prof: CalibrationProfile, moved: bool, column: bool, bounds: Bounds) -> str:
     """Where the fold's ``host_launch_time`` of ``g`` came from."""
+    if bounds.host_launch[1] <= 0:
+        return f"{g} host_launch_time: pinned at {prof.host_launch_time:g} s (Bounds.host_launch; HOST_LAUNCH_FIT fits it)"
     if not column:
         return f"{g} host_launch_time: the sensitivities have no host column, {prof.host_launch_time:g} s as given"
     if not moved:

@@ -18,13 +18,14 @@ import pytest
 from clustersim.simulator.calibration.fit_crossval import fit_fold, host_evidence
 from clustersim.simulator.calibration.fit_defaults import perturb, profile_key, sensitivities
 from clustersim.simulator.calibration.fit_first_order import (
-    HOST_LAUNCH_PROBE, Bounds, _initial, feasible, first_order_problem, fit, predict,
+    HOST_LAUNCH_FIT, HOST_LAUNCH_PROBE, Bounds, _initial, feasible, first_order_problem, fit, predict,
 )
 from clustersim.simulator.calibration.validate import load_runs, validate_row
 from clustersim.simulator.profile import HOST_LAUNCH_RANGE, PROFILE_DIR, CalibrationProfile, load_profile
 
 CURVE_X = [1e8, 1e9, 1e10, 1e11, 1e12, 1e13]
 BASE = CalibrationProfile(name="synthetic", gemm_efficiency=list(zip(CURVE_X, [0.15, 0.30, 0.40, 0.50, 0.55, 0.60])))
+FREE = Bounds(host_launch=HOST_LAUNCH_FIT)
 
 
 def test_probe_is_the_top_of_the_cited_range_and_perturb_adds_it() -> None:
@@ -81,31 +82,35 @@ def _synthetic(want: float, rows: int = 30, seed: int = 0) -> pd.DataFrame:
 
 @pytest.mark.parametrize("want", [8e-6, 12e-6, 20e-6])
 def test_fit_recovers_a_launch_cost_inside_the_range(want: float) -> None:
-    got = fit(_synthetic(want), profiles={"h100": BASE})["h100"]
+    got = fit(_synthetic(want), profiles={"h100": BASE}, bounds=FREE)["h100"]
     assert got.host_launch_time == pytest.approx(want, abs=0.1e-6)
 
 
 def test_fit_stays_at_the_bounds_beyond_them() -> None:
-    lo, hi = Bounds().host_launch
-    assert fit(_synthetic(60e-6), profiles={"h100": BASE})["h100"].host_launch_time == pytest.approx(hi)
+    lo, hi = HOST_LAUNCH_FIT
+    assert (lo, hi) == HOST_LAUNCH_RANGE
+    assert fit(_synthetic(60e-6), profiles={"h100": BASE}, bounds=FREE)["h100"].host_launch_time == pytest.approx(hi)
     # rows asking for 1.5 us: 0 or the low bound, never inside (0, 5 us) where nothing is cited
-    small = fit(_synthetic(1.5e-6), profiles={"h100": BASE})["h100"].host_launch_time
+    small = fit(_synthetic(1.5e-6), profiles={"h100": BASE}, bounds=FREE)["h100"].host_launch_time
     assert small == 0.0 or small == pytest.approx(lo)
-    assert fit(_synthetic(0.0), profiles={"h100": BASE})["h100"].host_launch_time == 0.0
+    assert fit(_synthetic(0.0), profiles={"h100": BASE}, bounds=FREE)["h100"].host_launch_time == 0.0
+    # the default bounds pin it at 0 however much the rows ask for (not a default until measured out of sample)
+    assert fit(_synthetic(12e-6), profiles={"h100": BASE})["h100"].host_launch_time == 0.0
     pb = first_order_problem(_synthetic(0.0), {"h100": BASE})
     x = _initial(pb)
     for h, ok in ((0.0, True), (2e-6, False), (lo, True), (hi, True), (hi * 1.01, False)):
         x["host"][0] = h
-        assert feasible(pb, x, Bounds()) is ok
+        assert feasible(pb, x, FREE) is ok
+        assert feasible(pb, x, Bounds()) is (h == 0.0)
 
 
 def test_a_table_without_the_column_leaves_it_at_zero_with_a_note() -> None:
     sens = _synthetic(12e-6).drop(columns=["host"])
     train = np.ones(len(sens), bool)
-    ff = fit_fold(sens, {"h100": BASE}, train)
+    ff = fit_fold(sens, {"h100": BASE}, train, bounds=FREE)
     assert ff.profiles["h100"].host_launch_time == 0.0
     assert any("no host column" in n for n in ff.notes)
-    with_col = fit_fold(_synthetic(12e-6), {"h100": BASE}, train)
+    with_col = fit_fold(_synthetic(12e-6), {"h100": BASE}, train, bounds=FREE)
     assert with_col.profiles["h100"].host_launch_time == pytest.approx(12e-6, abs=0.1e-6)
     assert any("host_launch_time fitted" in n for n in with_col.notes)
 
