@@ -103,7 +103,7 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
             out.append(f"{name} = {value:.3f} (bounds {lo}..{up})")
     lo, hi = bounds.host_launch
     if profile.host_launch_time > 0 and (profile.host_launch_time <= lo + 1e-9 or profile.host_launch_time >= hi - 1e-9):
-        out.append(f"host_launch_time = {profile.host_launch_time:.2e} s (bounds 0 or {lo:.0e}..{hi:.0e})")
+        out.append(f"host_launch_time = {profile.host_launch_time:.2e} s (bounds 0 or {lo:.1e}..{hi:.1e})")
     if bounds.jitter[1] > bounds.jitter[0] and profile.sync_jitter_cv >= bounds.jitter[1] - tol:
         out.append(f"sync_jitter_cv = {profile.sync_jitter_cv:.3f} (bound {bounds.jitter[1]})")
     return out
