@@ -118,8 +118,8 @@ class Bounds:
     by default: ``Bounds(host_launch=HOST_LAUNCH_FIT)`` fits it inside the cited range. Fitted per
     fold on the pass of December 2026 (``benchmarks/cv_host_fit.py``) it left every MoE row's
     out-of-sample prediction unchanged (all the rows it moves are in the Megatron-Bridge family,
-    held out together, so that fold has no evidence and keeps 0), so the default stays 0
-    (docs/VALIDATION.md, "Host launch cost fitted per GPU type")."""
+    held out together, so that fold has no evidence and keeps 0) and made the whole table's figure
+    10.64 -> 10.67 %, so the default stays 0 (docs/VALIDATION.md, "Host launch cost fitted per GPU type")."""
     max_kernel_overhead: float = 25e-6
     """Upper bound of the per-op kernel overhead (s, lower bound 0): the CPU-side cost of one eager
     PyTorch op before its kernel runs (Python, autograd and ATen dispatch, cudaLaunchKernel) is
