@@ -186,12 +186,14 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
         memory_op("moe_permute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
                   flops_per_element=0.0, role="permute"),
         _alltoall("moe_dispatch", t_in * k * h * dt, "dispatch"),
+        *expert_sort_ops("moe_sort", pairs * h, dt, local, shape.sort_by_local_expert),
         gemm_op("expert_fc1", per_expert, n_in * f, h, dt, params=local * (h * n_in * f + bias_in),
                 count=local, role="routed_expert"),
         memory_op("expert_act", "elementwise", pairs * f, dt, reads=n_in, writes=1,
                   flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS, role="routed_expert"),
         gemm_op("expert_fc2", per_expert, h, f, dt, params=local * (f * h + bias_out), count=local,
                 role="routed_expert"),
+        *expert_sort_ops("moe_unsort", pairs * h, dt, local, shape.sort_by_local_expert),
         _alltoall("moe_combine", t_in * k * h * dt, "combine"),
         memory_op("moe_unpermute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
                   flops_per_element=2.0, role="unpermute"),  # weighted sum of the top_k expert outputs
@@ -200,6 +202,24 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
         ops.extend(mlp_ops(model, shape, model.num_shared_experts * model.shared_ffn, "shared",
                            role="shared_expert"))
     return tuple(ops)
+
+
+def expert_sort_ops(name: str, elements: float, dtype_bytes: int, local_experts: int, sorts: bool) -> tuple[Op, ...]:
+    """The dispatcher's copy of every received token row into local-expert order (or back): none
+    unless ``sorts`` and the device holds several experts. Megatron-Core's
+    ``MoEAlltoAllTokenDispatcher`` runs "Permutation 2: Sort tokens by local expert"
+    (``dispatch_postprocess``: ``sort_chunks_by_idxs``, or with drop-and-pad a
+    ``transpose(0, 1).contiguous()``) after the all-to-all and "Unpermutation 2" before the combine
+    (``combine_preprocess``), ``if self.num_local_experts > 1`` (NVIDIA/Megatron-LM
+    megatron/core/transformer/moe/token_dispatcher.py @ 0014f13713bfa38a8bab4ae11edd6917d35165ce).
+    One read and one write of ``elements`` values each way; its backward is the inverse
+    permutation, one read and one write as well. Its kernel launch is counted with the all-to-all
+    marker (``simulator.step.host``)."""
+    if not sorts or local_experts <= 1:
+        return ()
+    op = memory_op(name, "elementwise", elements, dtype_bytes, reads=1, writes=1, flops_per_element=0.0,
+                   role="expert_sort")
+    return (dataclasses.replace(op, bwd_bytes=op.bytes, bwd_flops=0.0),)
 
 
 def _alltoall(name: str, payload_bytes: float, role: OpRole) -> Op:

@@ -24,13 +24,16 @@ OpKind = Literal["gemm", "bmm", "attention", "elementwise", "norm", "embedding",
 weight gradient); 'attention': a fused attention kernel (FlashAttention); the rest are memory-bound."""
 
 OpRole = Literal["", "attention_core", "ssm_scan", "router", "permute", "dispatch", "routed_expert",
-                 "combine", "unpermute", "shared_expert", "input_norm", "mla_up_proj", "dense_mlp"]
+                 "combine", "unpermute", "shared_expert", "input_norm", "mla_up_proj", "dense_mlp",
+                 "expert_sort"]
 """What an op is for in its layer, for the simulator to select ops by (never by name):
 'attention_core' the attention kernel (fused, or the score/context GEMMs of the unfused path);
 'ssm_scan' the Mamba-2 SSD scan; the MoE path in order: 'router' (gate GEMM and top-k),
 'permute' (token copies into expert order), 'dispatch' (the EP all-to-all out), 'routed_expert'
 (the grouped expert GEMMs and their activation), 'combine' (the all-to-all back), 'unpermute'
-(the weighted sum of the top-k outputs), 'shared_expert' (the shared experts' MLP);
+(the weighted sum of the top-k outputs), 'shared_expert' (the shared experts' MLP), 'expert_sort'
+(the all-to-all dispatcher's sort of the received tokens by local expert and the unsort before the
+combine, ``blocks.expert_sort_ops``);
 'input_norm' a layer's pre-attention or pre-MLP norm; 'mla_up_proj' MLA's query and key/value
 up-projections; 'dense_mlp' a dense MLP's GEMMs and activation; '' none. Megatron-Core's
 ``recompute_modules`` select by these roles (``simulator.step.lower``)."""
@@ -92,6 +95,9 @@ class LocalShape:
     """Bytes per activation and weight element."""
     attention_kernel: str = "flash3"
     """'flash3' | 'flash2' (fused kernels) | 'unfused' (score GEMMs, softmax and dropout in HBM)."""
+    sort_by_local_expert: bool = False
+    """The dispatcher sorts the tokens it receives by local expert and unsorts them before the
+    combine (Megatron-Core's all-to-all dispatcher with several local experts: ``blocks.expert_sort_ops``)."""
 
     @property
     def flash_attention(self) -> bool:

@@ -4,7 +4,8 @@ Owns the group k-fold protocol of docs/VALIDATION.md ("Out-of-sample"): a fold i
 family (``validate.FAMILIES``); inside each fold everything that learns from measured rows is redone
 on the other families only: the first-order profile fit (``fit_first_order.fit_scales``, same
 bounds, same weights), the choice of which per-GPU factors have evidence (a factor no training row
-moves takes its prior, ``PRIORS``; a GPU type without training rows takes the fitted profile of
+moves takes its prior, ``PRIORS``; ``host_launch_time`` a GPU type's training rows do not move stays
+as given, 0, ``host_evidence``; a GPU type without training rows takes the fitted profile of
 its donor, ``GROUP_DONORS``; with ``pooling`` the GPU types are instead partially pooled and a type
 without training rows takes the pooled levels, ``fit_pooling``, the strength chosen by
 leave-one-family-out inside the training families), and the schedule knobs a row leaves unpublished (re-tuned at the fold's
@@ -27,7 +28,7 @@ import pandas as pd
 
 from clustersim.simulator.calibration.fit_defaults import profile_key
 from clustersim.simulator.calibration.fit_first_order import (
-    GEMM_POINTS, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
+    GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
     row_weights, with_cited_constants,
 )
 from clustersim.simulator.calibration.fit_pooling import choose_strength, evidence, fit_pooled
@@ -100,6 +101,9 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
                                   ("fp4", profile.precision_efficiency.get("fp4", 1.0), bounds.fp4)):
         if value <= lo + tol or value >= up - tol:
             out.append(f"{name} = {value:.3f} (bounds {lo}..{up})")
+    lo, hi = bounds.host_launch
+    if profile.host_launch_time > 0 and (profile.host_launch_time <= lo + 1e-9 or profile.host_launch_time >= hi - 1e-9):
+        out.append(f"host_launch_time = {profile.host_launch_time:.2e} s (bounds 0 or {lo:.1e}..{hi:.1e})")
     if bounds.jitter[1] > bounds.jitter[0] and profile.sync_jitter_cv >= bounds.jitter[1] - tol:
         out.append(f"sync_jitter_cv = {profile.sync_jitter_cv:.3f} (bound {bounds.jitter[1]})")
     return out
@@ -137,7 +141,9 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
             if not have[p].any():
                 prof = _set_prior(prof, p)
                 notes.append(f"{g} {p}: no training row of any GPU type moves it, prior {PRIORS[p][1]}")
-        counts[g] = int(sum(bool(have[p][i]) for p in PER_GROUP))
+        host_moved = host_evidence(pb, train)
+        counts[g] = int(sum(bool(have[p][i]) for p in PER_GROUP)) + int(bool(host_moved[i]))
+        notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         if not np.any(train & (pb.gi == i)):
             prof = prof.replace(name=f"{g}-pooled", source=f"fold without {family}: no {g} row, pooled levels")
         notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
@@ -158,6 +164,7 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
     meas, w = measured_times(ok, None), row_weights(ok)
     x, _ = fit_scales(pb, meas, w, bounds=bounds, sweeps=sweeps, mask=train)
     moved = evidence(pb, train)
+    host_moved = host_evidence(pb, train)
     fitted: dict[str, CalibrationProfile] = {}
     counts: dict[str, int] = {}
     notes: list[str] = []
@@ -170,7 +177,8 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
             if p not in have:
                 prof = _set_prior(prof, p)
                 notes.append(f"{g} {p}: no training row moves it, prior {PRIORS[p][1]}")
-        counts[g] = len(have)
+        counts[g] = len(have) + int(bool(host_moved[i]))
+        notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
         fitted[g] = prof
     if fitted:
@@ -187,6 +195,32 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
         counts[g] = 0
         notes.append(f"{g}: no training row, the fitted {donor} profile")
     return FoldFit(family=family, profiles=out, fitted_params=counts, notes=tuple(notes))
+
+
+HOST_EVIDENCE_REL = 1e-9
+"""A row moves ``host_launch_time`` when the probe changes its step time by more than this fraction:
+a step the host never binds differs from its base only by floating-point round-off (~1e-14)."""
+
+
+def host_evidence(pb: Any, train: np.ndarray) -> np.ndarray:
+    """Per GPU type: whether a training row's step time moves with ``host_launch_time`` (all False
+    for a sensitivity table without the ``host`` column)."""
+    slope = pb.slopes.get("host")
+    if slope is None:
+        return np.zeros(len(pb.groups), bool)
+    moved = np.abs(slope) * HOST_LAUNCH_PROBE > HOST_EVIDENCE_REL * pb.t0  # not the round-off of two sums
+    return np.array([bool(np.any(moved & train & (pb.gi == i))) for i in range(len(pb.groups))])
+
+
+def _host_note(g: str, prof: CalibrationProfile, moved: bool, column: bool, bounds: Bounds) -> str:
+    """Where the fold's ``host_launch_time`` of ``g`` came from."""
+    if bounds.host_launch[1] <= 0:
+        return f"{g} host_launch_time: pinned at {prof.host_launch_time:g} s (Bounds.host_launch; HOST_LAUNCH_FIT fits it)"
+    if not column:
+        return f"{g} host_launch_time: the sensitivities have no host column, {prof.host_launch_time:g} s as given"
+    if not moved:
+        return f"{g} host_launch_time: no training row moves it, {prof.host_launch_time:g} s as given"
+    return f"{g} host_launch_time fitted: {prof.host_launch_time * 1e6:.1f} us per launch"
 
 
 def regime_of_row(row: Mapping[str, Any]) -> str:
@@ -284,9 +318,10 @@ def same_fit(full: FoldFit, fitted: Mapping[str, CalibrationProfile]) -> bool:
     """Whether ``fitted`` holds the fitted values of ``full`` for every GPU type with training rows."""
     def key(p: CalibrationProfile) -> tuple[object, ...]:
         return (p.gemm_efficiency, p.attention_efficiency, p.link_efficiency, p.memory_efficiency, p.kernel_overhead,
-                p.sync_jitter_cv, p.expert_efficiency, p.precision_efficiency, p.attention_kernel_efficiency)
+                p.sync_jitter_cv, p.host_launch_time, p.expert_efficiency, p.precision_efficiency,
+                p.attention_kernel_efficiency)
     own = [g for g, n in full.fitted_params.items() if n > 0]
-    return all(g in fitted and key(full.profiles[g])[:6] == key(fitted[g])[:6] for g in own)
+    return all(g in fitted and key(full.profiles[g])[:7] == key(fitted[g])[:7] for g in own)
 
 
 def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], ff: FoldFit) -> np.ndarray:
@@ -306,6 +341,7 @@ def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, Calibratio
             t[rows] += pb.slopes.get(p, np.zeros_like(t))[rows] * (v0 / v1 - 1.0)
         t[rows] += pb.slopes.get("kern", np.zeros_like(t))[rows] * (new.kernel_overhead - base.kernel_overhead)
         t[rows] += pb.slopes.get("jit", np.zeros_like(t))[rows] * (new.sync_jitter_cv - base.sync_jitter_cv) / JITTER_STEP
+        t[rows] += pb.slopes.get("host", np.zeros_like(t))[rows] * (new.host_launch_time - base.host_launch_time)
     return t
 
 

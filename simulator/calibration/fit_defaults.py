@@ -26,7 +26,7 @@ from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.network import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
-    JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors,
+    HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors,
     first_order_problem, fit_scales,
     held_out_folds, measured_times, row_weights, with_cited_constants,
 )
@@ -45,7 +45,8 @@ def profile_key(gpu_type: str, keys: Sequence[str]) -> str | None:
 
 
 def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FACTOR) -> CalibrationProfile:
-    """``profile`` with one parameter scaled by ``factor`` (kernel overhead: ``KERNEL_OVERHEAD_PROBE`` seconds added)."""
+    """``profile`` with one parameter scaled by ``factor`` (kernel overhead: ``KERNEL_OVERHEAD_PROBE`` seconds added;
+    host launch time: ``HOST_LAUNCH_PROBE`` seconds added)."""
     if param.startswith("g") and param[1:].isdigit():
         j = int(param[1:])
         return profile.replace(gemm_efficiency=[(x, e * factor if i == j else e)
@@ -66,6 +67,8 @@ def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FAC
             return profile.replace(expert_efficiency=profile.expert_efficiency * factor)
         case "fp8" | "fp4":
             return profile.replace(precision_efficiency={**prec, param: prec.get(param, 1.0) * factor})
+        case "host":
+            return profile.replace(host_launch_time=profile.host_launch_time + HOST_LAUNCH_PROBE)
         case "jit":
             return profile.replace(sync_jitter_cv=min(profile.sync_jitter_cv + JITTER_STEP, SYNC_JITTER_MAX))
         case "ak":

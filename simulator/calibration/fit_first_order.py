@@ -22,7 +22,7 @@ from typing import Callable, Mapping
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.profile import OVERLAP_SLOWDOWN_MEASURED, SYNC_JITTER_MAX, CalibrationProfile
+from clustersim.simulator.profile import HOST_LAUNCH_RANGE, OVERLAP_SLOWDOWN_MEASURED, SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.validate import family_of
 
@@ -34,17 +34,30 @@ the overhead is a time that may be zero, and a multiplicative probe of zero move
 bundled profiles sat at 0.0, so the fit could never move it off zero)."""
 GEMM_POINTS = 6
 """Points of the GEMM efficiency curve (1e8 ... 1e13 FLOP per call in the bundled profiles)."""
+HOST_LAUNCH_PROBE = HOST_LAUNCH_RANGE[1]
+"""Seconds added to ``host_launch_time`` to measure its sensitivity: the top of the cited range
+(``profile.HOST_LAUNCH_RANGE``). Added, not scaled (the profiles sit at 0). The step time is a
+convex, piecewise-linear function of the launch cost (a sum of max(GPU, host) stretches,
+``step.host.host_bound``), flat at 0 until the host binds: the secant from 0 to the probe is exact
+at both ends of the range the fit may use, where a small probe would read 0 for every row that
+only binds further up."""
 JITTER_STEP = 0.1
 """``sync_jitter_cv`` is raised by this much (not scaled: its default is 0) to measure its sensitivity."""
 PARAMS: tuple[str, ...] = tuple(f"g{j}" for j in range(GEMM_POINTS)) + (
-    "attn", "link", "mem", "kern", "exp", "fp8", "fp4", "jit")
+    "attn", "link", "mem", "kern", "exp", "fp8", "fp4", "jit", "host")
 """Perturbed parameters: GEMM curve point j, attention curve, NVLink+NIC link efficiency, memory
 efficiency, kernel overhead (by ``KERNEL_OVERHEAD_PROBE`` seconds), expert_efficiency, precision_efficiency
-fp8 and fp4, sync_jitter_cv (shared by every GPU type: T = T0 + A_jit (x - 1), cv = cv0 + JITTER_STEP (x - 1)). The flash2
+fp8 and fp4, sync_jitter_cv (shared by every GPU type: T = T0 + A_jit (x - 1), cv = cv0 + JITTER_STEP (x - 1)),
+host_launch_time per GPU type (by ``HOST_LAUNCH_PROBE`` seconds: T = T0 + A_host (h - h0), h in seconds; a
+sensitivity table without the column leaves it at its base value). The flash2
 attention-kernel factor is not fitted (its only rows are one publication family): ``FLASH2_FACTOR``."""
 PER_GROUP: tuple[str, ...] = ("gemm", "attn", "link", "exp", "fp8", "fp4")
 """Scales fitted per GPU type, the same set for every type; ``curve`` (one per GEMM point),
-``kern`` and ``mem`` are shared."""
+``kern`` and ``mem`` are shared. ``host`` (``host_launch_time`` in seconds, not a scale) is
+also per GPU type but additive: ``PER_GROUP_SECONDS``."""
+PER_GROUP_SECONDS: tuple[str, ...] = ("host",)
+"""Per-GPU-type coordinates that are values in seconds, not scales: ``host_launch_time``, 0 (the
+host never binds: the CUDA-graph or unmodelled case) or inside ``Bounds.host_launch``."""
 FLASH2_SPEEDUP_HOPPER = 1.75
 """FlashAttention-3 over FlashAttention-2 on H100: "1.5-2.0x faster" forward, 1.5-1.75x backward
 (Shah et al., FlashAttention-3, arXiv:2407.08608, abstract and Sec. 4.1); the midpoint 1.75."""
@@ -63,6 +76,11 @@ MI250 and MI210, ``profile.OVERLAP_SLOWDOWN_MEASURED``: NCCL's kernels take SMs 
 applied to the FSDP/ZeRO-3 layer gathers and scatters and the ZeRO-1/2 parameter gathers that run
 beside compute (``step.lower.flow_shop``). Until December 2026 the fitted profiles left it absent
 (0): every prefetched gather was free for the compute it hid behind."""
+
+
+HOST_LAUNCH_FIT: tuple[float, float] = HOST_LAUNCH_RANGE
+"""``Bounds.host_launch`` that fits ``host_launch_time``: the cited CPU cost of one eager PyTorch op,
+``profile.HOST_LAUNCH_RANGE`` (5-25 us); between 0 and 5 us nothing is cited, so the fit never lands there."""
 
 
 def with_cited_constants(profile: CalibrationProfile, stem: str) -> CalibrationProfile:
@@ -94,6 +112,14 @@ class Bounds:
     15.32 % (stop 13), and 14.02 -> 15.07 % with a fresh sensitivity pass (stop 14; NeMo held out
     4.6 -> 13.0 %), so it is not a fitted parameter by default; ``Bounds(jitter=(0.0,
     SYNC_JITTER_MAX))`` fits it. The torch backend measures it (``calibration.fit.skew_fit``)."""
+    host_launch: tuple[float, float] = (0.0, 0.0)
+    """Range of a fitted ``host_launch_time`` (s per kernel launch) other than 0; 0 is always allowed
+    (the host never binds, the value of a GPU type whose training rows do not move it). Pinned at 0
+    by default: ``Bounds(host_launch=HOST_LAUNCH_FIT)`` fits it inside the cited range. Fitted per
+    fold on the pass of December 2026 (``benchmarks/cv_host_fit.py``) it left every MoE row's
+    out-of-sample prediction unchanged (all the rows it moves are in the Megatron-Bridge family,
+    held out together, so that fold has no evidence and keeps 0) and made the whole table's figure
+    10.64 -> 10.67 %, so the default stays 0 (docs/VALIDATION.md, "Host launch cost fitted per GPU type")."""
     max_kernel_overhead: float = 25e-6
     """Upper bound of the per-op kernel overhead (s, lower bound 0): the CPU-side cost of one eager
     PyTorch op before its kernel runs (Python, autograd and ATen dispatch, cudaLaunchKernel) is
@@ -114,10 +140,10 @@ class _Problem:
     t0: np.ndarray
     """Base predicted step time per row (s)."""
     slopes: dict[str, np.ndarray]
-    """A_k per parameter per row (s): the step time added by 1/s_k - 1 (kern: seconds of step per
-    second of per-op overhead)."""
+    """A_k per parameter per row (s): the step time added by 1/s_k - 1 (kern, host: seconds of step
+    per second of per-op overhead or per-launch host cost)."""
     base: dict[str, np.ndarray]
-    """Current profile values per group: gemm (n x points), attn_max, nvlink, nic, exp, fp8, fp4, mem, kern."""
+    """Current profile values per group: gemm (n x points), attn_max, nvlink, nic, exp, fp8, fp4, mem, kern, host."""
 
 
 def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile]) -> _Problem:
@@ -126,8 +152,8 @@ def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationPr
     groups = tuple(sorted(ok.group.unique()))
     f = 1.0 / PERTURB_FACTOR - 1.0
     t0 = ok.base.to_numpy(float)
-    slopes = {p: (ok[p].to_numpy(float) - t0) / (KERNEL_OVERHEAD_PROBE if p == "kern" else 1.0 if p == "jit" else f)
-              for p in PARAMS if p in ok}
+    probe = {"kern": KERNEL_OVERHEAD_PROBE, "jit": 1.0, "host": HOST_LAUNCH_PROBE}
+    slopes = {p: (ok[p].to_numpy(float) - t0) / probe.get(p, f) for p in PARAMS if p in ok}
     return _Problem(groups=groups, gi=ok.group.map({g: i for i, g in enumerate(groups)}).to_numpy(int),
                     t0=t0, slopes=slopes, base=_base_values([profiles[g] for g in groups]))
 
@@ -147,14 +173,14 @@ def _base_values(profs: list[CalibrationProfile]) -> dict[str, np.ndarray]:
             "fp4": arr(lambda p: p.precision_efficiency.get("fp4", 1.0)),
             "ak": arr(lambda p: p.attention_kernel_efficiency.get("flash2", 1.0)),
             "kern": arr(lambda p: p.kernel_overhead),
-            "jit": arr(lambda p: p.sync_jitter_cv)}
+            "jit": arr(lambda p: p.sync_jitter_cv), "host": arr(lambda p: p.host_launch_time)}
 
 
 def _initial(pb: _Problem) -> dict[str, np.ndarray]:
     """Scales 1 and the kernel overhead (a shared value in seconds, not a scale) at its base, the
-    mean of the groups' (one value in every bundled profile)."""
+    mean of the groups' (one value in every bundled profile); ``host_launch_time`` (seconds) at each group's base."""
     n = len(pb.groups)
-    return {**{k: np.ones(n) for k in PER_GROUP}, "curve": np.ones(GEMM_POINTS),
+    return {**{k: np.ones(n) for k in PER_GROUP}, "curve": np.ones(GEMM_POINTS), "host": pb.base["host"].copy(),
             "kern": np.array([float(np.mean(pb.base["kern"]))]), "mem": np.ones(1), "jit": np.ones(1)}
 
 
@@ -168,6 +194,8 @@ def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
         t += s.get(p, zero) * (1.0 / x[k][g] - 1.0)
     t += s.get("mem", zero) * (1.0 / x["mem"][0] - 1.0) + s.get("kern", zero) * (x["kern"][0] - pb.base["kern"][g])
     t += s.get("jit", zero) * (x.get("jit", np.ones(1))[0] - 1.0)
+    if "host" in x:
+        t += s.get("host", zero) * (x["host"][g] - pb.base["host"][g])
     return t
 
 
@@ -186,8 +214,15 @@ def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
               _within(b["fp8"] * x["fp8"], bounds.fp8), _within(b["fp4"] * x["fp4"], bounds.fp4),
               np.all(b["attn_max"] * x["attn"] * b["ak"] <= hi),
               _within(b["jit"] + JITTER_STEP * (x.get("jit", np.ones(1))[0] - 1.0), bounds.jitter),
-              -1e-15 <= x["kern"][0] <= bounds.max_kernel_overhead + 1e-15)
+              -1e-15 <= x["kern"][0] <= bounds.max_kernel_overhead + 1e-15,
+              host_launch_feasible(x.get("host", np.zeros(1)), bounds))
     return bool(all(checks))
+
+
+def host_launch_feasible(host: np.ndarray, bounds: Bounds) -> bool:
+    """Every ``host_launch_time`` 0 or inside ``bounds.host_launch``."""
+    lo, hi = bounds.host_launch
+    return bool(np.all((np.abs(host) <= 1e-15) | ((host >= lo - 1e-15) & (host <= hi + 1e-15))))
 
 
 def _within(v: np.ndarray, lo_hi: tuple[float, float]) -> bool:
@@ -237,13 +272,25 @@ def _kernel_candidates(v: float, step: float | None, bounds: Bounds) -> np.ndarr
     return grid
 
 
+def _host_candidates(v: float, step: float | None, bounds: Bounds) -> np.ndarray:
+    """Host launch time (s): 0 and the cited range in 0.5 us steps (step None), else v + step x
+    top x k, k = -4 ... 4, clipped into the range (infeasible moves are rejected by ``feasible``)."""
+    lo, hi = bounds.host_launch
+    if step is None:
+        return np.concatenate([[0.0], np.linspace(lo, hi, int(round((hi - lo) / 0.5e-6)) + 1)])
+    grid: np.ndarray = np.clip(v + step * hi * np.arange(-4, 5), lo, hi)
+    return grid
+
+
 def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.ndarray]], float],
            best: float, step: float | None, bounds: Bounds) -> float:
     """One pass over every coordinate; keeps a candidate only if feasible and strictly better."""
-    for name in (*PER_GROUP, "curve", "kern", "mem", "jit"):
+    for name in (*PER_GROUP, *[k for k in PER_GROUP_SECONDS if k in x], "curve", "kern", "mem", "jit"):
         for i in range(len(x[name])):
             start = x[name][i]
-            for v in (_kernel_candidates(start, step, bounds) if name == "kern" else _candidates(start, step, name)):
+            cands = (_kernel_candidates(start, step, bounds) if name == "kern" else
+                     _host_candidates(start, step, bounds) if name == "host" else _candidates(start, step, name))
+            for v in cands:
                 old = x[name][i]
                 x[name][i] = v
                 if feasible(pb, x, bounds) and (o := obj(x)) < best - 1e-9:
@@ -299,6 +346,7 @@ def apply_scales(profile: CalibrationProfile, i: int, x: Mapping[str, np.ndarray
                               "fp4": _r3(prec.get("fp4", 1.0) * x["fp4"][i])},
         memory_efficiency=_r3(profile.memory_efficiency * x["mem"][0]),
         kernel_overhead=float(round(x["kern"][0], 9)),
+        host_launch_time=float(round(x["host"][i], 9)) if "host" in x else profile.host_launch_time,
         sync_jitter_cv=float(round(min(max(jitter_value(profile.sync_jitter_cv, x.get("jit", np.ones(1))[0]), 0.0),
                                        SYNC_JITTER_MAX), 4)))
 

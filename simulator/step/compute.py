@@ -171,8 +171,10 @@ def ops_time(
 
 def expert_scales(op: Op, profile: CalibrationProfile, imbalance: float) -> tuple[float, float]:
     """(flops_scale, imbalance) of ``op``: the busiest expert rank's ``imbalance`` times the mean
-    tokens stretches every routed-expert op (GEMMs and their activation), the profile's
+    tokens stretches every routed-expert op (GEMMs and their activation) and the dispatcher's sort, the profile's
     ``expert_efficiency`` its GEMMs; other ops run at 1."""
+    if op.role == "expert_sort":  # the busiest rank copies imbalance x the mean tokens
+        return imbalance, imbalance
     if op.role != "routed_expert":
         return 1.0, 1.0
     return (imbalance / profile.expert_efficiency if op.kind == "gemm" else imbalance), imbalance

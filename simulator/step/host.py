@@ -109,6 +109,8 @@ def kernel_launches(op: Op, which: Pass, local_experts: int, fused_grouped_mlp: 
     if which == "bwd":
         return kernel_launches(op, "bwd_input", local_experts, fused_grouped_mlp, ep) + \
             kernel_launches(op, "bwd_weight", local_experts, fused_grouped_mlp, ep)
+    if op.role == "expert_sort":
+        return 0  # its fused sort kernel is counted with the all-to-all marker (``_moe_path_launches``)
     if op.kind == "alltoall_marker" or op.role in MOE_PATH_LAUNCHES:
         return _moe_path_launches(op, which, local_experts, ep)
     flops, nbytes = {"fwd": (op.flops, op.bytes), "bwd_input": (op.bwd_flops, op.bwd_bytes),

@@ -121,6 +121,14 @@ def op_kwargs(plan: ParallelPlan, training: TrainingSpec) -> OpKwargs:
     }
 
 
+def sorts_by_local_expert(plan: ParallelPlan) -> bool:
+    """Whether the plan's dispatcher sorts received tokens by local expert: Megatron-Core's
+    all-to-all dispatcher does (``workloads.blocks.expert_sort_ops``); the flex dispatchers
+    (DeepEP, HybridEP) permute once after their fused dispatch, which ``moe_permute`` already
+    counts. Search bounds leave the copies out (still lower bounds)."""
+    return plan.moe_dispatcher == "alltoall"
+
+
 LayerSignature = tuple[str, bool, int | None]
 """All that ``workloads.layer_ops`` and ``layer_activation_bytes`` read of a layer index besides the
 shard: (layer kind, MoE or not, attention window)."""
@@ -145,7 +153,8 @@ class LayerMemo:
         key = layer_signature(self.model, i)
         if key not in self._ops:
             kw = op_kwargs(self.plan, self.training)
-            self._ops[key] = tuple(layer_ops(self.model, i, attention_kernel=self.training.attention_kernel, **kw))
+            self._ops[key] = tuple(layer_ops(self.model, i, attention_kernel=self.training.attention_kernel,
+                                             sort_by_local_expert=sorts_by_local_expert(self.plan), **kw))
         return self._ops[key]
 
     def activation_bytes(self, i: int) -> float:

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 from clustersim.workloads import Op
 
-MOE_ROLES = frozenset({"router", "permute", "dispatch", "routed_expert", "combine", "unpermute", "shared_expert"})
+MOE_ROLES = frozenset({"router", "permute", "dispatch", "expert_sort", "routed_expert", "combine", "unpermute",
+                       "shared_expert"})
 """Roles of the ops inside Megatron-Core's MoELayer (what 'moe' checkpoints)."""
 
 

@@ -42,7 +42,8 @@ def _plan(name: str) -> ParallelPlan:
 def test_memoised_chunk_ops_equal_layer_by_layer(name: str) -> None:
     model, plan = get_model(name), _plan(name)
     kw = {"micro_batch": plan.micro_batch, "seq_len": TRAINING.seq_len, "tp": plan.tp, "cp": plan.cp, "ep": plan.ep,
-          "etp": plan.etp, "dtype_bytes": TRAINING.activation_bytes, "sp": plan.sp}
+          "etp": plan.etp, "dtype_bytes": TRAINING.activation_bytes, "sp": plan.sp,
+          "sort_by_local_expert": plan.moe_dispatcher == "alltoall"}
     memo = LayerMemo(model, TRAINING, plan)
     for stage in stage_chunks(plan, model.num_layers):
         for k, layers in stage:

@@ -21,7 +21,7 @@ from clustersim.workloads import Op, TrainingSpec, get_model
 QWEN = get_model("qwen3-30b-a3b")  # 128 experts of 768, top-8
 TRAINING = TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16")
 EP8 = ParallelPlan(dp=8, ep=8, micro_batch=1, zero=1)
-MOE_ROLES = ("router", "permute", "dispatch", "routed_expert", "combine", "unpermute")
+MOE_ROLES = ("router", "permute", "dispatch", "expert_sort", "routed_expert", "combine", "unpermute")
 
 
 def _layer(plan: ParallelPlan) -> list[Op]:

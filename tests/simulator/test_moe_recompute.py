@@ -134,7 +134,8 @@ def test_recompute_costs_the_forward_of_the_recomputed_ops() -> None:
     model = replace(DSV3, num_layers=4, first_dense_layers=1)
     plan = ParallelPlan(tp=1, pp=1, dp=8, ep=8, micro_batch=1)
     c = replace(_costing("deepseek-v3", plan, TrainingSpec(seq_len=N, global_batch_size=16)), model=model)
-    kw = dict(micro_batch=1, seq_len=N, tp=1, cp=1, ep=8, etp=1, dtype_bytes=2, sp=False)
+    kw = dict(micro_batch=1, seq_len=N, tp=1, cp=1, ep=8, etp=1, dtype_bytes=2, sp=False,
+              sort_by_local_expert=plan.moe_dispatcher == "alltoall")
     layers = [(list(layer_ops(model, i, **kw)), model.is_moe_layer(i)) for i in range(4)]  # type: ignore[arg-type]
     for modules in [("mla_up_proj",), ("moe_act",), ("layernorm",), ("mlp",), ("moe",), ("core_attn", "mla_up_proj")]:
         expected = sum(c.time(recomputed_ops(ops, moe, True, modules), "fwd") for ops, moe in layers)
