@@ -155,8 +155,7 @@ def test_family_widening_known_answer() -> None:
     from clustersim.simulator.intervals import family_widening
     # a, b at 1.1, c at 1.21 = 1.1^2 (one dense/hopper regime, 20 rows each). Left out: a (and b)
     # against b+c's family-weighted [1.1, 1.21] scores log 1.1 / log 1.21 = 0.5; c against a+b's
-    # [1.1, 1.1] scores 2. Each family one unit, new-point mass 1/20: the 0.8 quantile of
-    # (0.5, 0.5, 2.0) over 3.05 is reached at 2.44 > 2 units, among c's 2.0s
+    # [1.1, 1.1] scores 2. 40 rows at 0.5, 20 at 2.0: rank ceil(61 x 0.8) = 49 is among c's 2.0s
     assert family_widening(_families_at({"a": 1.1, "b": 1.1, "c": 1.21}), 0.8) == pytest.approx(2.0)
     # exchangeable families (same ratios): nothing to widen, and never narrower than 1
     assert family_widening(_families_at({"a": 1.1, "b": 1.1, "c": 1.1}), 0.8) == pytest.approx(1.0)
@@ -198,8 +197,8 @@ def test_class_widening_known_answer() -> None:
     # a (or b) left out: its regimes are validated by the other's rows, [1.1, 1.1]: score 1 (its
     # log-ratio is the bound's). c left out: MoE has no rows in a + b, so the pooled [1.1, 1.1]
     # widened by extrapolation_widening(a + b) = 1 (either dense regime left out, the other covers
-    # it): c's 1.331 needs 3. One factor for all (family_widening): units (1, 1, 3), the 0.8
-    # quantile of 3 + 1/40 units lies among c's 3s, so every validated interval too is widened x3;
+    # it): c's 1.331 needs 3. One factor for all (family_widening): 80 rows scoring 1, 20 scoring 3;
+    # the 0.8 quantile (rank ceil(101 x 0.8) = 81) lies among c's 3s, so every validated interval too is widened x3;
     # per class, the validated rows need 1 and the extrapolated ones 3
     assert family_widening(frame, 0.8) == pytest.approx(3.0)
     assert class_widening(frame, 0.8) == {"validated": pytest.approx(1.0), "extrapolated": pytest.approx(3.0)}
@@ -234,3 +233,15 @@ def test_interval_for_applies_the_stored_factor_of_its_class() -> None:
     w = tab["widen"]["ratio_80"]
     assert hybrid.extrapolated
     assert (hybrid.low_s, hybrid.high_s) == (pytest.approx(min(lo, lo ** (3 * w))), pytest.approx(hi ** (3 * w)))
+
+
+def test_family_widening_counts_rows() -> None:
+    from clustersim.simulator.intervals import family_widening
+    # a, c: 80 rows at 1.1; b: 20 rows at 1.21. a (or c) left out: b + c's family-weighted dense
+    # interval is [1.1, 1.21], score log 1.1 / log 1.21 = 0.5; b left out: [1.1, 1.1], score 2.
+    # 160 rows at 0.5, 20 at 2: rank ceil(181 x 0.8) = 145 <= 160 is a 0.5, floored at 1. (Families
+    # as units, (0.5, 0.5, 2), would give 2: b's 20 rows widening every interval of 180.)
+    frame = pd.concat([_cv(values=np.full(80, 1.1), families=("a", "c")), _cv(values=np.full(20, 1.21), families=("b",))])
+    assert family_widening(frame, 0.8) == pytest.approx(1.0)
+    # at 0.9 the rank ceil(181 x 0.9) = 163 > 160 reaches b's 2s
+    assert family_widening(frame, 0.9) == pytest.approx(2.0)
