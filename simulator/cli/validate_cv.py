@@ -98,11 +98,12 @@ def _print(console: Console, cv: CrossValidation, coverage: pd.DataFrame, t_sens
                   f"{r['median_abs_out']:.1f}", f"{r['bias_out']:+.1f}")
     console.print(t)
     c = Table(title="interval coverage on held-out families")
-    for col in ("level", "rows", "covered %", "extrapolated rows", "family widening (all)"):
+    for col in ("level", "rows", "covered %", "extrapolated rows", "widening validated / extrapolated (all)",
+                "median hi/lo"):
         c.add_column(col, justify="right")
     for r in coverage[coverage.family == "all"].to_dict("records"):
         c.add_row(f"{r['level']:.0%}", str(r["rows"]), f"{100 * r['coverage']:.1f}", str(r["extrapolated_rows"]),
-                  f"x{r['family_widening']:.2f}")
+                  f"x{r['widening_validated']:.2f} / x{r['widening_extrapolated']:.2f}", f"{r['median_width']:.2f}")
     console.print(c)
     params = ", ".join(f"{r['gpu_type']} {r['own_params']}" for r in cv.params.to_dict("records"))
     console.print(f"fitted parameters per GPU type (own; plus {cv.params.shared_params.iloc[0]} shared): {params}")

@@ -155,8 +155,7 @@ def test_family_widening_known_answer() -> None:
     from clustersim.simulator.intervals import family_widening
     # a, b at 1.1, c at 1.21 = 1.1^2 (one dense/hopper regime, 20 rows each). Left out: a (and b)
     # against b+c's family-weighted [1.1, 1.21] scores log 1.1 / log 1.21 = 0.5; c against a+b's
-    # [1.1, 1.1] scores 2. Each family one unit, new-point mass 1/20: the 0.8 quantile of
-    # (0.5, 0.5, 2.0) over 3.05 is reached at 2.44 > 2 units, among c's 2.0s
+    # [1.1, 1.1] scores 2. 40 rows at 0.5, 20 at 2.0: rank ceil(61 x 0.8) = 49 is among c's 2.0s
     assert family_widening(_families_at({"a": 1.1, "b": 1.1, "c": 1.21}), 0.8) == pytest.approx(2.0)
     # exchangeable families (same ratios): nothing to widen, and never narrower than 1
     assert family_widening(_families_at({"a": 1.1, "b": 1.1, "c": 1.1}), 0.8) == pytest.approx(1.0)
@@ -171,8 +170,8 @@ def test_coverage_of_a_biased_family_uses_the_spread_of_the_others() -> None:
     frame = _families_at({"a": 1.1, "b": 1.21, "c": 1.1, "d": 1.331})
     cov = coverage_by_family(frame, levels=(0.8,)).set_index("family")
     assert cov.loc["d", "coverage"] == 1.0
-    assert cov.loc["d", "family_widening"] == pytest.approx(family_widening(frame[frame.family != "d"], 0.8))
-    assert cov.loc["d", "family_widening"] == pytest.approx(2.0)
+    assert cov.loc["d", "widening_validated"] == pytest.approx(family_widening(frame[frame.family != "d"], 0.8))
+    assert cov.loc["d", "widening_validated"] == pytest.approx(2.0)
 
 
 def test_interval_for_applies_the_stored_family_widening() -> None:
@@ -182,3 +181,67 @@ def test_interval_for_applies_the_stored_family_widening() -> None:
     assert (wide.low_s, wide.high_s) == (pytest.approx(base.low_s ** 2), pytest.approx(base.high_s ** 2))
     old = {k: v for k, v in tab.items() if k != "family_widen"}  # a table written before the factor
     assert interval_for(1.0, "dense", "H100", 64, level=0.8, table=old) == base
+
+
+def _validated_and_extrapolated() -> pd.DataFrame:
+    # a, b: dense Hopper and dense Ampere rows at 1.1 (20 each); c: MoE Hopper rows at 1.331 = 1.1^3,
+    # a regime no other family has (extrapolated when c is left out)
+    return pd.concat([_cv(values=np.full(20, 1.1), families=("a", "b")),
+                      _cv(values=np.full(20, 1.1), families=("a", "b"), group="a100"),
+                      _cv(values=np.full(20, 1.1 ** 3), families=("c",), kind="moe")])
+
+
+def test_class_widening_known_answer() -> None:
+    from clustersim.simulator.intervals import class_widening, family_widening
+    frame = _validated_and_extrapolated()
+    # a (or b) left out: its regimes are validated by the other's rows, [1.1, 1.1]: score 1 (its
+    # log-ratio is the bound's). c left out: MoE has no rows in a + b, so the pooled [1.1, 1.1]
+    # widened by extrapolation_widening(a + b) = 1 (either dense regime left out, the other covers
+    # it): c's 1.331 needs 3. One factor for all (family_widening): 80 rows scoring 1, 20 scoring 3;
+    # the 0.8 quantile (rank ceil(101 x 0.8) = 81) lies among c's 3s, so every validated interval too is widened x3;
+    # per class, the validated rows need 1 and the extrapolated ones 3
+    assert family_widening(frame, 0.8) == pytest.approx(3.0)
+    assert class_widening(frame, 0.8) == {"validated": pytest.approx(1.0), "extrapolated": pytest.approx(3.0)}
+    # no left-out row is extrapolated: the class has nothing to measure it on and takes the all-rows factor
+    plain = _families_at({"a": 1.1, "b": 1.1, "c": 1.21})
+    assert class_widening(plain, 0.8) == {"validated": pytest.approx(2.0), "extrapolated": pytest.approx(2.0)}
+
+
+def test_coverage_applies_the_factor_of_each_rows_class() -> None:
+    from clustersim.simulator.intervals import class_widening
+    frame = _validated_and_extrapolated()
+    cov = coverage_by_family(frame, levels=(0.8,)).set_index("family")
+    # a left out: b + c calibrate; within b + c, b left out is extrapolated against c alone (one
+    # validated regime: unbounded, score 0) and c against b scores 3, so no validated row is left
+    # and both classes take the all-rows factor, 3; a's validated [1.1, 1.1]^3 holds its 1.1s
+    assert cov.loc["a", ["widening_validated", "widening_extrapolated"]].tolist() == pytest.approx([3.0, 3.0])
+    assert cov.loc["a", "coverage"] == 1.0 and cov.loc["a", "median_width"] == pytest.approx(1.1 ** 2)
+    # c left out: a + b are exchangeable (class factors 1), so c's 1.331 falls outside [1.1, 1.1]
+    assert cov.loc["c", "coverage"] == 0.0 and cov.loc["c", "extrapolated_rows"] == 20
+    assert cov.loc["c", "widening_extrapolated"] == pytest.approx(class_widening(frame[frame.family != "c"], 0.8)["extrapolated"])
+    # "all": the factors of the whole set
+    assert cov.loc["all", ["widening_validated", "widening_extrapolated"]].tolist() == pytest.approx([1.0, 3.0])
+
+
+def test_interval_for_applies_the_stored_factor_of_its_class() -> None:
+    tab = interval_table(_validated_and_extrapolated(), levels=(0.8,))
+    assert tab["family_widen"]["ratio_80"] == {"validated": pytest.approx(1.0), "extrapolated": pytest.approx(3.0)}
+    dense = interval_for(1.0, "dense", "H100", 64, level=0.8, table=tab)
+    assert not dense.extrapolated and (dense.low_s, dense.high_s) == (pytest.approx(1.1), pytest.approx(1.1))
+    hybrid = interval_for(1.0, "hybrid", "H100", 64, level=0.8, table=tab)  # no hybrid rows: extrapolated
+    lo, hi = (float(v) for v in tab["pooled"]["ratio_80"])
+    w = tab["widen"]["ratio_80"]
+    assert hybrid.extrapolated
+    assert (hybrid.low_s, hybrid.high_s) == (pytest.approx(min(lo, lo ** (3 * w))), pytest.approx(hi ** (3 * w)))
+
+
+def test_family_widening_counts_rows() -> None:
+    from clustersim.simulator.intervals import family_widening
+    # a, c: 80 rows at 1.1; b: 20 rows at 1.21. a (or c) left out: b + c's family-weighted dense
+    # interval is [1.1, 1.21], score log 1.1 / log 1.21 = 0.5; b left out: [1.1, 1.1], score 2.
+    # 160 rows at 0.5, 20 at 2: rank ceil(181 x 0.8) = 145 <= 160 is a 0.5, floored at 1. (Families
+    # as units, (0.5, 0.5, 2), would give 2: b's 20 rows widening every interval of 180.)
+    frame = pd.concat([_cv(values=np.full(80, 1.1), families=("a", "c")), _cv(values=np.full(20, 1.21), families=("b",))])
+    assert family_widening(frame, 0.8) == pytest.approx(1.0)
+    # at 0.9 the rank ceil(181 x 0.9) = 163 > 160 reaches b's 2s
+    assert family_widening(frame, 0.9) == pytest.approx(2.0)
