@@ -1,24 +1,26 @@
 """The ``clustersim collective`` subcommand: an nccl-tests-like sweep of one collective.
 
 Owns the command's options, size parsing (``1KiB..16GiB`` or ``1MiB,64MiB``), the choice of
-groups (``--group-size`` or ``--axis tp|dp``), the rich table and the optional PNG plot. It prices
+groups (``--group-size`` or ``--axis tp|dp``), the table (plain text where rich's would be: ``cli.plain``)
+and the optional PNG plot. It prices
 nothing itself (``clustersim.simulator.network.collectives``) and builds no cluster (``topologies.presets``).
 """
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Optional
 
 import numpy as np
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from clustersim.files import write_atomic
 from clustersim.simulator.bounds import GPU_LIMIT
 from clustersim.simulator.cli import output
+from clustersim.simulator.cli.plain import Grid, Printer
 from clustersim.simulator.profile import default_profile, load_profile
 from clustersim.simulator.network import (
     CollectiveCost,
@@ -28,8 +30,9 @@ from clustersim.simulator.network import (
 )
 from clustersim.topologies.presets import get_cluster
 
-if TYPE_CHECKING:  # annotations only: the CLI starts without pandas
+if TYPE_CHECKING:  # annotations only: the CLI starts without pandas (and prints plain tables without rich)
     import pandas as pd
+    from rich.console import Console
 
 UNITS: dict[str, int] = {"": 1, "b": 1, "k": 2**10, "kb": 10**3, "kib": 2**10, "m": 2**20, "mb": 10**6,
                          "mib": 2**20, "g": 2**30, "gb": 10**9, "gib": 2**30, "t": 2**40, "tib": 2**40}
@@ -68,14 +71,26 @@ def make_groups(num_gpus: int, gpus_per_node: int, group_size: int | None, axis:
     return ids.reshape(-1, size).tolist()
 
 
-def _table(kind: str, sizes: list[int], costs: list[CollectiveCost], title: str) -> Table:
-    table = Table(title=title)
+def _table(kind: str, sizes: list[int], costs: list[CollectiveCost], title: str) -> Grid:
+    table = Grid(title=title)
     for col in ("size (B)", "time (us)", "algbw (GB/s)", "busbw (GB/s)", "algorithm"):
         table.add_column(col, justify="right" if col != "algorithm" else "left")
     for s, c in zip(sizes, costs):
         table.add_row(f"{s}", f"{c.time * 1e6:.2f}", f"{c.alg_bandwidth / 1e9:.2f}", f"{c.bus_bandwidth / 1e9:.2f}",
                       c.algorithm)
     return table
+
+
+def _pipe_width() -> int:
+    """The width rich gives a console that is no terminal: ``COLUMNS`` when it is a number, else 80."""
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() else 80
+
+
+def _stderr_console() -> Console:
+    from rich.console import Console
+
+    return Console(stderr=True)
 
 
 def write_plot(path: Path, sizes: list[int], costs: list[CollectiveCost], title: str) -> Path:
@@ -115,9 +130,12 @@ def collective(
     title = (f"{kind} on {cluster} x{gpus} ({clus.accelerator.name}, {clus.fabric}): {len(groups)} group(s) of "
              f"{len(groups[0])}; profile {prof.name} (fit {prof.fit_date or 'not recorded'})")
     to_stdout = csv_out is not None and str(csv_out) == output.STDOUT
-    say = Console(stderr=True) if to_stdout else Console()
+    printer = Printer(width=None if sys.stdout.isatty() else _pipe_width())
     if not to_stdout:
-        say.print(_table(kind, size_list, costs, title))
+        printer.print(_table(kind, size_list, costs, title))
+    if csv_out is None and plot is None:
+        return
+    say = _stderr_console() if to_stdout else printer.console()  # rich only for the "wrote ..." lines
     if csv_out is not None:
         header = {"kind": kind, "cluster": cluster, "num_gpus": gpus, "accelerator": clus.accelerator.name,
                   "fabric": clus.fabric, "groups": len(groups), "group_size": len(groups[0]), "profile": prof.name,
