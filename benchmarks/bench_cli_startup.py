@@ -12,7 +12,8 @@ Rows: the CLI import time (``python -X importtime``, the CLI module's cumulative
 heavy libraries it loads; ``--help``; ``simulate`` of the small example (llama3-70b on 64 H100);
 llama3-70b on 64 H100 with 8 and with 8,192 micro-batches (seq 2k, tp8 pp8 dp1; the ratio of the two
 whole commands' wall medians is printed: issue 18 wants it within 2x); llama3-405b on
-16,384 H100 (tp8 pp16 dp128, GBS 2,048 x 8k); ``collective --kind all_to_all`` on 16,384 GPUs.
+16,384 H100 (tp8 pp16 dp128, GBS 2,048 x 8k), static and with time-shared flows (``--fabric-sharing flows``:
+issue 18 wants it under 1.5 s); ``collective --kind all_to_all`` on 16,384 GPUs.
 Not part of the test run.
 
     .venv/bin/python benchmarks/bench_cli_startup.py --old /tmp/base [--repeats 5] [--only 405b]
@@ -121,6 +122,7 @@ def main() -> None:
             "simulate 70b 64 H100, 8 micro-batches": ["simulate", str(_scenario(folder, "70b-8mb"))],
             "simulate 70b 64 H100, 8,192 micro-batches": ["simulate", str(_scenario(folder, "70b-8192mb"))],
             "simulate 405b 16,384 H100": ["simulate", str(_scenario(folder, "405b-16k"))],
+            "simulate 405b 16,384 H100, flows": ["simulate", str(_scenario(folder, "405b-16k")), "--fabric-sharing", "flows"],
             "collective --gpus 16384 --kind all_to_all": ["collective", "--gpus", "16384", "--kind", "all_to_all"],
         }
         walls: dict[str, dict[str, float]] = {}
