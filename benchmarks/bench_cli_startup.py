@@ -16,7 +16,7 @@ whole commands' wall medians is printed: issue 18 wants it within 2x); llama3-40
 issue 18 wants it under 1.5 s); ``collective --kind all_to_all`` on 16,384 GPUs.
 Not part of the test run.
 
-    .venv/bin/python benchmarks/bench_cli_startup.py --old /tmp/base [--repeats 5] [--only 405b]
+    .venv/bin/python benchmarks/bench_cli_startup.py --old /tmp/base [--repeats 5] [--only 405b] [--skip flows]
 
 ``--old`` is a checkout of the same layout with its own ``.venv`` (``.venv/bin/python``).
 """
@@ -90,16 +90,28 @@ def _row(label: str, runs: dict[str, list[tuple[float, float, float, int]]]) -> 
     return {t: w for t, (w, _, _, _) in med.items()}
 
 
+def _loop_s() -> float:
+    """Seconds of a fixed pure-Python loop in a fresh process (median of 3): a reference for the host's
+    speed, since the hosts this runs on differ by up to 2x in it from one session to the next."""
+    code = "import time\nt = time.perf_counter()\ns = 0\nfor i in range(10_000_000):\n    s += i\nprint(time.perf_counter() - t)"
+    return statistics.median(float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                                                  check=True).stdout) for _ in range(3))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--old", type=Path, default=Path("/tmp/base"), help="older checkout with its own .venv")
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--no-bytecode", action="store_true", help="compile every module on every start")
     ap.add_argument("--only", default="", help="run only the commands whose label contains this text")
+    ap.add_argument("--skip", default=None, help="leave out the commands whose label contains this text "
+                    "(e.g. 'flows' against a tree without time-shared flows)")
     args = ap.parse_args()
     trees = {"new": (sys.executable, ROOT)}
     if (args.old / ".venv/bin/python").exists():
         trees = {"old": (str(args.old / ".venv/bin/python"), args.old), **trees}
+    print(f"host speed: {_loop_s():.2f} s for a 10M-iteration Python loop (the same code's command times "
+          "scale with it from one host to the next)", flush=True)
     print(f"load average (1, 5, 15 min) before: {os.getloadavg()}, {os.cpu_count()} CPUs; "
           f"bytecode cache: {not args.no_bytecode}; {args.repeats} runs per tree, alternating", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
@@ -127,7 +139,7 @@ def main() -> None:
         }
         walls: dict[str, dict[str, float]] = {}
         for label, argv in commands.items():
-            if args.only not in label:
+            if args.only not in label or (args.skip and args.skip in label):
                 continue
             runs: dict[str, list[tuple[float, float, float, int]]] = {t: [] for t in trees}
             for _ in range(args.repeats):

@@ -11,10 +11,13 @@ anything itself.
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 from clustersim.simulator.errors import ScenarioError
-from clustersim.simulator.plan import ParallelPlan
-from clustersim.workloads import ModelSpec, TrainingSpec
+
+if TYPE_CHECKING:  # annotations only: `collective` reads GPU_LIMIT without loading the plan room (~0.1 s)
+    from clustersim.simulator.plan import ParallelPlan
+    from clustersim.workloads import ModelSpec, TrainingSpec
 
 GPU_LIMIT = 32768
 """Devices above which building the cluster graph needs --force (16,384 GPUs build in ~4 s)."""

@@ -88,3 +88,19 @@ def test_a_mistyped_lazy_command_is_suggested() -> None:
 
     out = CliRunner().invoke(app, ["sweeep"])
     assert out.exit_code != 0 and "Did you mean 'sweep'?" in out.output, out.output
+
+
+def test_collective_loads_neither_the_plan_room_nor_the_step_pricer() -> None:
+    """``clustersim collective`` prices one collective on a preset: the plan room (models, plans,
+    their checks) and the step's ``CommPricer`` are the simulate path's, not its (issue 18: ~0.1 s
+    of its start); the network face still hands the pricer to whoever reads it."""
+    rooms = ("clustersim.simulator.plan", "clustersim.workloads", "clustersim.simulator.network.pricing")
+    stmt = ("from typer.testing import CliRunner\nfrom clustersim.simulator.cli.app import app\n"
+            "r = CliRunner().invoke(app, ['collective', '--gpus', '16', '--kind', 'all_to_all', '--sizes', '1MiB'])\n"
+            "assert r.exit_code == 0 and '1048576' in r.output, r.output\n"
+            f"print(' '.join(m for m in {rooms!r} if m in sys.modules))")
+    assert _loaded_after(stmt) == []
+    from clustersim.simulator import network
+    from clustersim.simulator.network.pricing import CommPricer
+
+    assert network.CommPricer is CommPricer
