@@ -27,7 +27,7 @@ from clustersim.simulator.errors import OutOfMemoryError, ScenarioError
 from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.calibration.spellings import UnknownSpelling, nic_gbps_per_gpu
 from clustersim.simulator.calibration.validate_rules import (
-    SkipRow, attention_kernel, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,
+    SkipRow, attention_kernel, batch_consistent, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,
 )
 from clustersim.topologies import Cluster, get_cluster
 from clustersim.topologies.accelerators import get_accelerator, normalise_gpu, stated_power_limit
@@ -183,6 +183,7 @@ def scenario_for_row(row: Mapping[str, Any], cache: dict[ClusterKey, Cluster] | 
                      profile: CalibrationProfile | None = None) -> RowScenario:
     """Map one published row to a scenario; raises ``SkipRow`` with the reason when it cannot."""
     notes: list[str] = []
+    row = batch_consistent(row, notes)
     measured, measured_from = measured_step_time(row, notes)
     model = model_for_row(row, notes)
     precision, label = precision_of(row, notes)

@@ -255,6 +255,30 @@ def _degree(row: Mapping[str, Any], key: str) -> int | None:
     return int(v) if v is not None else None
 
 
+def batch_consistent(row: Mapping[str, Any], notes: list[str]) -> Mapping[str, Any]:
+    """The row, its printed ``micro_batch`` treated as not published when the printed global batch,
+    micro-batch and gradient accumulation break GBS = DP x MBS x GA.
+
+    Megatron-Core runs GBS // (MBS x DP) micro-batches per step (NVIDIA/Megatron-LM
+    megatron/core/num_microbatches_calculator.py, ``ConstantNumMicroBatchesCalculator``: it asserts
+    the division is exact), as every DP framework does; DP = num_gpus / (tp x pp x cp) (EP is carved
+    out of it). Where the three printed values break the identity one of them is a misprint the row
+    cannot say which of; the global batch is tied to the published throughput (step time = GBS x seq
+    / tokens per second), so the micro-batch is the value let go: it is tuned like any unpublished
+    micro-batch (``tuning_candidates``) and the recipe rules stop comparing it. Rows without all of
+    tp, pp, micro_batch, grad_accum and global_batch_seqs printed are returned as they are."""
+    mb, ga, gbs = _degree(row, "micro_batch"), _degree(row, "grad_accum"), _degree(row, "global_batch_seqs")
+    tp, pp, cp, n = _degree(row, "tp"), _degree(row, "pp"), _degree(row, "cp") or 1, _degree(row, "num_gpus")
+    if None in (mb, ga, gbs, tp, pp, n) or not tp or not pp:
+        return row
+    dp = _degree(row, "dp") or n // (tp * pp * cp)  # type: ignore[operator]
+    if dp * mb * ga == gbs:  # type: ignore[operator]
+        return row
+    notes.append(f"micro_batch {mb} not used: dp {dp} x micro_batch {mb} x grad_accum {ga} = {dp * mb * ga} "  # type: ignore[operator]
+                 f"!= global batch {gbs} sequences (GBS = DP x MBS x GA; one printed value is a misprint)")
+    return {**row, "micro_batch": None}
+
+
 def _model_parallel(row: Mapping[str, Any], cluster: Cluster, notes: list[str]) -> tuple[int, int]:
     """(tp, pp): printed, or from the model-parallel size N/dp as TP = min(mp, GPUs per node)."""
     tp, pp = _degree(row, "tp"), _degree(row, "pp")
