@@ -267,14 +267,14 @@ def batch_consistent(row: Mapping[str, Any], notes: list[str]) -> Mapping[str, A
     / tokens per second), so the micro-batch is the value let go: it is tuned like any unpublished
     micro-batch (``tuning_candidates``) and the recipe rules stop comparing it. Rows without all of
     tp, pp, micro_batch, grad_accum and global_batch_seqs printed are returned as they are."""
-    mb, ga, gbs = _degree(row, "micro_batch"), _degree(row, "grad_accum"), _degree(row, "global_batch_seqs")
-    tp, pp, cp, n = _degree(row, "tp"), _degree(row, "pp"), _degree(row, "cp") or 1, _degree(row, "num_gpus")
-    if None in (mb, ga, gbs, tp, pp, n) or not tp or not pp:
+    printed = [_degree(row, k) for k in ("micro_batch", "grad_accum", "global_batch_seqs", "tp", "pp", "num_gpus")]
+    if any(v is None or v <= 0 for v in printed):
         return row
-    dp = _degree(row, "dp") or n // (tp * pp * cp)  # type: ignore[operator]
-    if dp * mb * ga == gbs:  # type: ignore[operator]
+    mb, ga, gbs, tp, pp, n = (int(v or 0) for v in printed)
+    dp = _degree(row, "dp") or n // (tp * pp * (_degree(row, "cp") or 1))
+    if dp * mb * ga == gbs:
         return row
-    notes.append(f"micro_batch {mb} not used: dp {dp} x micro_batch {mb} x grad_accum {ga} = {dp * mb * ga} "  # type: ignore[operator]
+    notes.append(f"micro_batch {mb} not used: dp {dp} x micro_batch {mb} x grad_accum {ga} = {dp * mb * ga} "
                  f"!= global batch {gbs} sequences (GBS = DP x MBS x GA; one printed value is a misprint)")
     return {**row, "micro_batch": None}
 
