@@ -21,19 +21,28 @@ forward and activation-checkpoint recompute" (NVIDIA-NeMo/Automodel pull request
 dispatcher kind (``plan.moe_dispatcher``) syncs unless its input is padded to capacity.
 
 Owns the kernel count of an op (``kernel_launches``), whether a MoE layer syncs the host
-(``layer_syncs_host``, ``sync_pieces``), the combining rule (``host_bound``) and the seconds the host adds to one
-chunk's passes (``host_excess``). Does not own any op's GPU time (``step.compute``) nor the schedule
+(``layer_syncs_host``, ``sync_pieces``), the combining rule (``host_bound``), the seconds the host adds to one
+chunk's passes (``host_excess``) and to one list-API collective of a synchronised ZeRO-3 gather
+(``list_api_time``). Does not own any op's GPU time (``step.compute``) nor the schedule
 (``step.engine``). CUDA graphs (which replace a captured scope's launches by one) are not modelled:
 no bundled row records them.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Literal, Sequence
 
+from clustersim.simulator.profile import HOST_LAUNCH_RANGE, CalibrationProfile
 from clustersim.simulator.step.compute import Pass
 from clustersim.workloads import ModelSpec, Op
+
+
+LIST_API_HOST_OP: float = math.sqrt(HOST_LAUNCH_RANGE[0] * HOST_LAUNCH_RANGE[1])
+"""CPU seconds of one eager op of a list-API collective's per-rank loops when the profile has no
+measured ``host_launch_time``: the geometric middle of the cited 5-25 us per eager op
+(``profile.HOST_LAUNCH_RANGE``), 11.2 us, as the other priors taken from a cited range."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,3 +192,28 @@ def host_excess(model: ModelSpec, per_layer: Sequence[Sequence[Op]], recomputed:
     bwd_host = sum(host(ops, "bwd_input") + host(ops, "bwd_weight") for ops in per_layer)
     return HostExcess(fwd=forward(per_layer), bwd=max(0.0, bwd_host - bwd_gpu),
                       recompute=forward([ops for ops in recomputed if ops]))
+
+
+def list_api_time(kind: Literal["all_gather", "reduce_scatter"], ranks: int, collective: float, copies: float,
+                  profile: CalibrationProfile) -> float:
+    """Seconds of one parameter all-gather (gradient reduce-scatter) of DeepSpeed ZeRO-3 of 2021
+    through PyTorch's list API, ``collective`` the NCCL call and ``copies`` the GPU side of its
+    per-rank copies (``step.lower.tensor_copies_time``), with the two host loops over the ``ranks``:
+
+    - the caller's: ``Init._allgather_param`` builds ``partitions`` with one ``flat_tensor.narrow``
+      per rank, ``_reduce_scatter_gradient`` its ``input_list`` with one ``param.grad.view(-1).narrow``
+      per rank (deepspeed/runtime/zero/partition_parameters.py, 2021, find_string id 2323018133),
+      after ``torch.cuda.synchronize()`` for the gather: nothing queued, so the host binds;
+    - ProcessGroupNCCL's: ``allgather`` copies the flat output into each rank's view after the NCCL
+      launch (its ``post`` loop, one ``copy_`` per rank: it runs while the NCCL kernel does);
+      ``reduce_scatter`` copies each view into the flat input before it (``flatten_for_scatter_gather``).
+
+    Each loop costs ``ranks`` eager ops of the profile's ``host_launch_time`` (``LIST_API_HOST_OP``
+    when 0: the profile's 0 says the host runs ahead, which a synchronised loop cannot). So:
+    all-gather = loop + max(collective + copies, loop); reduce-scatter = loop + max(loop, copies)
+    + collective. Linear in ``ranks`` at a fixed size: at hundreds of ranks the loops, not the
+    bytes, set the time of a tensor's collective."""
+    loop = ranks * (profile.host_launch_time or LIST_API_HOST_OP)
+    if kind == "all_gather":
+        return loop + max(collective + copies, loop)
+    return loop + max(loop, copies) + collective

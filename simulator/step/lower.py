@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import Literal
 
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network import CollectiveKind, CommPricer
@@ -26,7 +27,7 @@ from clustersim.simulator.plan import (
 )
 from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.dispatch import dispatch_time, ep_shape, expert_load
-from clustersim.simulator.step.host import HostExcess, host_excess
+from clustersim.simulator.step.host import HostExcess, host_excess, list_api_time
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.step.recompute import moe_recomputes_dispatch, recomputed_ops
 from clustersim.topologies import AcceleratorSpec
@@ -367,10 +368,19 @@ def tensor_copies_time(c: Costing, nbytes: float) -> float:
     return c.plan.param_shard * c.profile.kernel_overhead + 2.0 * nbytes / hbm
 
 
-def _unit_time(c: Costing, kind: CollectiveKind, params: float, ops: list[Op] | None, nbytes: int) -> float:
+def tensor_call_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], nbytes: float) -> float:
+    """Seconds of one parameter collective of ``nbytes``: the NCCL call for ``module``; for ``tensor``
+    the list API's host loops and copies around it (``step.host.list_api_time``)."""
+    coll = c.pricer.time(kind, nbytes, "dp_shard")
+    if c.plan.param_gather_unit == "module" or nbytes <= 0:
+        return coll
+    return list_api_time(kind, c.plan.param_shard, coll, tensor_copies_time(c, nbytes), c.profile)
+
+
+def _unit_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], params: float, ops: list[Op] | None,
+               nbytes: int) -> float:
     """Seconds of one unit's parameter all-gather or gradient reduce-scatter, tensor by tensor."""
-    return sum(c.pricer.time(kind, p * nbytes, "dp_shard") + tensor_copies_time(c, p * nbytes)
-               for p in unit_tensors(c.plan, params, ops))
+    return sum(tensor_call_time(c, kind, p * nbytes) for p in unit_tensors(c.plan, params, ops))
 
 
 def _fsdp_exposed(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
