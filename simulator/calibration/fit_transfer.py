@@ -22,7 +22,7 @@ sweep of a Blackwell part measured like the Hopper ones in ``workloads/data/coll
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from clustersim.simulator.calibration.fit_first_order import Bounds
 from clustersim.simulator.profile import CalibrationProfile
@@ -95,17 +95,29 @@ def cited_levels(stem: str) -> dict[str, float]:
     return out
 
 
-def transfer_ratios(donor: str, target: str) -> dict[str, float]:
-    """level[target] / level[donor] for every parameter with a cited level on both parts."""
-    d, t = cited_levels(donor), cited_levels(target)
+def levels_with_proxies(stem: str, proxies: Sequence[str] = ()) -> dict[str, float]:
+    """``cited_levels(stem)``, each parameter it lacks taken from the first of ``proxies`` that has
+    one (the caller's donor order, ``fit_crossval.GROUP_DONORS``: the nearest part first)."""
+    out: dict[str, float] = {}
+    for s in (stem, *proxies):
+        out = {**cited_levels(s), **out}
+    return out
+
+
+def transfer_ratios(donor: str, target: str, proxies: Mapping[str, Sequence[str]] | None = None) -> dict[str, float]:
+    """level[target] / level[donor] for every parameter with a cited level on both parts; with
+    ``proxies`` (stem -> its donor order), a part lacking a level takes its nearest proxy's."""
+    chain = proxies or {}
+    d = levels_with_proxies(donor, chain.get(donor, ()))
+    t = levels_with_proxies(target, chain.get(target, ()))
     return {p: t[p] / d[p] for p in sorted(set(d) & set(t))}
 
 
-def transfer_profile(profile: CalibrationProfile, donor: str, target: str,
-                     bounds: Bounds = Bounds()) -> tuple[CalibrationProfile, dict[str, float]]:
+def transfer_profile(profile: CalibrationProfile, donor: str, target: str, bounds: Bounds = Bounds(),
+                     proxies: Mapping[str, Sequence[str]] | None = None) -> tuple[CalibrationProfile, dict[str, float]]:
     """The donor's fitted ``profile`` carried to ``target`` by ``transfer_ratios``, within ``bounds``;
     and the ratios applied (after clipping to the bounds)."""
-    ratios = transfer_ratios(donor, target)
+    ratios = transfer_ratios(donor, target, proxies)
     out, applied = profile, {}
     if "gemm" in ratios:
         r = min(ratios["gemm"], bounds.max_efficiency / max(e for _, e in profile.gemm_efficiency))
