@@ -6,7 +6,7 @@ on the other families only: the first-order profile fit (``fit_first_order.fit_s
 bounds, same weights), the choice of which per-GPU factors have evidence (a factor no training row
 moves takes its prior, ``PRIORS``; ``host_launch_time`` a GPU type's training rows do not move stays
 as given, 0, ``host_evidence``; a GPU type without training rows takes the fitted profile of
-its donor, ``GROUP_DONORS``; with ``pooling`` the GPU types are instead partially pooled and a type
+its donor, ``GROUP_DONORS``, times the cited part-to-part ratios of ``fit_transfer``; with ``pooling`` the GPU types are instead partially pooled and a type
 without training rows takes the pooled levels, ``fit_pooling``, the strength chosen by
 leave-one-family-out inside the training families), and the schedule knobs a row leaves unpublished (re-tuned at the fold's
 profile by ``validate_row``, which picks the fastest plan and never looks at the measured time).
@@ -112,11 +112,12 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
 
 def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], train: np.ndarray, *,
              family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4, pooling: bool = False,
-             strength: float | None = None, transfer: bool = False) -> FoldFit:
+             strength: float | None = None, transfer: bool = True) -> FoldFit:
     """Fit on the ``train`` rows of the ``ok`` rows of ``sens``.
 
-    ``transfer`` (donor rule only): a GPU type without training rows takes its donor's fitted
-    profile scaled by the cited part-to-part ratios of ``fit_transfer`` instead of a plain copy.
+    ``transfer`` (donor rule only; default): a GPU type without training rows takes its donor's
+    fitted profile scaled by the cited part-to-part ratios of ``fit_transfer``; False: a plain copy
+    (the rule until December 2026's eighth stop: 10.57 % out of sample against 10.01 %, docs/VALIDATION.md).
     ``pooling`` False (default): ``_fit_fold_donor``. True: the GPU types partially pooled
     (``fit_pooling``) at ``strength``, chosen by leave-one-family-out inside the training rows
     when None; pooled levels for what no training row moves, priors where no type has evidence.
@@ -160,8 +161,9 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
 
 
 def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], train: np.ndarray, *,
-             family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4, transfer: bool = False) -> FoldFit:
-    """The default fold fit: each GPU type on its own rows; priors and donors (``GROUP_DONORS``) for the rest."""
+             family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4, transfer: bool = True) -> FoldFit:
+    """The default fold fit: each GPU type on its own rows; priors and donors (``GROUP_DONORS``, with
+    ``transfer`` the donor's values times the cited ratios of ``fit_transfer``) for the rest."""
     ok = sens[sens.status == "ok"]
     pb = first_order_problem(ok, profiles)
     meas, w = measured_times(ok, None), row_weights(ok)
@@ -276,7 +278,7 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
                             workers: int = 2, progress: Callable[[int, int], None] | None = None,
                             reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
                             on_folds: Callable[[pd.DataFrame, Sequence[FoldFit]], None] | None = None,
-                            pooling: bool = False, transfer: bool = False) -> CrossValidation:
+                            pooling: bool = False, transfer: bool = True) -> CrossValidation:
     """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
 
     ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).

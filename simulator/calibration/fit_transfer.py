@@ -1,28 +1,30 @@
 """Cited transfer of a fitted profile to a GPU type that has no training row in a fold.
 
 Owns the published microbenchmarks that compare parts at the same kernel (``ACHIEVED``: achieved
-FLOP/s of one benchmark, measured the same way on every part it lists), the levels they give
-(``cited_levels``: each as a fraction of the part's own datasheet peak, ``topologies.accelerators``)
-and the transfer (``transfer_profile``): a GPU type ``g`` without training rows takes the fitted
-profile of its donor ``d`` (``fit_crossval.GROUP_DONORS``) with every parameter that has a cited
-level on both parts scaled by level[g] / level[d]; a parameter without a cited level on both
-parts keeps the donor's value (ratio 1). The same rule for every part, every parameter and every
-fold: no ratio is fitted, nothing is read from a held-out row (the donor is fitted on the fold's
-training rows only, the ratios are constants). It does not choose donors nor fit anything
-(``fit_crossval``). numpy-free: plain arithmetic on profiles.
+FLOP/s of one benchmark, measured the same way on every part it lists; ``RELATIVE``: a published
+speed-up of one part over another at the same shapes), the levels they give (``levels``: each a
+fraction of the part's own datasheet peak, ``topologies.accelerators``; a level no benchmark
+measured is the same-die sibling's, ``SAME_DIE``) and the transfer (``transfer_profile``): a GPU
+type ``g`` without training rows takes the fitted profile of its donor ``d``
+(``fit_crossval.GROUP_DONORS``) with every parameter that has a level on both parts scaled by
+level[g] / level[d]; a parameter without a level on both parts keeps the donor's value (ratio 1).
+The same rule for every part, every parameter and every fold: no ratio is fitted, nothing is read
+from a held-out row (the donor is fitted on the fold's training rows only, the ratios are
+constants). It does not choose donors nor fit anything (``fit_crossval``).
 
-Parameters with a cited level: the GEMM curve (``gemm``, BF16 matmul), the FP8 factor (``fp8``, FP8
-matmul level over the BF16 one at the part's FP8 and BF16 peaks), the attention curve (``attn``,
-each generation's own fused attention kernel, BF16 forward). Without one (ratio 1, documented
-where each would come from): ``expert_efficiency`` (no grouped-GEMM benchmark across parts),
-``fp4`` (no FP4 on Hopper, so no ratio to a Hopper donor), NVLink/NIC efficiencies (no nccl-tests
-sweep of a Blackwell part measured like the Hopper ones in ``workloads/data/collective_bandwidth.csv``).
+Parameters with a level: the GEMM curve (``gemm``, BF16 matmul), the FP8 factor (``fp8``, FP8
+matmul level over the BF16 one), the attention curve (``attn``, each generation's own fused
+attention kernel, BF16 forward). Without one (ratio 1; where each would come from):
+``expert_efficiency`` (no grouped-GEMM benchmark across parts), ``fp4`` (no FP4 on Hopper, so no
+ratio to a Hopper donor), NVLink/NIC efficiencies (no nccl-tests sweep of a Blackwell part measured
+like the Hopper ones in ``workloads/data/collective_bandwidth.csv``; the in-sample fit gives H100,
+B200, GB200 and GB300 the same link efficiencies, 0.852 / 0.98).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping, Sequence
+from typing import Mapping
 
 from clustersim.simulator.calibration.fit_first_order import Bounds
 from clustersim.simulator.profile import CalibrationProfile
@@ -95,29 +97,68 @@ def cited_levels(stem: str) -> dict[str, float]:
     return out
 
 
-def levels_with_proxies(stem: str, proxies: Sequence[str] = ()) -> dict[str, float]:
-    """``cited_levels(stem)``, each parameter it lacks taken from the first of ``proxies`` that has
-    one (the caller's donor order, ``fit_crossval.GROUP_DONORS``: the nearest part first)."""
-    out: dict[str, float] = {}
-    for s in (stem, *proxies):
-        out = {**cited_levels(s), **out}
+SAME_DIE: Mapping[str, str] = {"h100": "h200", "h200": "h100", "b200": "gb200", "gb200": "b200",
+                               "b300": "gb300", "gb300": "b300"}
+"""Parts built on the same GPU die (same SMs, Tensor Cores and special-function units; their datasheet
+peaks differ only by the clock their power allows): a part that no benchmark measured for a level takes
+its sibling's, as a fraction of its own peak (NVIDIA GB200 NVL72 / HGX B200 and GB300 NVL72 / HGX B300
+datasheets: one Blackwell, one Blackwell Ultra GPU; H200 datasheet: the H100's GPU with HBM3e)."""
+
+
+@dataclass(frozen=True, kw_only=True)
+class Relative:
+    """A published speed-up of ``part`` over ``reference`` at the same kernel and shapes (same peaks)."""
+
+    param: str
+    part: str
+    reference: str
+    ratio: float
+    source: str
+
+
+RELATIVE: tuple[Relative, ...] = (
+    # Blackwell Ultra doubles the special-function units' exponential throughput (MUFU.EX2, 10.7 against 5
+    # TeraExponentials/s: NVIDIA, "Inside NVIDIA Blackwell Ultra", 2025-08, per-GPU table), the softmax
+    # bottleneck of the Blackwell attention kernel (FlashAttention-4, arXiv:2603.05451, sec. 1). Measured:
+    # ~35 % higher attention forward (FPROP) throughput on GB300 than on GB200, DeepSeek-V3 shapes, FP8
+    # (NVIDIA Technical Blog, "Making Softmax More Efficient with NVIDIA Blackwell Ultra", 2026-02,
+    # developer.nvidia.com/blog/making-softmax-more-efficient-with-nvidia-blackwell-ultra/; the figure as
+    # its summaries state it). GB200 and GB300 have the same BF16 and FP8 peaks, so the level ratio is 1.35.
+    Relative(param="attn", part="gb300", reference="gb200", ratio=1.35,
+             source="NVIDIA Technical Blog, Making Softmax More Efficient with NVIDIA Blackwell Ultra (2026-02)"),
+)
+"""Published part-over-part speed-ups of one kernel (a level of ``part`` = ratio x the reference's)."""
+
+
+def _own_or_relative(stem: str) -> dict[str, float]:
+    out = cited_levels(stem)
+    for rel in RELATIVE:
+        if rel.part == stem and rel.param not in out:
+            ref = levels(rel.reference)
+            if rel.param in ref:
+                out[rel.param] = rel.ratio * ref[rel.param]
     return out
 
 
-def transfer_ratios(donor: str, target: str, proxies: Mapping[str, Sequence[str]] | None = None) -> dict[str, float]:
-    """level[target] / level[donor] for every parameter with a cited level on both parts; with
-    ``proxies`` (stem -> its donor order), a part lacking a level takes its nearest proxy's."""
-    chain = proxies or {}
-    d = levels_with_proxies(donor, chain.get(donor, ()))
-    t = levels_with_proxies(target, chain.get(target, ()))
+def levels(stem: str) -> dict[str, float]:
+    """The levels ``transfer_ratios`` compares: the part's own measured ones (``cited_levels``), then
+    its published speed-ups over another part (``RELATIVE``), then its same-die sibling's (``SAME_DIE``)."""
+    own = _own_or_relative(stem)
+    sibling = SAME_DIE.get(stem)
+    return {**(_own_or_relative(sibling) if sibling else {}), **own}
+
+
+def transfer_ratios(donor: str, target: str) -> dict[str, float]:
+    """levels[target] / levels[donor] for every parameter with a level on both parts."""
+    d, t = levels(donor), levels(target)
     return {p: t[p] / d[p] for p in sorted(set(d) & set(t))}
 
 
-def transfer_profile(profile: CalibrationProfile, donor: str, target: str, bounds: Bounds = Bounds(),
-                     proxies: Mapping[str, Sequence[str]] | None = None) -> tuple[CalibrationProfile, dict[str, float]]:
+def transfer_profile(profile: CalibrationProfile, donor: str, target: str,
+                     bounds: Bounds = Bounds()) -> tuple[CalibrationProfile, dict[str, float]]:
     """The donor's fitted ``profile`` carried to ``target`` by ``transfer_ratios``, within ``bounds``;
     and the ratios applied (after clipping to the bounds)."""
-    ratios = transfer_ratios(donor, target, proxies)
+    ratios = transfer_ratios(donor, target)
     out, applied = profile, {}
     if "gemm" in ratios:
         r = min(ratios["gemm"], bounds.max_efficiency / max(e for _, e in profile.gemm_efficiency))

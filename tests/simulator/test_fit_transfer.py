@@ -3,7 +3,8 @@
 The levels are closed forms of the cited microbenchmarks over the datasheet peaks
 (``topologies.accelerators``); the transfer is checked on the synthetic fold of test_crossval (one
 h100 family and a Megatron-Bridge family with b200 rows): held out, b200 has no training row and
-takes h100's fitted profile times the cited ratios, a part without a cited level the plain copy,
+takes h100's fitted profile times the cited ratios, a level no benchmark measured comes from a published speed-up or the same-die sibling, a part
+without any level takes the plain copy,
 and the held-out rows' measured times move nothing.
 """
 
@@ -14,7 +15,9 @@ import pytest
 
 from clustersim.simulator.calibration.fit_crossval import fit_fold
 from clustersim.simulator.calibration.fit_first_order import Bounds
-from clustersim.simulator.calibration.fit_transfer import ACHIEVED, cited_levels, transfer_profile, transfer_ratios
+from clustersim.simulator.calibration.fit_transfer import (
+    ACHIEVED, RELATIVE, SAME_DIE, cited_levels, levels, transfer_profile, transfer_ratios,
+)
 from clustersim.topologies.accelerators import B200, GB200, H100_SXM
 from tests.simulator.test_crossval import PROFILES, _families
 from tests.simulator.test_fit_defaults import BASE
@@ -41,7 +44,7 @@ def test_levels_are_the_cited_figures_over_each_parts_datasheet_peak() -> None:
     assert h["fp8"] == pytest.approx(H100_FP8) and b["fp8"] == pytest.approx(B200_FP8)
     assert b["attn"] / h["attn"] == pytest.approx(ATTN)
     assert cited_levels("gb200")["gemm"] == pytest.approx(1822.0e12 / GB200.peak("bf16"))
-    assert cited_levels("gb300") == {}  # no benchmark measured it: nothing to transfer
+    assert cited_levels("gb300") == {}  # no benchmark measured it directly
     for bench in ACHIEVED.values():  # every achieved figure is a fraction of its part's peak
         assert all(0.5 < cited_levels(s).get("gemm", 0.7) <= 1.0 for s in bench.flops)
     assert B200.peak("bf16") == 2.25e15 and H100_SXM.peak("fp8") == 1978.9e12
@@ -52,7 +55,19 @@ def test_ratio_is_target_level_over_donor_level_and_inverts() -> None:
     assert r == pytest.approx({"gemm": B200_BF16 / H100_BF16, "fp8": B200_FP8 / H100_FP8, "attn": ATTN})
     back = transfer_ratios("b200", "h100")
     assert all(r[p] * back[p] == pytest.approx(1.0) for p in r)
-    assert transfer_ratios("h100", "gb300") == {} and transfer_ratios("h100", "h100") == {"attn": 1.0, "fp8": 1.0, "gemm": 1.0}
+    assert transfer_ratios("h100", "h100") == {"attn": 1.0, "fp8": 1.0, "gemm": 1.0}
+
+
+def test_unmeasured_levels_come_from_a_published_speed_up_then_the_same_die_sibling() -> None:
+    b200, b300, gb200, gb300 = (levels(s) for s in ("b200", "b300", "gb200", "gb300"))
+    assert gb300["gemm"] == b300["gemm"] == cited_levels("b300")["gemm"]  # GB300: Blackwell Ultra, as B300
+    assert gb200["attn"] == b200["attn"]  # FlashAttention-4 measured B200 only
+    (ultra,) = [r for r in RELATIVE if r.part == "gb300"]
+    assert ultra.reference == "gb200" and ultra.ratio == pytest.approx(1.35)
+    assert gb300["attn"] == pytest.approx(1.35 * b200["attn"]) and b300["attn"] == gb300["attn"]
+    assert all(SAME_DIE[SAME_DIE[s]] == s for s in SAME_DIE)  # siblings are mutual
+    assert transfer_ratios("h100", "gb300") == pytest.approx(
+        {"gemm": b300["gemm"] / H100_BF16, "fp8": b300["fp8"] / H100_FP8, "attn": 1.35 * ATTN})
 
 
 def test_type_without_rows_gets_the_cited_ratio_times_the_donors_fitted_level() -> None:
@@ -75,7 +90,7 @@ def test_type_without_rows_gets_the_cited_ratio_times_the_donors_fitted_level() 
 
 
 def test_a_part_without_cited_levels_takes_the_plain_copy() -> None:
-    prof, applied = transfer_profile(BASE, "h100", "gb300")
+    prof, applied = transfer_profile(BASE, "h100", "mi300x")  # no benchmark above measured it
     assert prof == BASE and applied == {}
 
 
@@ -95,3 +110,14 @@ def test_held_out_rows_cannot_move_the_transferred_profile() -> None:
     assert a.profiles["b200"] == b.profiles["b200"]  # type: ignore[attr-defined]
     assert a.profiles["h100"] == b.profiles["h100"]  # type: ignore[attr-defined]
     assert np.isfinite(max(e for _, e in a.profiles["b200"].gemm_efficiency))  # type: ignore[attr-defined]
+
+
+def test_bundled_h200_profile_is_the_h100_fit_times_the_cited_ratios() -> None:
+    """No H200 row: the default profile is H100's fit carried by the same rule as a fold's type without
+    rows (``fit_defaults.COPIES``): H200's FP8 matmul level is the only cited difference (x1.036)."""
+    from clustersim.simulator.profile import PROFILE_DIR, load_profile
+    h100, h200 = (load_profile(PROFILE_DIR / f"{s}.yaml") for s in ("h100", "h200"))
+    carried, applied = transfer_profile(h100, "h100", "h200")
+    assert applied["fp8"] == pytest.approx((1453.4 / 1402.6), rel=1e-6)  # same FP8 peak, BF16 "the same"
+    assert h200.model_dump(exclude={"name", "source"}) == carried.model_dump(exclude={"name", "source"})
+    assert h200.precision_efficiency["fp8"] > h100.precision_efficiency["fp8"]
