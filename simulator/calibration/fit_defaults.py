@@ -30,6 +30,7 @@ from clustersim.simulator.calibration.fit_first_order import (
     first_order_problem, fit_scales,
     held_out_folds, measured_times, row_weights, with_cited_constants,
 )
+from clustersim.simulator.calibration.fit_transfer import transfer_profile
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row
 from clustersim.topologies import Cluster
 from clustersim.topologies.accelerators import normalise_gpu
@@ -191,7 +192,9 @@ PROFILE_HEADER = (
 
 
 COPIES: Mapping[str, str] = {"h200": "h100"}
-"""Profiles fitted as a copy of another (no H200 rows; same Hopper SM and NVLink 4 as H100)."""
+"""Profiles taken from another's fit (no H200 rows; same Hopper die and NVLink 4 as H100): its values
+times the cited part-to-part ratios (``fit_transfer.transfer_profile``, the rule of a fold's GPU type
+without rows; H200 against H100: the FP8 matmul level, x1.036)."""
 EXPERT_DONORS: Mapping[str, str] = {"a100": "h100"}
 """GPU types without MoE rows take ``expert_efficiency`` from this one."""
 
@@ -227,8 +230,11 @@ def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, Ca
             f"{stem.upper()} rows: {', '.join(sorted(rows.source_id.unique()))}); one profile for every row of the GPU type"))
     for stem, donor in COPIES.items():
         if stem in current and donor in fitted:
-            out[stem] = out[donor].replace(name=f"{stem}-published-runs", source=(
-                f"no {stem.upper()} rows in workloads/data/published_runs.csv: the fitted {donor.upper()} values"))
+            prof, ratios = transfer_profile(out[donor], donor, stem)
+            how = ", ".join(f"{p} x{r:.3f}" for p, r in ratios.items() if round(r, 3) != 1.0) or "none"
+            out[stem] = prof.replace(name=f"{stem}-published-runs", source=(
+                f"no {stem.upper()} rows in workloads/data/published_runs.csv: the fitted {donor.upper()} values "
+                f"times the cited {stem.upper()}/{donor.upper()} ratios of fit_transfer ({how})"))
     return out
 
 

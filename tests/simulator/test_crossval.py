@@ -75,7 +75,7 @@ def test_held_out_family_cannot_move_its_fold() -> None:
 def test_gpu_type_without_training_rows_takes_its_donor_and_priors() -> None:
     sens = _families()
     bridge = sens.source_id.str.startswith("megatron-bridge").to_numpy()
-    fold = fit_fold(sens, PROFILES, ~bridge, family="megatron-bridge", sweeps=1)
+    fold = fit_fold(sens, PROFILES, ~bridge, family="megatron-bridge", sweeps=1, transfer=False)
     assert fold.profiles["b200"].gemm_efficiency == fold.profiles["h100"].gemm_efficiency  # donor copy
     assert fold.fitted_params["b200"] == 0
     assert fold.profiles["h100"].expert_efficiency == PRIORS["exp"][1]  # no MoE row in training
