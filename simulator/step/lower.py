@@ -360,8 +360,9 @@ def tensor_copies_time(c: Costing, nbytes: float) -> float:
     """PyTorch's list-API collectives (``param_gather_unit = tensor``): ProcessGroupNCCL gathers into
     a flat buffer and copies it out to the n per-rank views (``allgather``), or copies n views into
     one before reducing (``reduce_scatter``, ``flatten_for_scatter_gather``): n eager copy ops, each
-    the profile's per-op overhead, moving the buffer once through HBM (read and write). 0 for
-    ``module`` (one flat buffer, ``_all_gather_base``)."""
+    the profile's per-op overhead, moving the buffer once through HBM (read and write). The GPU side
+    only: the host's loops that issue them are ``step.host.list_api_time``. 0 for ``module`` (one
+    flat buffer, ``_all_gather_base``)."""
     if c.plan.param_gather_unit == "module" or nbytes <= 0:
         return 0.0
     hbm = c.accelerator.hbm_bandwidth * c.profile.memory_efficiency
