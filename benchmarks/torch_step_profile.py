@@ -173,6 +173,7 @@ def simulated(folder: str, plan: BackendPlan, cfg: GPTConfig) -> dict[str, Any]:
     from clustersim.simulator.calibration.torch_backend import check
     from clustersim.simulator.profile import machine_cluster
     from clustersim.simulator.step.compute import op_time, optimizer_time
+    from clustersim.simulator.step.host import eager_excess
     from clustersim.simulator.step.partition import partition_plan
 
     fitted = fit_profile(folder, world_size=plan.world_size).profile
@@ -192,11 +193,22 @@ def simulated(folder: str, plan: BackendPlan, cfg: GPTConfig) -> dict[str, Any]:
             out[f"bwd/{cls}"] += micro * (op_time(op, acc, prof, training.precision, "bwd_input")
                                           + op_time(op, acc, prof, training.precision, "bwd_weight"))
             ops += 3
+        layer_ops = [o for o in ch.ops if o.name in LAYER_OPS]
+        per_layer = [layer_ops[i:i + len(LAYER_OPS)] for i in range(0, len(layer_ops), len(LAYER_OPS))]
+        host = eager_excess(per_layer, prof.eager_layer_overhead, prof.kernel_overhead)
+        out["fwd/eager_host"] += micro * host.fwd
+        out["bwd/eager_host"] += micro * host.bwd
+    eager_opt = prof.eager_layer_overhead.get("optimizer", 0.0) * sum(len(ch.layers) for ch in part.stages[0].chunks)
     step = check.predict(_record(plan, cfg), fitted)
     return {"by_class": dict(out), "kernel_overhead_s": prof.kernel_overhead, "op_passes": ops * micro,
             "step_overhead_s": prof.step_overhead, "optimizer_efficiency": prof.optimizer_efficiency,
             "step_s": step,
-            "optimizer_s": optimizer_time(_local_params(cfg, plan), acc, prof)}
+            "optimizer_s": optimizer_time(_local_params(cfg, plan), acc, prof) + eager_opt}
+
+
+LAYER_OPS: tuple[str, ...] = ("attn_norm", "qkv", "attn_core", "attn_out", "attn_residual", "mlp_norm", "mlp_fc1",
+                              "mlp_act", "mlp_fc2", "mlp_residual")
+"""The ops of one block in the lowering, in order."""
 
 
 def _local_params(cfg: GPTConfig, plan: BackendPlan) -> float:
