@@ -40,11 +40,13 @@ from clustersim.simulator.calibration.torch_backend.measure import HOLDOUT_GPT, 
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, TimingRecipe
 
 CLASSES: tuple[str, ...] = ("gemm", "attention", "softmax_xent", "layernorm", "gelu", "embedding", "elementwise",
-                            "adam", "zero_grad", "autograd_engine", "comm", "python_gaps")
+                            "adam", "zero_grad", "autograd_engine", "comm", "dtensor", "python_gaps")
 """The classes the step's self time is put in (and the simulator's prices)."""
 
 RULES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("comm", ("gloo:", "c10d::", "record_param_comms", "nccl:", "_allgather_base", "allreduce", "_reduce_scatter")),
+    ("comm", ("gloo:", "c10d::", "c10d_functional::", "wait_tensor", "record_param_comms", "nccl:", "_allgather_base",
+              "allreduce", "_reduce_scatter")),
+    ("dtensor", ("PythonSubclass", "Redistribute", "TorchTensor", "DistributedDataParallel", "FSDP", "fsdp")),
     ("attention", ("scaled_dot_product", "flash_attention")),
     ("softmax_xent", ("softmax", "nll_loss", "cross_entropy")),
     ("layernorm", ("layer_norm",)),
