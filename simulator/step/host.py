@@ -30,7 +30,7 @@ no bundled row records them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Sequence
+from typing import Callable, Mapping, Sequence
 
 from clustersim.simulator.step.compute import Pass
 from clustersim.workloads import ModelSpec, Op
@@ -183,3 +183,23 @@ def host_excess(model: ModelSpec, per_layer: Sequence[Sequence[Op]], recomputed:
     bwd_host = sum(host(ops, "bwd_input") + host(ops, "bwd_weight") for ops in per_layer)
     return HostExcess(fwd=forward(per_layer), bwd=max(0.0, bwd_host - bwd_gpu),
                       recompute=forward([ops for ops in recomputed if ops]))
+
+
+def eager_excess(per_layer: Sequence[Sequence[Op]], eager: Mapping[str, float], kernel_overhead: float) -> HostExcess:
+    """Host seconds eager PyTorch adds to one micro-batch of a chunk on a CPU rank, where the host
+    thread runs the kernels too (so they add, not overlap): per layer, the profile's measured eager
+    overhead of the pass (``CalibrationProfile.eager_layer_overhead``) less the per-op
+    ``kernel_overhead`` the layer's priced ops already carry (one per op and pass with work,
+    ``kernel_launches``), at least 0. ``recompute`` is 0 (the backend does not recompute).
+
+    Issue 21: the backend's single-rank step (2 threads, near-quiet) spent 1.4 ms in autograd
+    nodes and 3.3 ms between ops against 0.6 ms of priced per-op overhead."""
+    if not eager:
+        return HostExcess()
+    fwd = bwd = 0.0
+    for ops in per_layer:
+        n_fwd = sum(kernel_launches(o, "fwd", 1, False) for o in ops)
+        n_bwd = sum(kernel_launches(o, "bwd", 1, False) for o in ops)
+        fwd += max(eager.get("fwd", 0.0) - n_fwd * kernel_overhead, 0.0)
+        bwd += max(eager.get("bwd", 0.0) - n_bwd * kernel_overhead, 0.0)
+    return HostExcess(fwd=fwd, bwd=bwd)
