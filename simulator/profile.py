@@ -96,6 +96,10 @@ compute (``step.jitter.sync_wait_fraction``), more than any weak-scaling loss th
 publishes (MosaicML, +2-11 % from 128 to 512 GPUs)."""
 
 
+EAGER_PASSES: tuple[str, ...] = ("fwd", "bwd", "optimizer")
+"""Keys of ``CalibrationProfile.eager_layer_overhead``."""
+
+
 class CalibrationProfile(BaseModel):
     """Efficiencies and overheads of one kind of system, measured or defaulted."""
 
@@ -191,6 +195,14 @@ class CalibrationProfile(BaseModel):
     and intra/inter-node step, with the protocol (LL / LL128 / Simple) NCCL's tuner picks at that
     size and its bandwidth) for ring, tree and in-switch collectives, in the flow pricer and the
     closed-form tier alike."""
+    eager_layer_overhead: dict[str, float] = Field(default={})
+    """Seconds of host work per transformer layer per micro-batch that eager PyTorch spends beyond
+    its kernels, keyed ``fwd`` and ``bwd`` (per micro-batch) and ``optimizer`` (per step): module
+    calls, the dispatcher, autograd nodes, views and the optimizer's loop over the layer's
+    parameter tensors. Measured on the backend's own module tree at negligible arithmetic
+    (``calibrate measure``'s eager-host microbenchmark, ``fit.host_fit``); the lowering adds what
+    the per-op ``kernel_overhead`` of the layer's priced ops leaves of it (``step.host.eager_excess``).
+    Empty (the default, datasheet profiles and folders measured before): none."""
     step_overhead: float = Field(default=0.0, ge=0)
     """Seconds per training step outside the modelled phases (data loading, logging)."""
     machine: dict[str, float] = Field(default={})
@@ -212,6 +224,14 @@ class CalibrationProfile(BaseModel):
         bad = {k: x for k, x in v.items() if k not in keys or not 0 < x <= 2}
         if bad:
             raise ValueError(f"{name}: keys {'/'.join(keys)} with values in (0, 2], got {bad}")
+        return v
+
+    @field_validator("eager_layer_overhead")
+    @classmethod
+    def _eager(cls, v: dict[str, float]) -> dict[str, float]:
+        bad = {k: x for k, x in v.items() if k not in EAGER_PASSES or not 0 <= x < 1}
+        if bad:
+            raise ValueError(f"eager_layer_overhead: keys {'/'.join(EAGER_PASSES)} with seconds in [0, 1), got {bad}")
         return v
 
     @field_validator("overlap_slowdown")

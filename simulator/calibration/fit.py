@@ -144,6 +144,27 @@ def overhead_fit(compute: Mapping[str, Any]) -> tuple[float, float]:
     return float(o["per_linear_fwd_bwd_s"]) / 3.0, float(o["backward_call_s"])
 
 
+def host_fit(compute: Mapping[str, Any]) -> dict[str, float]:
+    """Seconds of eager host work per layer (``CalibrationProfile.eager_layer_overhead``) from the
+    eager-host microbenchmark (``microbench.host_entry``: the GPT's module tree at negligible
+    arithmetic, at two layer counts): the slope over layers of the forward (``fwd``), of the Adam
+    step alone (``optimizer``) and of the whole step less those two (``bwd``), each clipped at 0.
+    Empty without the entry (folders measured before it)."""
+    h = compute.get("host")
+    if not h:
+        return {}
+    span = float(h["layers_high"]) - float(h["layers_low"])
+    if span <= 0:
+        raise CalibrationError(f"eager-host microbenchmark: layers_high {h['layers_high']} <= layers_low "
+                               f"{h['layers_low']}; re-run calibrate measure")
+
+    def slope(key: str) -> float:
+        return (float(h[f"{key}_high_s"]) - float(h[f"{key}_low_s"])) / span
+
+    fwd, opt = max(slope("fwd"), 0.0), max(slope("opt"), 0.0)
+    return {"fwd": fwd, "bwd": max(slope("step") - fwd - opt, 0.0), "optimizer": opt}
+
+
 def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) -> tuple[int, dict[str, Any]]:
     """(world size, microbenchmarks) of a measure folder: ``world_size`` or the largest measured."""
     files = {n: Path(folder) / f"micro_w{n}.json" for n in measured_worlds(folder)}
@@ -213,6 +234,7 @@ def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, na
         name=name, source=f"clustersim calibrate fit {source} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
         kernel_overhead=per_op, step_overhead=per_backward, optimizer_efficiency=opt_eff,
+        eager_layer_overhead=host_fit(compute),
         **_link_fields(links, micro), machine=machine, sync_jitter_cv=jitter.cv if jitter else 0.0,
     )
     quality = {"gemm_efficiency": curve_error(gcurve, gp), "attention_efficiency": curve_error(acurve, ap),
@@ -281,7 +303,8 @@ def interval_fields(profile: CalibrationProfile) -> dict[str, float]:
     out = {"machine.peak_flops": profile.machine["peak_flops"],
            "machine.memory_bandwidth": profile.machine["memory_bandwidth"],
            "memory_efficiency": profile.memory_efficiency, "optimizer_efficiency": profile.optimizer_efficiency,
-           "kernel_overhead": profile.kernel_overhead, "step_overhead": profile.step_overhead}
+           "kernel_overhead": profile.kernel_overhead, "step_overhead": profile.step_overhead,
+           **{f"eager_layer_overhead.{k}": v for k, v in profile.eager_layer_overhead.items()}}
     for key, curve in (("gemm_efficiency", profile.gemm_efficiency), ("attention_efficiency", profile.attention_efficiency)):
         out |= {f"{key}@{x:.0e}": e for x, e in curve}
     for kind, (alpha, bus) in profile.collective_laws.items():

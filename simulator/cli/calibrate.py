@@ -179,6 +179,9 @@ def _fit_table(report: FitReport) -> Table:
     table.add_row("kernel_overhead", f"{p.kernel_overhead * 1e6:.1f} us", "", span("kernel_overhead", 1e6))
     table.add_row("step_overhead", f"{p.step_overhead * 1e6:.1f} us", "", span("step_overhead", 1e6))
     table.add_row("optimizer_efficiency", f"{p.optimizer_efficiency:.3f}", "", span("optimizer_efficiency", 1.0, ".3f"))
+    for key, value in p.eager_layer_overhead.items():  # per layer; absent in folders measured before
+        table.add_row(f"eager_layer_overhead.{key}", f"{value * 1e6:.1f} us", "",
+                      span(f"eager_layer_overhead.{key}", 1e6))
     if "sync_skew" in m:
         table.add_row("sync_jitter_cv (slowest rank's wait)", f"{p.sync_jitter_cv:.3f} (measured skew "
                       f"{m['sync_skew'] * 100:.1f}%, wait {m['sync_wait'] * 1e6:.0f} us)",

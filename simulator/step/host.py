@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Callable, Literal, Sequence
+from typing import Callable, Literal, Mapping, Sequence
 
 from clustersim.simulator.profile import HOST_LAUNCH_RANGE, CalibrationProfile
 from clustersim.simulator.step.compute import Pass
@@ -217,3 +217,23 @@ def list_api_time(kind: Literal["all_gather", "reduce_scatter"], ranks: int, col
     if kind == "all_gather":
         return loop + max(collective + copies, loop)
     return loop + max(loop, copies) + collective
+
+
+def eager_excess(per_layer: Sequence[Sequence[Op]], eager: Mapping[str, float], kernel_overhead: float) -> HostExcess:
+    """Host seconds eager PyTorch adds to one micro-batch of a chunk on a CPU rank, where the host
+    thread runs the kernels too (so they add, not overlap): per layer, the profile's measured eager
+    overhead of the pass (``CalibrationProfile.eager_layer_overhead``) less the per-op
+    ``kernel_overhead`` the layer's priced ops already carry (one per op and pass with work,
+    ``kernel_launches``), at least 0. ``recompute`` is 0 (the backend does not recompute).
+
+    Issue 21: the backend's single-rank step (2 threads, near-quiet) spent 1.4 ms in autograd
+    nodes and 3.3 ms between ops against 0.6 ms of priced per-op overhead."""
+    if not eager:
+        return HostExcess()
+    fwd = bwd = 0.0
+    for ops in per_layer:
+        n_fwd = sum(kernel_launches(o, "fwd", 1, False) for o in ops)
+        n_bwd = sum(kernel_launches(o, "bwd", 1, False) for o in ops)
+        fwd += max(eager.get("fwd", 0.0) - n_fwd * kernel_overhead, 0.0)
+        bwd += max(eager.get("bwd", 0.0) - n_bwd * kernel_overhead, 0.0)
+    return HostExcess(fwd=fwd, bwd=bwd)

@@ -27,7 +27,7 @@ from clustersim.simulator.plan import (
 )
 from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.dispatch import dispatch_time, ep_shape, expert_load
-from clustersim.simulator.step.host import HostExcess, host_excess, list_api_time
+from clustersim.simulator.step.host import HostExcess, eager_excess, host_excess, list_api_time
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.step.recompute import moe_recomputes_dispatch, recomputed_ops
 from clustersim.topologies import AcceleratorSpec
@@ -57,9 +57,12 @@ class Costing:
     def host(self, per_layer: list[tuple[list[Op], bool]], recomputed: list[list[Op]]) -> HostExcess:
         """Seconds the host's kernel launches add to one micro-batch of a chunk (``step.host``)."""
         local = max(1, self.model.num_experts // max(1, self.plan.ep))
-        return host_excess(self.model, [ops for ops, _ in per_layer], recomputed,
-                           lambda ops, which: self.time(list(ops), which), self.profile.host_launch_time,
-                           local, self.plan.moe_fused_grouped_mlp, self.plan.ep)
+        launch = host_excess(self.model, [ops for ops, _ in per_layer], recomputed,
+                             lambda ops, which: self.time(list(ops), which), self.profile.host_launch_time,
+                             local, self.plan.moe_fused_grouped_mlp, self.plan.ep)
+        eager = eager_excess([ops for ops, _ in per_layer], self.profile.eager_layer_overhead,
+                             self.profile.kernel_overhead)
+        return HostExcess(fwd=launch.fwd + eager.fwd, bwd=launch.bwd + eager.bwd, recompute=launch.recompute)
 
 
 def lower(c: Costing, part: Partition | None = None) -> Lowered:
@@ -86,7 +89,10 @@ def _optimizer(c: Costing, chunks: tuple[ChunkPart, ...]) -> float:
         ops = ch.ops
         expert = sum(o.params for o in ops if is_routed_expert(o))
         local += plan.sharded_state(sum(o.params for o in ops) - expert, expert)
-    return optimizer_time(local, c.accelerator, c.profile)
+    # eager PyTorch's optimizer loops over every parameter tensor of the stage's layers (measured
+    # per layer: ``CalibrationProfile.eager_layer_overhead["optimizer"]``; 0 when not measured)
+    eager = c.profile.eager_layer_overhead.get("optimizer", 0.0) * sum(len(ch.layers) for ch in chunks)
+    return optimizer_time(local, c.accelerator, c.profile) + eager
 
 
 def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_blocks: int = 2) -> dict[str, float]:

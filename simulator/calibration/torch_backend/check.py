@@ -192,7 +192,8 @@ def drift(record: StepRecord, reference: Mapping[str, float] | None) -> Drift:
 
 def drifted(profile: CalibrationProfile, d: Drift) -> CalibrationProfile:
     """``profile`` as the host ran during the plan: the measured compute rates (peak FLOP/s and
-    memory bandwidth) divided by ``d.compute`` and the per-op and per-backward overheads times it;
+    memory bandwidth) divided by ``d.compute`` and the per-op, per-backward and eager per-layer
+    overheads times it;
     every per-call latency (collective and p2p overhead, each framework's per-call cost, each
     law's alpha) times ``d.latency``. Bandwidths of the collective laws are left as measured."""
     if d == Drift():
@@ -204,6 +205,7 @@ def drifted(profile: CalibrationProfile, d: Drift) -> CalibrationProfile:
             machine[key] = machine[key] / c
     return profile.replace(
         machine=machine, kernel_overhead=profile.kernel_overhead * c, step_overhead=profile.step_overhead * c,
+        eager_layer_overhead={k: v * c for k, v in profile.eager_layer_overhead.items()},
         collective_overhead=profile.collective_overhead * lat, p2p_overhead=profile.p2p_overhead * lat,
         framework_overhead={k: v * lat for k, v in profile.framework_overhead.items()},
         collective_laws={k: (a * lat, bw) for k, (a, bw) in profile.collective_laws.items()})

@@ -30,8 +30,9 @@ one ``torch_backend_check.sh`` round measured with both (issue 21, load 4.7-7.2 
 cores): every plan of both models predicted closer, small GPT median |error| 59.1 -> 56.9 %, max
 66.0 -> 63.8 %; holdout GPT (out of sample) 52.6 -> 48.2 %, max 56.3 -> 54.2 %; one misordered
 pair fewer in each."""
-SINGLE: tuple[str, ...] = ("overhead", "optimizer")
-"""The compute suite's single entries."""
+SINGLE: tuple[str, ...] = ("overhead", "optimizer", "host")
+"""The compute suite's single entries (``host``: since issue 21's eager-host microbenchmark; a
+folder measured before has none)."""
 
 
 def _merge_entry(entries: Sequence[Mapping[str, Any]], where: str) -> dict[str, Any]:

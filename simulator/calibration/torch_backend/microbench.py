@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from clustersim.simulator.calibration.torch_backend import micro_passes, stats
-from clustersim.simulator.calibration.torch_backend.gpt import GPT
+from clustersim.simulator.calibration.torch_backend.gpt import GPT, lm_loss
 from clustersim.simulator.calibration.torch_backend.parallelize import apply_fsdp, apply_tp, loss_backward, make_mesh
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, DataParallel, GPTConfig, TimingRecipe
 
@@ -250,6 +250,46 @@ def optimizer_entry(params: int, timing: TimingRecipe) -> dict[str, float]:
     return {"params": float(params), "time_s": time_call(opt.step, timing)}
 
 
+HOST_LAYERS: tuple[int, int] = (1, 3)
+"""Layers of the two eager-host GPTs (``host_entry``): the per-layer cost is the slope between them."""
+
+
+def host_gpt(layers: int) -> GPTConfig:
+    """The backend's GPT module tree (``gpt.GPT``: norms, q/k/v/o, MLP, residuals, embedding, head)
+    at a size whose arithmetic is negligible (width 8, 4 tokens, 16 words): its training step is
+    all host work (Python module calls, the dispatcher, autograd nodes, views, the optimizer's
+    loop over parameter tensors)."""
+    return GPTConfig(num_layers=layers, hidden_size=8, num_heads=2, seq_len=4, vocab_size=16)
+
+
+def host_entry(timing: TimingRecipe) -> dict[str, float]:
+    """The eager host cost of the GPT's training step, at ``HOST_LAYERS`` layers (low, high): one
+    forward with its loss (``fwd_*_s``), a whole step (zero_grad, forward, loss, backward, Adam
+    step: ``step_*_s``) and the Adam step alone (``opt_*_s``), seconds per call (issue 21: the real
+    single-rank step spent 1.4 ms in autograd nodes and 3.3 ms between ops that no op price
+    covers, and its Adam loop ran per parameter tensor; ``fit.host_fit`` reads the per-layer slopes)."""
+    out: dict[str, float] = {}
+    for label, layers in zip(("low", "high"), HOST_LAYERS):
+        cfg = host_gpt(layers)
+        model = GPT(cfg).to(_dev())
+        tokens = torch.zeros(1, cfg.seq_len, dtype=torch.long, device=_dev())
+        opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+
+        def fwd(m: torch.nn.Module = model, t: torch.Tensor = tokens) -> object:
+            return lm_loss(m(t), t)
+
+        def step(m: torch.nn.Module = model, t: torch.Tensor = tokens, o: torch.optim.Optimizer = opt) -> None:
+            o.zero_grad(set_to_none=True)
+            lm_loss(m(t), t).backward()
+            o.step()
+
+        out[f"step_{label}_s"] = time_call(step, timing)  # leaves gradients for the optimizer alone
+        out[f"fwd_{label}_s"] = time_call(fwd, timing)
+        out[f"opt_{label}_s"] = time_call(opt.step, timing)
+        out[f"layers_{label}"] = float(layers)
+    return out
+
+
 def compute_pass(task: Mapping[str, Any], timing: TimingRecipe,
                  probes: list[dict[str, float]] | None = None) -> dict[str, Any]:
     """One pass of every compute microbenchmark the task names (all ranks run it concurrently):
@@ -269,6 +309,7 @@ def compute_pass(task: Mapping[str, Any], timing: TimingRecipe,
            for name, by in sections.items() for label, entries in by.items()},
         "overhead": overhead_entry(timing),
         "optimizer": optimizer_entry(int(task.get("optimizer_params", 1 << 20)), timing),
+        "host": host_entry(timing),
     }
 
 
