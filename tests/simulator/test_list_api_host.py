@@ -9,31 +9,15 @@ from dataclasses import replace
 
 import pytest
 
-from clustersim.simulator.network import CommPricer
-from clustersim.simulator.plan import ParallelPlan, Placement
-from clustersim.simulator.profile import HOST_LAUNCH_RANGE, default_profile
-from clustersim.simulator.step import Costing, step_calls
+from clustersim.simulator.profile import HOST_LAUNCH_RANGE
+from clustersim.simulator.step import step_calls
 from clustersim.simulator.step.host import LIST_API_HOST_OP, list_api_time
 from clustersim.simulator.step.lower import tensor_call_time, tensor_copies_time
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import get_cluster
-from clustersim.workloads import TrainingSpec, get_model
+from tests.simulator.test_zero3_tensor_gather import MODEL, PROFILE, TRAINING, _costing, _plan
 
-MODEL = get_model("gpt-1.7b")
-TRAINING = TrainingSpec(seq_len=2048, global_batch_size=64)
-PROFILE = default_profile("a100")
 DEEPSPEED = dict(param_gather_unit="tensor", param_persistence_threshold=100_000, overlap_param_gather=False)
-
-
-def _plan(dp: int, **kw: object) -> ParallelPlan:
-    base = dict(tp=1, pp=1, dp=dp, zero=3, micro_batch=64 // dp, recompute="full")
-    return ParallelPlan(**{**base, **kw})  # type: ignore[arg-type]
-
-
-def _costing(plan: ParallelPlan) -> Costing:
-    cluster = get_cluster("a100", plan.world_size)
-    pricer = CommPricer(cluster, Placement(plan, cluster.gpus_per_node), PROFILE, "analytic")
-    return Costing(MODEL, TRAINING, plan, cluster.accelerator, PROFILE, pricer)
 
 
 def test_host_op_prior_is_the_geometric_middle_of_the_cited_range() -> None:
