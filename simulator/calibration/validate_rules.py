@@ -255,6 +255,11 @@ def _degree(row: Mapping[str, Any], key: str) -> int | None:
     return int(v) if v is not None else None
 
 
+def _dp(num_gpus: int, tp: int, pp: int, cp: int) -> int:
+    """Megatron's data-parallel degree: GPUs / (tp x pp x cp), EP carved out of it."""
+    return num_gpus // (tp * pp * cp)
+
+
 def batch_consistent(row: Mapping[str, Any], notes: list[str]) -> Mapping[str, Any]:
     """The row, its printed ``micro_batch`` treated as not published when the printed global batch,
     micro-batch and gradient accumulation break GBS = DP x MBS x GA.
@@ -271,7 +276,7 @@ def batch_consistent(row: Mapping[str, Any], notes: list[str]) -> Mapping[str, A
     if any(v is None or v <= 0 for v in printed):
         return row
     mb, ga, gbs, tp, pp, n = (int(v or 0) for v in printed)
-    dp = _degree(row, "dp") or n // (tp * pp * (_degree(row, "cp") or 1))
+    dp = _degree(row, "dp") or _dp(n, tp, pp, _degree(row, "cp") or 1)
     if dp * mb * ga == gbs:
         return row
     notes.append(f"micro_batch {mb} not used: dp {dp} x micro_batch {mb} x grad_accum {ga} = {dp * mb * ga} "
@@ -479,7 +484,7 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     cp = _degree(row, "cp") or 1
     if n % (tp * pp * cp):
         raise SkipRow(f"tp*pp*cp = {tp * pp * cp} does not divide num_gpus = {n}")
-    dp = n // (tp * pp * cp)
+    dp = _dp(n, tp, pp, cp)
     printed = _degree(row, "dp")
     if printed is not None and printed != dp:
         raise SkipRow(f"degrees disagree: tp{tp}*pp{pp}*cp{cp}*dp{printed} != num_gpus {n} (source quirk)")
