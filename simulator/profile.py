@@ -203,6 +203,11 @@ class CalibrationProfile(BaseModel):
     (``calibrate measure``'s eager-host microbenchmark, ``fit.host_fit``); the lowering adds what
     the per-op ``kernel_overhead`` of the layer's priced ops leaves of it (``step.host.eager_excess``).
     Empty (the default, datasheet profiles and folders measured before): none."""
+    kernels_async: bool = False
+    """True where the host only launches the kernels and a device runs them (CUDA): eager host work
+    (``eager_layer_overhead``) then overlaps the kernels, a layer's pass taking max(host, device)
+    (``step.host.eager_excess``), instead of adding to them as on a CPU rank, whose threads run both.
+    Set by the microbenchmark fit from the device it measured (``fit.fit_micro``)."""
     step_overhead: float = Field(default=0.0, ge=0)
     """Seconds per training step outside the modelled phases (data loading, logging)."""
     machine: dict[str, float] = Field(default={})

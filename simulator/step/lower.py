@@ -61,7 +61,8 @@ class Costing:
                              lambda ops, which: self.time(list(ops), which), self.profile.host_launch_time,
                              local, self.plan.moe_fused_grouped_mlp, self.plan.ep)
         eager = eager_excess([ops for ops, _ in per_layer], self.profile.eager_layer_overhead,
-                             self.profile.kernel_overhead)
+                             self.profile.kernel_overhead,
+                             (lambda ops, which: self.time(list(ops), which)) if self.profile.kernels_async else None)
         return HostExcess(fwd=launch.fwd + eager.fwd, bwd=launch.bwd + eager.bwd, recompute=launch.recompute)
 
 
@@ -92,7 +93,9 @@ def _optimizer(c: Costing, chunks: tuple[ChunkPart, ...]) -> float:
     # eager PyTorch's optimizer loops over every parameter tensor of the stage's layers (measured
     # per layer: ``CalibrationProfile.eager_layer_overhead["optimizer"]``; 0 when not measured)
     eager = c.profile.eager_layer_overhead.get("optimizer", 0.0) * sum(len(ch.layers) for ch in chunks)
-    return optimizer_time(local, c.accelerator, c.profile) + eager
+    device = optimizer_time(local, c.accelerator, c.profile)
+    # on a GPU the host's loop launches the device's kernels ahead of them (``kernels_async``)
+    return max(device, eager) if c.profile.kernels_async else device + eager
 
 
 def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_blocks: int = 2) -> dict[str, float]:

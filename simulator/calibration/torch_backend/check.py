@@ -195,13 +195,16 @@ def drifted(profile: CalibrationProfile, d: Drift) -> CalibrationProfile:
     memory bandwidth) divided by ``d.compute`` and the per-op, per-backward and eager per-layer
     overheads times it;
     every per-call latency (collective and p2p overhead, each framework's per-call cost, each
-    law's alpha) times ``d.latency``. Bandwidths of the collective laws are left as measured."""
+    law's alpha) times ``d.latency``. Bandwidths of the collective laws are left as measured.
+
+    On a GPU (``kernels_async``) the probe's 256 x 256 GEMMs finish before the host launches the
+    next one: it times the host, so it moves the host's overheads only, not the device's rates."""
     if d == Drift():
         return profile
     c, lat = d.compute, d.latency
     machine = {**profile.machine}
     for key in ("peak_flops", "memory_bandwidth"):
-        if key in machine:
+        if key in machine and not profile.kernels_async:
             machine[key] = machine[key] / c
     return profile.replace(
         machine=machine, kernel_overhead=profile.kernel_overhead * c, step_overhead=profile.step_overhead * c,

@@ -428,7 +428,9 @@ def main(argv: list[str]) -> int:
     """Rank entry point: run every task in TASKS, rank 0 writes the results to OUT."""
     tasks = json.loads(Path(argv[0]).read_text())
     set_threads(TimingRecipe(**(tasks[0].get("timing", {}) if tasks else {})), int(os.environ.get("RANK", "0")))
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    # On a GPU, NCCL carries the CUDA tensors (the measured collectives, the plans' traffic) and gloo
+    # the CPU ones (the all-reduced timings of ``microbench._slowest``): NCCL takes no CPU tensor.
+    backend = "cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"
     if torch.cuda.is_available():
         torch.cuda.set_device(device())
     dist.init_process_group(backend=backend)
