@@ -23,7 +23,8 @@ from clustersim.simulator.step.compute import Pass
 from clustersim.simulator.step.host import eager_excess
 from clustersim.workloads import Op
 
-H200 = Path(__file__).parent / "torch_recorded_h200"
+H200 = Path(__file__).parent / "torch_recorded_h200" / "run1"
+RUN2 = Path(__file__).parent / "torch_recorded_h200" / "run2"
 CPU = Path(__file__).parent / "torch_recorded" / "small"
 
 
@@ -40,11 +41,12 @@ def test_a_gpu_folder_fits_an_asynchronous_profile_and_a_cpu_folder_does_not() -
     assert not cpu.kernels_async and cpu.kernel_overhead > 0.0
 
 
-@pytest.mark.parametrize("folder", ["small", "holdout"])
-def test_the_recorded_h200_steps_are_predicted_within_10_percent(folder: str) -> None:
-    report = fit_profile(H200 / "small")  # holdout: out of sample, its own microbenchmarks unused
+@pytest.mark.parametrize(("run", "folder"), [(H200, "small"), (H200, "holdout"), (RUN2, "small"), (RUN2, "holdout"),
+                                             (RUN2, "wide")])
+def test_the_recorded_h200_steps_are_predicted_within_10_percent(run: Path, folder: str) -> None:
+    report = fit_profile(run / "small")  # holdout, wide: out of sample, their own microbenchmarks unused
     ref = report.probe
-    (rec,) = _records(H200 / folder)
+    (rec,) = _records(run / folder)
     predicted = check.predict(rec, report.profile, reference=ref)
     assert abs(predicted / rec.median - 1.0) <= 0.10, (folder, predicted, rec.median)
 
