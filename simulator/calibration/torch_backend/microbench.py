@@ -417,9 +417,8 @@ def tp_call_entry(size: int, samples: int = TP_CALL_SAMPLES) -> dict[str, Any]:
     times); ``after_s``, a GEMM chunk then the call, less the chunk (a TP forward); ``overlap_s``,
     the call issued asynchronously, the chunk, then its wait, less the chunk (a TP backward: the
     gradient reduced by gloo's threads on the core autograd computes on); ``chunk_s``, the chunk
-    alone (2 GEMMs of 1024 x 512 x 256, ~0.54 GFLOP). Recorded for the TP pricing (issue 21: the
-    TP steps paid 0.4-1.3 ms per call more than priced in one quiet round, 3.2-6.2 ms in the next
-    two); not priced."""
+    alone (2 GEMMs of 1024 x 512 x 256, ~0.54 GFLOP). ``after_s - b2b_s`` prices every TP call's
+    wait after compute (``fit.tp_call_wait``, ``CalibrationProfile.tp_call_wait``)."""
     n = dist.get_world_size()
     msg = torch.ones(max(n, size // 4 // n * n), device=_dev())
     a, w = torch.randn(1024, 256, device=_dev()), torch.randn(512, 256, device=_dev())
