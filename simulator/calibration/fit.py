@@ -253,7 +253,7 @@ def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, na
         name=name, source=f"clustersim calibrate fit {source} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
         kernel_overhead=per_op, step_overhead=per_backward, optimizer_efficiency=opt_eff,
-        eager_layer_overhead=host_fit(compute), kernels_async=is_async(compute), tp_call_wait=tp_call_wait(tp_call),
+        eager_layer_overhead=host_fit(compute), kernels_async=is_async(compute), blocking_call_wait=blocking_call_wait(tp_call),
         **_link_fields(links, micro), machine=machine, sync_jitter_cv=jitter.cv if jitter else 0.0,
     )
     quality = {"gemm_efficiency": curve_error(gcurve, gp), "attention_efficiency": curve_error(acurve, ap),
@@ -305,7 +305,7 @@ def tp_call_figures(entry: Mapping[str, Any] | None) -> dict[str, float]:
     """The TP-call microbenchmark (``microbench.tp_call_entry``) as measured machine figures:
     seconds per call of the TP message back to back, after a GEMM chunk and overlapped with one
     (``machine.tp_call_b2b``, ``tp_call_after``, ``tp_call_overlap``) and its size in bytes
-    (``tp_call_bytes``); empty without the entry. Priced through ``tp_call_wait``."""
+    (``tp_call_bytes``); empty without the entry. Priced through ``blocking_call_wait``."""
     if not entry:
         return {}
     bad = [k for k in TP_CALL_FIGURES if not float(entry.get(f"{k}_s", -1.0)) >= 0]
@@ -315,9 +315,9 @@ def tp_call_figures(entry: Mapping[str, Any] | None) -> dict[str, float]:
     return {"tp_call_bytes": float(entry["size"]), **{f"tp_call_{k}": float(entry[f"{k}_s"]) for k in TP_CALL_FIGURES}}
 
 
-def tp_call_wait(figures: Mapping[str, float]) -> float:
-    """``CalibrationProfile.tp_call_wait``: seconds a TP call issued right after compute costs
-    beyond the same call back to back, ``tp_call_after - tp_call_b2b`` (``tp_call_figures``; both
+def blocking_call_wait(figures: Mapping[str, float]) -> float:
+    """``CalibrationProfile.blocking_call_wait``: seconds a call a rank blocks on right after
+    compute costs beyond the same call back to back (measured on the TP message's all-reduce), ``tp_call_after - tp_call_b2b`` (``tp_call_figures``; both
     timed in the same interleaved samples, slowest rank, so the host's drift cancels), clipped
     at 0; 0 without the TP-call microbenchmark (one rank, folders measured before it)."""
     if "tp_call_after" not in figures:

@@ -79,7 +79,7 @@ def lower(c: Costing, part: Partition | None = None) -> Lowered:
         norms = sp_norm_grad_call(c, [o for ch in stage.chunks for o in ch.ops])
         out.append(StageCost(stage=stage.stage, chunks=costs, p2p=c.pricer.p2p_time(p2p_size, stage.stage),
                              optimizer=_optimizer(c, stage.chunks), p2p_size=p2p_size,
-                             grad_sync=tp_call_time(c, *norms) if norms else 0.0))
+                             grad_sync=c.pricer.time(norms[0], norms[1], "tp") if norms else 0.0))
     return Lowered(stages=tuple(out), collectives=c.pricer.summary())
 
 
@@ -107,7 +107,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_b
     sequence-to-head all-to-alls of its scan instead (``mamba_cp_alltoall_bytes``), unhidden."""
     plan, t, m = c.plan, c.training, c.model
     tokens = plan.micro_batch * t.seq_len / plan.cp
-    one = sum(tp_call_time(c, kind, size) for kind, size in tp_block_calls(c))
+    one = sum(c.pricer.time(kind, size, "tp") for kind, size in tp_block_calls(c))
     tp = tp_blocks * one * (1.0 - plan.tp_comm_overlap)
     out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
     attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
@@ -178,13 +178,6 @@ def _tp_tokens_bytes(c: Costing) -> tuple[float, float]:
     """(tokens of one micro-batch on one tp group, bytes of their full-width activations)."""
     tokens = c.plan.micro_batch * c.training.seq_len / c.plan.cp
     return tokens, tokens * c.model.hidden_size * c.training.activation_bytes
-
-
-def tp_call_time(c: Costing, kind: CollectiveKind, size: float) -> float:
-    """Seconds of one TP collective as a step pays it: its price on the tp axis plus the profile's
-    ``tp_call_wait`` (it blocks right after compute; 0 unless measured), 0 where nothing moves."""
-    t = c.pricer.time(kind, size, "tp")
-    return t + c.profile.tp_call_wait if t > 0 else 0.0
 
 
 def tp_block_calls(c: Costing) -> tuple[TPCall, ...]:
@@ -271,8 +264,8 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
             acc[k] += v
     last = chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1
     end_fwd, end_bwd = tp_end_calls(c, chunk == 0, last)
-    acc["tp_fwd"] += sum(tp_call_time(c, kind, size) for kind, size in end_fwd)
-    acc["tp_bwd"] += sum(tp_call_time(c, kind, size) for kind, size in end_bwd)
+    acc["tp_fwd"] += sum(c.pricer.time(kind, size, "tp") for kind, size in end_fwd)
+    acc["tp_bwd"] += sum(c.pricer.time(kind, size, "tp") for kind, size in end_bwd)
     recomputed = _recomputed(c, per_layer, n_full)
     host = c.host(per_layer, recomputed)
     recompute = sum(c.time(ops, "fwd") for ops in recomputed) + host.recompute

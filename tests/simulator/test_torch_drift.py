@@ -171,11 +171,15 @@ def test_cli_check_prints_the_drift_and_drift_none_predicts_as_fitted(tmp_path: 
     assert rows_off["tp2"]["predicted"] == pytest.approx(_predictions(RECORDED, with_drift=False)["tp2"], rel=1e-12)
 
 
-def test_the_tp_call_microbenchmark_prices_each_tp_call_by_its_wait_after_compute(tmp_path: Path) -> None:
-    """``tp_call_wait`` = after - back to back (4 - 3 ms), added once per TP call of the step:
-    4 L + 5 calls for tp2 (2 blocks x forward and backward per layer, the embedding's, the output
-    layer's and the loss's 3), 8 L + 8 for tp2-sp (2 gathers and 2 scatters per block, 2 at each
-    end, the loss's 3, the norms' gradients), nothing for the plans without TP."""
+def test_the_tp_call_microbenchmark_prices_every_blocking_call_by_its_wait_after_compute(tmp_path: Path) -> None:
+    """``blocking_call_wait`` = after - back to back (4 - 3 ms), added once per call a rank blocks
+    on (on CPU ranks every call: nothing overlaps). Calls on the critical path: tp2 4 L + 5 (2
+    blocks x forward and backward per layer, the embedding's, the output layer's and the loss's 3),
+    tp2-sp 8 L + 8 (2 gathers and 2 scatters per block, 2 at each end, the loss's 3, the norms'
+    gradients), dp2-fsdp 3 L + 2 (a gather forward and backward and a scatter per block, the root's
+    gather and scatter: ``microbench.framework_calls``), dp2-ddp 2 (DDP's 1 MiB first bucket and one
+    25 MiB bucket), pp2-gpipe 2 (the fill's activation and the drain's gradient: (m + pp - 1)
+    passes + 2 (pp - 1) sends), pp2-1f1b between that and its 2 m sends a rank, single none."""
     folder = tmp_path / "tp"
     shutil.copytree(RECORDED, folder)
     path = folder / "micro_w2.json"
@@ -188,18 +192,20 @@ def test_the_tp_call_microbenchmark_prices_each_tp_call_by_its_wait_after_comput
     assert (m["tp_call_bytes"], m["tp_call_b2b"], m["tp_call_after"], m["tp_call_overlap"]) == (
         float(1 << 20), 3e-3, 4e-3, 9e-3)
     assert "tp_call_b2b" not in before[2].profile.machine and "tp_call_b2b" not in after[1].profile.machine
-    assert after[2].profile.tp_call_wait == pytest.approx(1e-3, rel=1e-12)
-    assert before[2].profile.tp_call_wait == 0.0 and after[1].profile.tp_call_wait == 0.0
+    assert after[2].profile.blocking_call_wait == pytest.approx(1e-3, rel=1e-12)
+    assert before[2].profile.blocking_call_wait == 0.0 and after[1].profile.blocking_call_wait == 0.0
     layers = json.loads((RECORDED / "meta.json").read_text())["model"]["num_layers"]
-    calls = {"tp2": 4 * layers + 5, "tp2-sp": 8 * layers + 8}
+    calls = {"single": 0, "dp2-ddp": 2, "dp2-fsdp": 3 * layers + 2, "tp2": 4 * layers + 5, "tp2-sp": 8 * layers + 8,
+             "pp2-gpipe": 2}
     old, new = _predictions(RECORDED, with_drift=False), _predictions(folder, with_drift=False)
-    for plan, t in old.items():
-        assert new[plan] - t == pytest.approx(calls.get(plan, 0) * 1e-3, abs=1e-9), plan
+    for plan, n in calls.items():
+        assert new[plan] - old[plan] == pytest.approx(n * 1e-3, abs=1e-9), plan
+    assert 2e-3 < new["pp2-1f1b"] - old["pp2-1f1b"] <= 2 * 4 * 1e-3  # 4 micro-batches
     # a per-call latency: the drift probe's latency factor moves it with the others
-    assert drifted(after[2].profile, Drift(latency=1.5)).tp_call_wait == pytest.approx(1.5e-3, rel=1e-12)
+    assert drifted(after[2].profile, Drift(latency=1.5)).blocking_call_wait == pytest.approx(1.5e-3, rel=1e-12)
     micro["collectives"]["tp_call"]["after_s"] = 2e-3  # faster after compute than back to back: no wait
     path.write_text(json.dumps(micro))
-    assert fit_profiles(folder)[2].profile.tp_call_wait == 0.0
+    assert fit_profiles(folder)[2].profile.blocking_call_wait == 0.0
     micro["collectives"]["tp_call"]["overlap_s"] = -1.0
     path.write_text(json.dumps(micro))
     with pytest.raises(CalibrationError, match="overlap_s missing or negative"):

@@ -211,7 +211,7 @@ def drifted(profile: CalibrationProfile, d: Drift) -> CalibrationProfile:
         eager_layer_overhead={k: v * c for k, v in profile.eager_layer_overhead.items()},
         collective_overhead=profile.collective_overhead * lat, p2p_overhead=profile.p2p_overhead * lat,
         framework_overhead={k: v * lat for k, v in profile.framework_overhead.items()},
-        tp_call_wait=profile.tp_call_wait * lat,
+        blocking_call_wait=profile.blocking_call_wait * lat,
         collective_laws={k: (a * lat, bw) for k, (a, bw) in profile.collective_laws.items()})
 
 

@@ -418,7 +418,7 @@ def tp_call_entry(size: int, samples: int = TP_CALL_SAMPLES) -> dict[str, Any]:
     the call issued asynchronously, the chunk, then its wait, less the chunk (a TP backward: the
     gradient reduced by gloo's threads on the core autograd computes on); ``chunk_s``, the chunk
     alone (2 GEMMs of 1024 x 512 x 256, ~0.54 GFLOP). ``after_s - b2b_s`` prices every TP call's
-    wait after compute (``fit.tp_call_wait``, ``CalibrationProfile.tp_call_wait``)."""
+    wait after compute (``fit.blocking_call_wait``, ``CalibrationProfile.blocking_call_wait``)."""
     n = dist.get_world_size()
     msg = torch.ones(max(n, size // 4 // n * n), device=_dev())
     a, w = torch.randn(1024, 256, device=_dev()), torch.randn(512, 256, device=_dev())
