@@ -25,6 +25,10 @@ from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import record_from_dict
 from clustersim.simulator.cli.calibrate import register
 from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.network import CommPricer
+from clustersim.simulator.plan import ParallelPlan, Placement
+from clustersim.simulator.profile import CalibrationProfile, default_profile
+from clustersim.topologies import get_cluster
 
 RECORDED = Path(__file__).parent / "torch_recorded" / "small"
 GEMM_S, ALLREDUCE_S = 3e-3, 1.5e-3
@@ -192,8 +196,6 @@ def test_the_tp_call_microbenchmark_prices_every_blocking_call_by_its_wait_after
     assert (m["tp_call_bytes"], m["tp_call_b2b"], m["tp_call_after"], m["tp_call_overlap"]) == (
         float(1 << 20), 3e-3, 4e-3, 9e-3)
     assert "tp_call_b2b" not in before[2].profile.machine and "tp_call_b2b" not in after[1].profile.machine
-    assert after[2].profile.blocking_call_wait == pytest.approx(1e-3, rel=1e-12)
-    assert before[2].profile.blocking_call_wait == 0.0 and after[1].profile.blocking_call_wait == 0.0
     layers = json.loads((RECORDED / "meta.json").read_text())["model"]["num_layers"]
     calls = {"single": 0, "dp2-ddp": 2, "dp2-fsdp": 3 * layers + 2, "tp2": 4 * layers + 5, "tp2-sp": 8 * layers + 8,
              "pp2-gpipe": 2}
@@ -201,6 +203,8 @@ def test_the_tp_call_microbenchmark_prices_every_blocking_call_by_its_wait_after
     for plan, n in calls.items():
         assert new[plan] - old[plan] == pytest.approx(n * 1e-3, abs=1e-9), plan
     assert 2e-3 < new["pp2-1f1b"] - old["pp2-1f1b"] <= 2 * 4 * 1e-3  # 4 micro-batches
+    assert after[2].profile.blocking_call_wait == pytest.approx(1e-3, rel=1e-12)
+    assert before[2].profile.blocking_call_wait == 0.0 and after[1].profile.blocking_call_wait == 0.0
     # a per-call latency: the drift probe's latency factor moves it with the others
     assert drifted(after[2].profile, Drift(latency=1.5)).blocking_call_wait == pytest.approx(1.5e-3, rel=1e-12)
     micro["collectives"]["tp_call"]["after_s"] = 2e-3  # faster after compute than back to back: no wait
@@ -210,3 +214,22 @@ def test_the_tp_call_microbenchmark_prices_every_blocking_call_by_its_wait_after
     path.write_text(json.dumps(micro))
     with pytest.raises(CalibrationError, match="overlap_s missing or negative"):
         fit_profiles(folder)
+
+
+@pytest.mark.parametrize("fidelity", ["flow", "analytic"])
+def test_the_blocking_call_wait_is_added_once_to_every_call_the_pricer_prices(fidelity: str) -> None:
+    """Both tiers (the flow model and the search's closed forms) add ``blocking_call_wait`` once
+    per collective and per pipeline send, nothing to a group of one rank."""
+    plan = ParallelPlan(tp=2, pp=2, dp=2, micro_batch=1)
+    cluster = get_cluster("a100", plan.world_size)
+    base = default_profile("a100")
+    waited = base.replace(blocking_call_wait=2.5e-3)
+
+    def pricer(p: CalibrationProfile) -> CommPricer:
+        return CommPricer(cluster, Placement(plan, cluster.gpus_per_node), p, fidelity)  # type: ignore[arg-type]  # fidelity: a parametrized str
+
+    plain, slow = pricer(base), pricer(waited)
+    for kind, axis in (("all_reduce", "tp"), ("all_gather", "dp"), ("reduce_scatter", "dp")):
+        assert slow.time(kind, 2**20, axis) - plain.time(kind, 2**20, axis) == pytest.approx(2.5e-3, rel=1e-9)
+    assert slow.p2p_time(2**20, 0) - plain.p2p_time(2**20, 0) == pytest.approx(2.5e-3, rel=1e-9)
+    assert slow.time("all_reduce", 2**20, "cp") == 0.0  # cp = 1: nothing moves, nothing waits
