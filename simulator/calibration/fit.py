@@ -319,7 +319,10 @@ def blocking_call_wait(figures: Mapping[str, float]) -> float:
     """``CalibrationProfile.blocking_call_wait``: seconds a call a rank blocks on right after
     compute costs beyond the same call back to back (measured on the TP message's all-reduce), ``tp_call_after - tp_call_b2b`` (``tp_call_figures``; both
     timed in the same interleaved samples, slowest rank, so the host's drift cancels), clipped
-    at 0; 0 without the TP-call microbenchmark (one rank, folders measured before it)."""
+    at 0; 0 without the TP-call microbenchmark (one rank, folders measured before it). Medians,
+    as every microbenchmark: the call after compute is bimodal on this host (fast 0.4-1.0 ms or
+    slow 3-5 ms, ``microbench.TP_CALL_SAMPLES``); the mean would price 0.1-1.6 ms where the median
+    prices 1.0-2.0 ms in the six campaigns of /work/data/tb_final."""
     if "tp_call_after" not in figures:
         return 0.0
     return max(figures["tp_call_after"] - figures["tp_call_b2b"], 0.0)

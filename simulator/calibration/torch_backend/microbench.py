@@ -403,8 +403,12 @@ def probe_summary(samples: list[dict[str, float]]) -> dict[str, Any]:
     return {"gemm_s": med("gemm_s"), "allreduce_s": med("allreduce_s"), "samples": samples}
 
 
-TP_CALL_SAMPLES = 15
-"""Samples of each situation of the TP-call microbenchmark (``tp_call_entry``), interleaved."""
+TP_CALL_SAMPLES = 45
+"""Samples of each situation of the TP-call microbenchmark (``tp_call_entry``), interleaved (~25 ms
+a sample of all four on 2 ranks). 15 until the wait after compute was priced
+(``fit.blocking_call_wait``): in the six campaigns of three quiet rounds (/work/data/tb_final)
+the call after a chunk took either 0.4-1.0 ms or 3.0-4.7 ms (1 to 7 of 15 samples fast), so the
+median's 95 % bootstrap interval spanned up to 3.5 ms; 3x the samples narrow it ~1.7x."""
 
 TP_CALL_B2B = 4
 """Back-to-back calls per sample of its ``b2b`` situation."""
