@@ -164,6 +164,17 @@ class CalibrationProfile(BaseModel):
     ``ddp``, ``fsdp`` (FSDP2), ``tp`` and ``tp-sp`` (DTensor): hooks, DTensor dispatch and
     redistribution plus the transport's alpha, measured by a microbenchmark of the API calls
     (``calibrate measure``), never fitted to step times. Empty for datasheet profiles."""
+    blocking_call_wait: float = Field(default=0.0, ge=0, le=1.0)
+    """Seconds a collective or point-to-point call costs beyond its back-to-back price because the
+    rank blocks on it right after a stretch of compute: the wait for the peer that reaches the call
+    later and the wake-up of communication threads that went idle while the rank computed. Added
+    to every call the pricer prices (``network.pricing.CommPricer``): on the CPU backend every call
+    blocks (gloo runs on the rank's one core, nothing overlaps: ``torch_backend.check.parallel_plan``),
+    a DTensor TP call by construction (the next op needs its result). Measured by ``calibrate
+    measure``'s TP-call microbenchmark (``microbench.tp_call_entry``: the TP message's all-reduce
+    after a GEMM chunk, less the chunk, minus the same call back to back, interleaved sample by
+    sample; ``fit.blocking_call_wait``), never fitted to step times. 0 (the default: datasheet
+    profiles, one rank, folders measured before it): none."""
     ecmp_routing: Literal["adaptive", "hash"] = "adaptive"
     """How switches spread flows over equal-cost uplinks: ``adaptive`` splits every flow ideally
     (adaptive routing / packet spraying, InfiniBand with AR as in DGX SuperPOD); ``hash`` pins each

@@ -247,12 +247,13 @@ def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, na
     machine = _machine(compute, peak, mem_bw, links, n, host)
     if jitter:
         machine |= {"sync_skew": jitter.fraction, "sync_wait": jitter.wait}
-    machine |= tp_call_figures(micro.get("collectives", {}).get("tp_call") if n > 1 else None)
+    tp_call = tp_call_figures(micro.get("collectives", {}).get("tp_call") if n > 1 else None)
+    machine |= tp_call
     profile = CalibrationProfile(
         name=name, source=f"clustersim calibrate fit {source} (microbenchmarks on {n} rank(s))",
         gemm_efficiency=gcurve, attention_efficiency=acurve, memory_efficiency=mem_eff,
         kernel_overhead=per_op, step_overhead=per_backward, optimizer_efficiency=opt_eff,
-        eager_layer_overhead=host_fit(compute), kernels_async=is_async(compute),
+        eager_layer_overhead=host_fit(compute), kernels_async=is_async(compute), blocking_call_wait=blocking_call_wait(tp_call),
         **_link_fields(links, micro), machine=machine, sync_jitter_cv=jitter.cv if jitter else 0.0,
     )
     quality = {"gemm_efficiency": curve_error(gcurve, gp), "attention_efficiency": curve_error(acurve, ap),
@@ -304,7 +305,7 @@ def tp_call_figures(entry: Mapping[str, Any] | None) -> dict[str, float]:
     """The TP-call microbenchmark (``microbench.tp_call_entry``) as measured machine figures:
     seconds per call of the TP message back to back, after a GEMM chunk and overlapped with one
     (``machine.tp_call_b2b``, ``tp_call_after``, ``tp_call_overlap``) and its size in bytes
-    (``tp_call_bytes``); recorded, not priced; empty without the entry."""
+    (``tp_call_bytes``); empty without the entry. Priced through ``blocking_call_wait``."""
     if not entry:
         return {}
     bad = [k for k in TP_CALL_FIGURES if not float(entry.get(f"{k}_s", -1.0)) >= 0]
@@ -312,6 +313,19 @@ def tp_call_figures(entry: Mapping[str, Any] | None) -> dict[str, float]:
         raise CalibrationError(f"TP-call microbenchmark: {bad[0] + '_s' if bad else 'size'} missing or negative in "
                                f"{sorted(entry)}; re-run calibrate measure")
     return {"tp_call_bytes": float(entry["size"]), **{f"tp_call_{k}": float(entry[f"{k}_s"]) for k in TP_CALL_FIGURES}}
+
+
+def blocking_call_wait(figures: Mapping[str, float]) -> float:
+    """``CalibrationProfile.blocking_call_wait``: seconds a call a rank blocks on right after
+    compute costs beyond the same call back to back (measured on the TP message's all-reduce), ``tp_call_after - tp_call_b2b`` (``tp_call_figures``; both
+    timed in the same interleaved samples, slowest rank, so the host's drift cancels), clipped
+    at 0; 0 without the TP-call microbenchmark (one rank, folders measured before it). Medians,
+    as every microbenchmark: the call after compute is bimodal on this host (fast 0.4-1.0 ms or
+    slow 3-5 ms, ``microbench.TP_CALL_SAMPLES``); the mean would price 0.1-1.6 ms where the median
+    prices 1.0-2.0 ms in the six campaigns of /work/data/tb_final."""
+    if "tp_call_after" not in figures:
+        return 0.0
+    return max(figures["tp_call_after"] - figures["tp_call_b2b"], 0.0)
 
 
 def interval_fields(profile: CalibrationProfile) -> dict[str, float]:

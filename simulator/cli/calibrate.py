@@ -187,7 +187,7 @@ def _fit_table(report: FitReport) -> Table:
                       f"{m['sync_skew'] * 100:.1f}%, wait {m['sync_wait'] * 1e6:.0f} us)",
                       f"{report.quality.get('sync_jitter_cv', 0.0) * 100:.0f}%", "")
     if "tp_call_b2b" in m:
-        table.add_row(f"TP call of {m['tp_call_bytes'] / 2**20:.2f} MiB (recorded, not priced)",
+        table.add_row(f"TP call of {m['tp_call_bytes'] / 2**20:.2f} MiB (priced: blocking_call_wait {p.blocking_call_wait * 1e3:.2f} ms a TP call)",
                       f"back to back {m['tp_call_b2b'] * 1e3:.2f} ms, after a GEMM chunk {m['tp_call_after'] * 1e3:.2f} ms, "
                       f"overlapped with one {m['tp_call_overlap'] * 1e3:.2f} ms", "", "")
     table.add_row("collective_overhead (per call, TP/FSDP)", f"{p.collective_overhead * 1e6:.0f} us", "")

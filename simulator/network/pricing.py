@@ -58,11 +58,12 @@ class CommPricer:
         groups = self.placement.groups(axis)
         if groups.shape[1] <= 1:
             return 0.0
+        wait = self.profile.blocking_call_wait  # the rank blocks on the call after compute (0 unless measured)
         if self.fidelity == "analytic":
-            return analytic.collective_time(kind, size, self._shape(groups[0]), self.cluster, self.profile)
+            return analytic.collective_time(kind, size, self._shape(groups[0]), self.cluster, self.profile) + wait
         cost = price_collective(kind, size, groups, self.cluster, self.profile)
         self._details[(kind, float(size), axis)] = cost
-        return float(cost.time)
+        return float(cost.time) + wait
 
     def p2p_time(self, size: float, stage: int) -> float:
         """Seconds to send ``size`` bytes from stage ``stage`` to the next (all pipelines at once)."""
@@ -80,10 +81,11 @@ class CommPricer:
         if self.fidelity == "analytic":
             same = pairs[0, 0] // self.cluster.nvlink_domain_size == pairs[0, 1] // self.cluster.nvlink_domain_size
             shape = analytic.GroupShape(size=2, per_domain=2 if same else 1)
-            return analytic.collective_time("send_recv", size, shape, self.cluster, self.profile)
+            return analytic.collective_time("send_recv", size, shape, self.cluster, self.profile) + \
+                self.profile.blocking_call_wait
         cost = price_collective("send_recv", size, pairs, self.cluster, self.profile)
         self._details[("send_recv", float(size), f"pp{stage}")] = cost
-        return float(cost.time)
+        return float(cost.time) + self.profile.blocking_call_wait
 
     def transfer(self, kind: CollectiveKind, size: float, axis: Axis, stage: int, traffic: TrafficClass) -> Transfer | None:
         """``kind`` of ``size`` bytes on the groups of ``axis`` inside pipeline stage ``stage`` (they

@@ -25,6 +25,10 @@ from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import record_from_dict
 from clustersim.simulator.cli.calibrate import register
 from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.network import CommPricer
+from clustersim.simulator.plan import ParallelPlan, Placement
+from clustersim.simulator.profile import CalibrationProfile, default_profile
+from clustersim.topologies import get_cluster
 
 RECORDED = Path(__file__).parent / "torch_recorded" / "small"
 GEMM_S, ALLREDUCE_S = 3e-3, 1.5e-3
@@ -171,7 +175,15 @@ def test_cli_check_prints_the_drift_and_drift_none_predicts_as_fitted(tmp_path: 
     assert rows_off["tp2"]["predicted"] == pytest.approx(_predictions(RECORDED, with_drift=False)["tp2"], rel=1e-12)
 
 
-def test_the_tp_call_microbenchmark_is_recorded_as_machine_figures_and_not_priced(tmp_path: Path) -> None:
+def test_the_tp_call_microbenchmark_prices_every_blocking_call_by_its_wait_after_compute(tmp_path: Path) -> None:
+    """``blocking_call_wait`` = after - back to back (4 - 3 ms), added once per call a rank blocks
+    on (on CPU ranks every call: nothing overlaps). Calls on the critical path: tp2 4 L + 5 (2
+    blocks x forward and backward per layer, the embedding's, the output layer's and the loss's 3),
+    tp2-sp 8 L + 8 (2 gathers and 2 scatters per block, 2 at each end, the loss's 3, the norms'
+    gradients), dp2-fsdp 3 L + 2 (a gather forward and backward and a scatter per block, the root's
+    gather and scatter: ``microbench.framework_calls``), dp2-ddp 2 (DDP's 1 MiB first bucket and one
+    25 MiB bucket), pp2-gpipe 2 (the fill's activation and the drain's gradient: (m + pp - 1)
+    passes + 2 (pp - 1) sends), pp2-1f1b between that and its 2 m sends a rank, single none."""
     folder = tmp_path / "tp"
     shutil.copytree(RECORDED, folder)
     path = folder / "micro_w2.json"
@@ -184,8 +196,40 @@ def test_the_tp_call_microbenchmark_is_recorded_as_machine_figures_and_not_price
     assert (m["tp_call_bytes"], m["tp_call_b2b"], m["tp_call_after"], m["tp_call_overlap"]) == (
         float(1 << 20), 3e-3, 4e-3, 9e-3)
     assert "tp_call_b2b" not in before[2].profile.machine and "tp_call_b2b" not in after[1].profile.machine
-    assert _predictions(folder, with_drift=False) == _predictions(RECORDED, with_drift=False)  # recorded, not priced
+    layers = json.loads((RECORDED / "meta.json").read_text())["model"]["num_layers"]
+    calls = {"single": 0, "dp2-ddp": 2, "dp2-fsdp": 3 * layers + 2, "tp2": 4 * layers + 5, "tp2-sp": 8 * layers + 8,
+             "pp2-gpipe": 2}
+    old, new = _predictions(RECORDED, with_drift=False), _predictions(folder, with_drift=False)
+    for plan, n in calls.items():
+        assert new[plan] - old[plan] == pytest.approx(n * 1e-3, abs=1e-9), plan
+    assert 2e-3 < new["pp2-1f1b"] - old["pp2-1f1b"] <= 2 * 4 * 1e-3  # 4 micro-batches
+    assert after[2].profile.blocking_call_wait == pytest.approx(1e-3, rel=1e-12)
+    assert before[2].profile.blocking_call_wait == 0.0 and after[1].profile.blocking_call_wait == 0.0
+    # a per-call latency: the drift probe's latency factor moves it with the others
+    assert drifted(after[2].profile, Drift(latency=1.5)).blocking_call_wait == pytest.approx(1.5e-3, rel=1e-12)
+    micro["collectives"]["tp_call"]["after_s"] = 2e-3  # faster after compute than back to back: no wait
+    path.write_text(json.dumps(micro))
+    assert fit_profiles(folder)[2].profile.blocking_call_wait == 0.0
     micro["collectives"]["tp_call"]["overlap_s"] = -1.0
     path.write_text(json.dumps(micro))
     with pytest.raises(CalibrationError, match="overlap_s missing or negative"):
         fit_profiles(folder)
+
+
+@pytest.mark.parametrize("fidelity", ["flow", "analytic"])
+def test_the_blocking_call_wait_is_added_once_to_every_call_the_pricer_prices(fidelity: str) -> None:
+    """Both tiers (the flow model and the search's closed forms) add ``blocking_call_wait`` once
+    per collective and per pipeline send, nothing to a group of one rank."""
+    plan = ParallelPlan(tp=2, pp=2, dp=2, micro_batch=1)
+    cluster = get_cluster("a100", plan.world_size)
+    base = default_profile("a100")
+    waited = base.replace(blocking_call_wait=2.5e-3)
+
+    def pricer(p: CalibrationProfile) -> CommPricer:
+        return CommPricer(cluster, Placement(plan, cluster.gpus_per_node), p, fidelity)  # type: ignore[arg-type]  # fidelity: a parametrized str
+
+    plain, slow = pricer(base), pricer(waited)
+    for kind, axis in (("all_reduce", "tp"), ("all_gather", "dp"), ("reduce_scatter", "dp")):
+        assert slow.time(kind, 2**20, axis) - plain.time(kind, 2**20, axis) == pytest.approx(2.5e-3, rel=1e-9)
+    assert slow.p2p_time(2**20, 0) - plain.p2p_time(2**20, 0) == pytest.approx(2.5e-3, rel=1e-9)
+    assert slow.time("all_reduce", 2**20, "cp") == 0.0  # cp = 1: nothing moves, nothing waits

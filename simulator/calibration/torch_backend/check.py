@@ -194,8 +194,8 @@ def drifted(profile: CalibrationProfile, d: Drift) -> CalibrationProfile:
     """``profile`` as the host ran during the plan: the measured compute rates (peak FLOP/s and
     memory bandwidth) divided by ``d.compute`` and the per-op, per-backward and eager per-layer
     overheads times it;
-    every per-call latency (collective and p2p overhead, each framework's per-call cost, each
-    law's alpha) times ``d.latency``. Bandwidths of the collective laws are left as measured.
+    every per-call latency (collective and p2p overhead, each framework's per-call cost, the TP
+    call's wait after compute, each law's alpha) times ``d.latency``. Bandwidths of the collective laws are left as measured.
 
     On a GPU (``kernels_async``) the probe's 256 x 256 GEMMs finish before the host launches the
     next one: it times the host, so it moves the host's overheads only, not the device's rates."""
@@ -211,6 +211,7 @@ def drifted(profile: CalibrationProfile, d: Drift) -> CalibrationProfile:
         eager_layer_overhead={k: v * c for k, v in profile.eager_layer_overhead.items()},
         collective_overhead=profile.collective_overhead * lat, p2p_overhead=profile.p2p_overhead * lat,
         framework_overhead={k: v * lat for k, v in profile.framework_overhead.items()},
+        blocking_call_wait=profile.blocking_call_wait * lat,
         collective_laws={k: (a * lat, bw) for k, (a, bw) in profile.collective_laws.items()})
 
 

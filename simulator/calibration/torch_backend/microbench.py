@@ -403,8 +403,12 @@ def probe_summary(samples: list[dict[str, float]]) -> dict[str, Any]:
     return {"gemm_s": med("gemm_s"), "allreduce_s": med("allreduce_s"), "samples": samples}
 
 
-TP_CALL_SAMPLES = 15
-"""Samples of each situation of the TP-call microbenchmark (``tp_call_entry``), interleaved."""
+TP_CALL_SAMPLES = 45
+"""Samples of each situation of the TP-call microbenchmark (``tp_call_entry``), interleaved (~25 ms
+a sample of all four on 2 ranks). 15 until the wait after compute was priced
+(``fit.blocking_call_wait``): in the six campaigns of three quiet rounds (/work/data/tb_final)
+the call after a chunk took either 0.4-1.0 ms or 3.0-4.7 ms (1 to 7 of 15 samples fast), so the
+median's 95 % bootstrap interval spanned up to 3.5 ms; 3x the samples narrow it ~1.7x."""
 
 TP_CALL_B2B = 4
 """Back-to-back calls per sample of its ``b2b`` situation."""
@@ -417,9 +421,8 @@ def tp_call_entry(size: int, samples: int = TP_CALL_SAMPLES) -> dict[str, Any]:
     times); ``after_s``, a GEMM chunk then the call, less the chunk (a TP forward); ``overlap_s``,
     the call issued asynchronously, the chunk, then its wait, less the chunk (a TP backward: the
     gradient reduced by gloo's threads on the core autograd computes on); ``chunk_s``, the chunk
-    alone (2 GEMMs of 1024 x 512 x 256, ~0.54 GFLOP). Recorded for the TP pricing (issue 21: the
-    TP steps paid 0.4-1.3 ms per call more than priced in one quiet round, 3.2-6.2 ms in the next
-    two); not priced."""
+    alone (2 GEMMs of 1024 x 512 x 256, ~0.54 GFLOP). ``after_s - b2b_s`` prices every TP call's
+    wait after compute (``fit.blocking_call_wait``, ``CalibrationProfile.blocking_call_wait``)."""
     n = dist.get_world_size()
     msg = torch.ones(max(n, size // 4 // n * n), device=_dev())
     a, w = torch.randn(1024, 256, device=_dev()), torch.randn(512, 256, device=_dev())
