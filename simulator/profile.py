@@ -171,7 +171,7 @@ class CalibrationProfile(BaseModel):
     to every call the pricer prices (``network.pricing.CommPricer``): on the CPU backend every call
     blocks (gloo runs on the rank's one core, nothing overlaps: ``torch_backend.check.parallel_plan``),
     a DTensor TP call by construction (the next op needs its result). Measured by ``calibrate
-    measure``'s TP-call microbenchmark (``microbench.tp_call_entry``: the TP message's all-reduce
+    measure``'s TP-call microbenchmark (``microbench_comm.tp_call_entry``: the TP message's all-reduce
     after a GEMM chunk, less the chunk, minus the same call back to back, interleaved sample by
     sample; ``fit.blocking_call_wait``), never fitted to step times. 0 (the default: datasheet
     profiles, one rank, folders measured before it): none."""

@@ -264,7 +264,7 @@ def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, na
 
 @dataclass(frozen=True, kw_only=True)
 class SkewFit:
-    """The sync-skew microbenchmark (``microbench.skew_entry``) read as the jitter model's cv."""
+    """The sync-skew microbenchmark (``microbench_comm.skew_entry``) read as the jitter model's cv."""
 
     fraction: float
     """Measured E[slowest rank's chunk] / E[one rank's chunk] - 1 over the iterations (>= 0)."""
@@ -302,7 +302,7 @@ TP_CALL_FIGURES: tuple[str, ...] = ("b2b", "after", "overlap")
 
 
 def tp_call_figures(entry: Mapping[str, Any] | None) -> dict[str, float]:
-    """The TP-call microbenchmark (``microbench.tp_call_entry``) as measured machine figures:
+    """The TP-call microbenchmark (``microbench_comm.tp_call_entry``) as measured machine figures:
     seconds per call of the TP message back to back, after a GEMM chunk and overlapped with one
     (``machine.tp_call_b2b``, ``tp_call_after``, ``tp_call_overlap``) and its size in bytes
     (``tp_call_bytes``); empty without the entry. Priced through ``blocking_call_wait``."""
@@ -321,7 +321,7 @@ def blocking_call_wait(figures: Mapping[str, float]) -> float:
     timed in the same interleaved samples, slowest rank, so the host's drift cancels), clipped
     at 0; 0 without the TP-call microbenchmark (one rank, folders measured before it). Medians,
     as every microbenchmark: the call after compute is bimodal on this host (fast 0.4-1.0 ms or
-    slow 3-5 ms, ``microbench.TP_CALL_SAMPLES``); the mean would price 0.1-1.6 ms where the median
+    slow 3-5 ms, ``microbench_comm.TP_CALL_SAMPLES``); the mean would price 0.1-1.6 ms where the median
     prices 1.0-2.0 ms in the six campaigns of /work/data/tb_final."""
     if "tp_call_after" not in figures:
         return 0.0
@@ -379,7 +379,7 @@ def framework_overheads(micro: Mapping[str, Any]) -> dict[str, float]:
     """Seconds per collective call as each framework (DDP, FSDP2, DTensor TP and TP+SP) issues them.
 
     Measured on a GPT so small that its parallel step is all overhead: (parallel - plain) time
-    over the calls torch makes (``microbench.framework_calls``); includes the transport's alpha.
+    over the calls torch makes (``microbench_comm.framework_calls``); includes the transport's alpha.
     """
     entries = micro.get("collectives", {}).get("framework", [])
     return {str(e["variant"]): float(e["per_call_s"]) for e in entries}

@@ -236,7 +236,7 @@ def test_live_census_of_every_plan_and_framework_variant() -> None:
     its pipelines run in the simulator's order, and the framework microbenchmark's call counts
     (``framework_calls``, the divisor of its per-call cost) are the ones on the wire."""
     from clustersim.simulator.calibration.torch_backend.measure import census
-    from clustersim.simulator.calibration.torch_backend.microbench import (FRAMEWORKS, framework_calls, framework_gpt,
+    from clustersim.simulator.calibration.torch_backend.microbench_comm import (FRAMEWORKS, framework_calls, framework_gpt,
                                                                            framework_plan)
     for c in census(TINY_GPT, list(PLANS.values()), timeout=200):
         assert compare(c) == [], c["plan"]["name"]

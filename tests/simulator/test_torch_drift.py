@@ -181,7 +181,7 @@ def test_the_tp_call_microbenchmark_prices_every_blocking_call_by_its_wait_after
     blocks x forward and backward per layer, the embedding's, the output layer's and the loss's 3),
     tp2-sp 8 L + 8 (2 gathers and 2 scatters per block, 2 at each end, the loss's 3, the norms'
     gradients), dp2-fsdp 3 L + 2 (a gather forward and backward and a scatter per block, the root's
-    gather and scatter: ``microbench.framework_calls``), dp2-ddp 2 (DDP's 1 MiB first bucket and one
+    gather and scatter: ``microbench_comm.framework_calls``), dp2-ddp 2 (DDP's 1 MiB first bucket and one
     25 MiB bucket), pp2-gpipe 2 (the fill's activation and the drain's gradient: (m + pp - 1)
     passes + 2 (pp - 1) sends), pp2-1f1b between that and its 2 m sends a rank, single none."""
     folder = tmp_path / "tp"

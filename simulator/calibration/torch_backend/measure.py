@@ -155,7 +155,7 @@ def memory_sizes(cfg: GPTConfig, plans: Sequence[BackendPlan], sweep: bool = Tru
 
 def tp_message_bytes(cfg: GPTConfig, plans: Sequence[BackendPlan]) -> int:
     """Bytes of the largest TP all-reduce the plans issue (micro-batch tokens x hidden, fp32);
-    1 MiB when no plan runs TP (``microbench.tp_call_entry`` times it)."""
+    1 MiB when no plan runs TP (``microbench_comm.tp_call_entry`` times it)."""
     sizes = [p.micro_batch * cfg.seq_len * cfg.hidden_size * 4 for p in plans if p.tp > 1]
     return max(sizes) if sizes else 1 << 20
 

@@ -3,7 +3,7 @@
 Owns merging P passes of the compute suite (``microbench.compute_suite`` runs every GEMM,
 attention, memory, overhead and optimizer microbenchmark once per pass, one pass after the other,
 so a disturbance of the host that lasts a few seconds slows the entries of one pass, not one
-entry in every pass) or of the collective sweep (``microbench.collective_suite``) into the entry
+entry in every pass) or of the collective sweep (``microbench_comm.collective_suite``) into the entry
 set the profile is fitted on (every timing the median over the passes), and handing out each
 pass's own entries (``fit.fit_profile`` fits one profile per pass: their spread is the profile's
 own confidence, ``FitReport.passes``). Pure Python, no torch, no

@@ -26,7 +26,7 @@ from torch.distributed.tensor import DTensor
 from torch.nn.parallel import DistributedDataParallel
 from torch.profiler import ProfilerActivity, profile
 
-from clustersim.simulator.calibration.torch_backend import microbench, stats
+from clustersim.simulator.calibration.torch_backend import microbench, microbench_comm, stats
 from clustersim.simulator.calibration.torch_backend.gpt import GPT, build_stage, lm_loss
 from clustersim.simulator.calibration.torch_backend.parallelize import (apply_fsdp, apply_tp, device, loss_backward, make_mesh,
                                                                        synchronize)
@@ -279,13 +279,13 @@ class _Micro:
         """One pass of every microbenchmark, appended to the passes so far."""
         self.runs.append(microbench.compute_pass(self.compute, timing, self.compute_probes))
         if self.collectives is not None:
-            self.sweeps.append({"entries": microbench.collective_entries(self.collectives, timing, self.sweep_probes)})
+            self.sweeps.append({"entries": microbench_comm.collective_entries(self.collectives, timing, self.sweep_probes)})
 
     def results(self, timing: TimingRecipe) -> dict[str, object]:
         """The compute and collectives sections, as ``compute_suite`` and ``collective_suite`` give them."""
         out: dict[str, object] = {"compute": microbench.compute_result(self.runs, self.compute_probes, self.compute)}
         if self.collectives is not None:
-            out["collectives"] = microbench.collective_result(self.collectives, timing, self.sweeps,
+            out["collectives"] = microbench_comm.collective_result(self.collectives, timing, self.sweeps,
                                                               self.sweep_probes)
         return out
 
@@ -420,7 +420,7 @@ def run_task(task: dict[str, object]) -> dict[str, object]:
         case "compute":
             return {"kind": "compute", **microbench.compute_suite(task, timing)}
         case "collectives":
-            return {"kind": "collectives", **microbench.collective_suite(task, timing)}
+            return {"kind": "collectives", **microbench_comm.collective_suite(task, timing)}
     raise ValueError(f"unknown task kind {task['kind']!r}; use step, steps, census, compute or collectives")
 
 
