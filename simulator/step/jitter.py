@@ -85,7 +85,7 @@ def pass_jitter_cv(cv_ref: float, seconds: float) -> float:
     if cv_ref == 0.0:
         return 0.0
     t = min(max(seconds, SYNC_JITTER_SHORT_PASS_S), SYNC_JITTER_PASS_S)
-    return min(cv_ref * (t / SYNC_JITTER_PASS_S) ** -PASS_LENGTH_EXPONENT, SYNC_JITTER_MAX)
+    return min(cv_ref * math.pow(t / SYNC_JITTER_PASS_S, -PASS_LENGTH_EXPONENT), SYNC_JITTER_MAX)
 
 
 def pass_wait_fraction(n: int, cv_ref: float, seconds: float) -> float:
