@@ -1,7 +1,7 @@
 """Splice the cited GPU-to-GPU variability into an existing ``fit_sensitivities.csv``.
 
     .venv/bin/python benchmarks/variability_sensitivities.py OLD/fit_sensitivities.csv OUT_DIR [--workers 1]
-        [--field gpu_variability_cv|sync_jitter_cv] [--cv CV]
+        [--field gpu_variability_cv|sync_jitter_cv] [--cv CV] [--jitter-law constant|pass_length]
 
 ``benchmarks/cv_variability.py measured`` sets ``gpu_variability_cv = profile.GPU_VARIABILITY_CV_MEASURED``
 in every fold's profiles; a sensitivity pass taken without it linearises every row at a step time
@@ -61,6 +61,8 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=1)
     ap.add_argument("--field", choices=("gpu_variability_cv", "sync_jitter_cv"), default="gpu_variability_cv")
     ap.add_argument("--cv", type=float, default=None, help="the field's value (default: its measured constant)")
+    ap.add_argument("--jitter-law", choices=("constant", "pass_length"), default="constant",
+                    help="sync_jitter_law of the profiles the bases are simulated at")
     ap.add_argument("--bases", type=Path, default=None, help="bases_with_<field>.csv of an earlier run")
     args = ap.parse_args()
     if args.cv is None:
@@ -71,10 +73,11 @@ def main() -> None:
     if args.bases is not None:
         new = pd.read_csv(args.bases).set_index("row_id")
     else:
-        profiles = {p.stem: load_profile(p).replace(**{args.field: args.cv}) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
+        profiles = {p.stem: load_profile(p).replace(**{args.field: args.cv},
+                                                     sync_jitter_law=args.jitter_law) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
         t0 = time.perf_counter()
         new = sensitivities(load_runs(), profiles, (), workers=args.workers).set_index("row_id")
-        print(f"bases of {len(new)} rows with {args.field} = {args.cv} in {time.perf_counter() - t0:.0f} s")
+        print(f"bases of {len(new)} rows with {args.field} = {args.cv} ({args.jitter_law}) in {time.perf_counter() - t0:.0f} s")
         write_atomic(args.out / bases, new.to_csv())
     if not args.old.exists():
         print(f"{args.old} not there yet: bases written, rerun with --bases")
