@@ -1,7 +1,7 @@
 """Weak scaling: the bundled weak-scaling series re-predicted, predicted growth against published.
 
     .venv/bin/python benchmarks/weak_scaling.py [--jitter CV ...] [--cv-dir DIR] [--ecmp adaptive|hash] [--overlap F]
-        [--variability CV] [--latency path|nccl] [--cited] [--decompose]
+        [--variability CV] [--latency path|nccl] [--jitter-law constant|pass_length] [--cited] [--decompose]
 
 A series is one source, model, GPU type, per-GPU batch and parallel shape at >= 3 GPU counts
 spanning >= 4x (``fidelity_sharing._weak_series``, all MosaicML llm-foundry tables). For each
@@ -11,7 +11,9 @@ spanning >= 4x (``fidelity_sharing._weak_series``, all MosaicML llm-foundry tabl
 published and predicted, and whether the prediction is within a factor of 2. ``--variability``
 sets ``gpu_variability_cv`` (static GPU-to-GPU speed variability over the job's GPUs; ``measured``:
 ``profile.GPU_VARIABILITY_CV_MEASURED``) on every profile; ``--latency`` sets ``collective_latency``
-(``nccl``: NCCL's tuning model of latency and protocol, ``network.nccl_tuning``). ``--cited``
+(``nccl``: NCCL's tuning model of latency and protocol, ``network.nccl_tuning``); ``--jitter-law``
+sets ``sync_jitter_law`` (``pass_length``: the ``--jitter`` cv read as a 53.6 ms pass's, scaled per pass
+by its length, ``step.jitter.pass_jitter_cv``). ``--cited``
 starts from the fit's cited constants (``fit_first_order.with_cited_constants``: overlap slowdown,
 flash2 factor), as every cross-validation fold's profile carries them;
 ``--overlap`` and ``--variability`` then override them only where given. ``--decompose`` prints
@@ -43,7 +45,8 @@ def _profile(row: dict[str, object], cv: float, args: argparse.Namespace) -> Cal
     """The row's default profile (with the fit's cited constants under ``--cited``) and the fields set."""
     stem = SYSTEM_OF_PART[part_of_row(row)][1]
     prof = default_profile(stem)
-    fields: dict[str, object] = {"sync_jitter_cv": cv, "ecmp_routing": args.ecmp, "collective_latency": args.latency}
+    fields: dict[str, object] = {"sync_jitter_cv": cv, "ecmp_routing": args.ecmp, "collective_latency": args.latency,
+                                 "sync_jitter_law": args.jitter_law}
     if args.cited:
         prof = with_cited_constants(prof, stem)
     if args.overlap is not None or not args.cited:
@@ -97,10 +100,12 @@ def main() -> None:
     ap.add_argument("--overlap", type=float, default=None, help="profile overlap_slowdown (both kinds); default 0")
     ap.add_argument("--variability", default=None, help="profile gpu_variability_cv, or 'measured'; default 0")
     ap.add_argument("--latency", choices=("path", "nccl"), default="path", help="profile collective_latency")
+    ap.add_argument("--jitter-law", choices=("constant", "pass_length"), default="constant",
+                    help="profile sync_jitter_law (pass_length: the cv per pass from its length, step.jitter)")
     ap.add_argument("--cited", action="store_true", help="start from the fit's cited constants (as the folds)")
     ap.add_argument("--decompose", action="store_true", help="print each end's breakdown")
     args = ap.parse_args()
-    print(f"cited constants {args.cited}, gpu_variability_cv {args.variability}, ecmp {args.ecmp}, "
+    print(f"cited constants {args.cited}, jitter law {args.jitter_law}, gpu_variability_cv {args.variability}, ecmp {args.ecmp}, "
           f"overlap {args.overlap}, latency {args.latency}")
     print(f"load average (1, 5, 15 min): {os.getloadavg()}, {os.cpu_count()} CPUs")
     table = load_runs()

@@ -96,6 +96,26 @@ compute (``step.jitter.sync_wait_fraction``), more than any weak-scaling loss th
 publishes (MosaicML, +2-11 % from 128 to 512 GPUs)."""
 
 
+SYNC_JITTER_CV_MEASURED = 0.0209
+"""``sync_jitter_cv`` measured on one NVIDIA H200 (December 2026): one fixed chunk of 32 bf16 GEMMs
+of 8192 x 8192 x 8192 (median 53.6 ms) run 400 times back to back, each pass timed with CUDA events;
+the folded lognormal of ``step.jitter`` at cv 0.0209 reproduces the chunk's E[max of N passes] /
+mean for N = 8 ... 1,024 (1.021 / 1.038 / 1.052 / 1.057 against 1.017 / 1.036 / 1.054 / 1.058 at
+N = 8 / 64 / 512 / 1,024). Script ``benchmarks/gpu_step_jitter.py``, data
+``benchmarks/results/h200_step_jitter.csv``, figures ``benchmarks/results/README.md`` (section
+h200_step_jitter.csv). One GPU's pass-to-pass jitter: the floor of what ranks add (no network, no
+other host, no GPU-to-GPU difference); a 6.43 ms chunk of the same run needs cv 0.090
+(``SYNC_JITTER_CV_SHORT``): shorter passes jitter more."""
+SYNC_JITTER_PASS_S = 53.6e-3
+"""Median pass length (s) of the chunk ``SYNC_JITTER_CV_MEASURED`` was measured on."""
+SYNC_JITTER_CV_SHORT = 0.090
+"""``sync_jitter_cv`` of the 6.43 ms chunk of the same H200 run (8 bf16 GEMMs of 4096 x 8192 x
+8192; E[max of N] / mean 1.078 / 1.202 / 1.250 / 1.252 at N = 8 / 64 / 512 / 1,024; same script,
+data and README section as ``SYNC_JITTER_CV_MEASURED``)."""
+SYNC_JITTER_SHORT_PASS_S = 6.43e-3
+"""Median pass length (s) of the chunk ``SYNC_JITTER_CV_SHORT`` was measured on."""
+
+
 EAGER_PASSES: tuple[str, ...] = ("fwd", "bwd", "optimizer")
 """Keys of ``CalibrationProfile.eager_layer_overhead``."""
 
@@ -192,6 +212,11 @@ class CalibrationProfile(BaseModel):
     lognormal of the straggler model, folded at 1): every pass waits for the slowest of the dp x cp
     ranks that synchronise with it, E[max of n] / E[one] - 1 of its compute
     (``clustersim.simulator.step.jitter``). 0 (the default): no waiting for stragglers."""
+    sync_jitter_law: Literal["constant", "pass_length"] = "constant"
+    """How the jitter's cv depends on the pass: ``constant`` (the default) uses ``sync_jitter_cv``
+    for every pass; ``pass_length`` reads ``sync_jitter_cv`` as the cv of a 53.6 ms pass and scales
+    it per pass with the pass's own compute seconds by the law measured on one H200 (shorter passes
+    jitter more: 0.090 at 6.43 ms against 0.0209 at 53.6 ms; ``step.jitter.pass_jitter_cv``)."""
     gpu_variability_cv: float = Field(default=0.0, ge=0, le=SYNC_JITTER_MAX)
     """Coefficient of variation of the speed of one SKU's GPUs inside a cluster, fixed for a run
     (manufacturing and power management; lognormal around the median): a job runs at its slowest

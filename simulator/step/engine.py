@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from collections import Counter, deque
 from dataclasses import dataclass, field, replace
-from typing import Any, Generator
+from typing import Any, Callable, Generator
 
 import numpy as np
 import simpy
@@ -56,6 +56,9 @@ class EngineInput:
     sync_wait: float = 0.0
     """Seconds each pass waits for the slowest rank it synchronises with, per second of its compute
     (``clustersim.simulator.step.jitter.sync_wait_fraction``); logged as exposed DP after the compute."""
+    sync_wait_of: Callable[[float], float] | None = None
+    """When set, replaces ``sync_wait``: the wait fraction after a pass of that many seconds of
+    compute (the pass-length law, ``clustersim.simulator.step.jitter.pass_wait_fraction``)."""
 
 
 @dataclass
@@ -366,7 +369,8 @@ def _record_parts(st: _Run, r: int, s: int, parts: dict[str, float], label: str,
 def _sync_wait(st: _Run, r: int, s: int, compute: float, t: float, label: str) -> float:
     """After ``compute`` seconds ending at ``t``: the wait for the slowest synchronising rank
     (``EngineInput.sync_wait`` of it), logged as exposed DP; returns when the wait ends."""
-    wait = compute * st.inp.sync_wait
+    law = st.inp.sync_wait_of
+    wait = compute * (st.inp.sync_wait if law is None else law(compute))
     if wait <= 0:
         return t
     st.log.append(Interval(r, s, "compute", "exposed_dp", t, t + wait, f"wait slowest rank {label}"))

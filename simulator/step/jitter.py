@@ -27,6 +27,9 @@ from functools import lru_cache
 
 import numpy as np
 
+from clustersim.simulator.profile import (SYNC_JITTER_CV_MEASURED, SYNC_JITTER_CV_SHORT, SYNC_JITTER_MAX,
+                                          SYNC_JITTER_PASS_S, SYNC_JITTER_SHORT_PASS_S)
+
 _GRID = np.linspace(0.0, 12.0, 6001)
 """Quadrature points of x = max |Z| (step 0.002; the integrand is smooth)."""
 _LOG_CDF = np.log1p(-np.array([math.erfc(x / math.sqrt(2.0)) for x in _GRID[1:]]))
@@ -64,6 +67,31 @@ def sync_wait_fraction(n: int, cv: float) -> float:
     if n <= 1 or cv == 0.0:
         return 0.0
     return expected_max_multiplier(n, cv) / expected_max_multiplier(1, cv) - 1.0
+
+
+PASS_LENGTH_EXPONENT = math.log(SYNC_JITTER_CV_SHORT / SYNC_JITTER_CV_MEASURED) / math.log(
+    SYNC_JITTER_PASS_S / SYNC_JITTER_SHORT_PASS_S)
+"""b of the pass-length law cv(T) = cv_ref (T / T_ref)^-b through the two chunks measured on one
+H200 (``profile.SYNC_JITTER_CV_MEASURED`` at 53.6 ms, ``SYNC_JITTER_CV_SHORT`` at 6.43 ms):
+ln(0.090 / 0.0209) / ln(53.6 / 6.43) = 0.689 (independent noise per kernel alone would give 0.5)."""
+
+
+def pass_jitter_cv(cv_ref: float, seconds: float) -> float:
+    """``sync_jitter_cv`` of one pass of ``seconds`` of compute under the measured pass-length law:
+    ``cv_ref`` is the cv of a ``SYNC_JITTER_PASS_S`` (53.6 ms) pass, and the cv scales as
+    (T / 53.6 ms)^-``PASS_LENGTH_EXPONENT``, so ``cv_ref`` = 0.0209 gives the 6.43 ms chunk's 0.090.
+    T is held inside the measured range [6.43 ms, 53.6 ms] (no extrapolation: a longer pass jitters
+    as the 53.6 ms one, a shorter one as the 6.43 ms one), the cv capped at ``SYNC_JITTER_MAX``."""
+    if cv_ref == 0.0:
+        return 0.0
+    t = min(max(seconds, SYNC_JITTER_SHORT_PASS_S), SYNC_JITTER_PASS_S)
+    return min(cv_ref * math.pow(t / SYNC_JITTER_PASS_S, -PASS_LENGTH_EXPONENT), SYNC_JITTER_MAX)
+
+
+def pass_wait_fraction(n: int, cv_ref: float, seconds: float) -> float:
+    """``sync_wait_fraction`` of ``n`` ranks at the cv of a ``seconds`` pass (``pass_jitter_cv``);
+    the cv is rounded to 5 digits so that the closed form's cache serves every pass of one length."""
+    return sync_wait_fraction(n, round(pass_jitter_cv(cv_ref, seconds), 5))
 
 
 _NORMAL_GRID = np.linspace(-12.0, 12.0, 12001)

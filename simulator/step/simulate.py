@@ -8,10 +8,11 @@ adds provenance. ``evaluate_point`` is the picklable entry point sweeps run on w
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from dataclasses import asdict
-from typing import Any, Literal, Mapping, Sequence
+from typing import Any, Callable, Literal, Mapping, Sequence
 
 import numpy as np
 
@@ -27,7 +28,7 @@ from clustersim.simulator.plan import (
 from clustersim.simulator.network import CommPricer, FabricLoad, Fidelity
 from clustersim.simulator.step.compute import expert_path, peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
-from clustersim.simulator.step.jitter import sync_wait_fraction, variability_wait_fraction
+from clustersim.simulator.step.jitter import pass_wait_fraction, sync_wait_fraction, variability_wait_fraction
 from clustersim.simulator.step.costs import StageCost
 from clustersim.simulator.step.lower import Costing, compute_parts, lower
 from clustersim.simulator.step.partition import StageMemory, partition
@@ -79,7 +80,7 @@ def simulate(
         stages=stages, schedule=plan.schedule, microbatches=m, vpp=chunks_per_stage(plan.schedule, plan.vpp),
         overlap_grad_reduce=plan.overlap_grad_reduce, overlap_param_gather=plan.overlap_param_gather,
         scale=unit_scale, step_overhead=prof.step_overhead, flows=flows,
-        sync_wait=_sync_wait(plan, prof),
+        sync_wait=_sync_wait(plan, prof), sync_wait_of=_pass_law(plan, prof),
     )
     intervals, step = run(inp)
     inputs = _inputs_doc(model, training, cluster, plan, prof, mode, seed, fidelity, rank_scale)
@@ -145,6 +146,19 @@ def _sync_wait(plan: ParallelPlan, prof: CalibrationProfile) -> float:
     if static == 0.0:
         return jitter  # bit for bit the jitter alone (every profile without the variability)
     return (1.0 + jitter) * (1.0 + static) - 1.0
+
+
+def _pass_law(plan: ParallelPlan, prof: CalibrationProfile) -> Callable[[float], float] | None:
+    """The wait fraction per pass length under ``sync_jitter_law = pass_length`` (None: one
+    fraction for every pass, ``_sync_wait``); the static variability multiplies as there."""
+    if prof.sync_jitter_law == "constant" or prof.sync_jitter_cv == 0.0:
+        return None
+    static = variability_wait_fraction(plan.world_size, prof.gpu_variability_cv)
+    return functools.partial(_pass_wait, plan.dp * plan.cp, prof.sync_jitter_cv, static)
+
+
+def _pass_wait(n: int, cv_ref: float, static: float, seconds: float) -> float:
+    return (1.0 + pass_wait_fraction(n, cv_ref, seconds)) * (1.0 + static) - 1.0
 
 
 def _rank_scale(plan: ParallelPlan, mode: Mode, compute_scale: Sequence[float] | np.ndarray | None) -> np.ndarray:
