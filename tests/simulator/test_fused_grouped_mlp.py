@@ -75,7 +75,7 @@ def test_a_row_gets_the_flag_from_its_release_not_its_ids() -> None:
     same = plan_for_row(_row(row_id=1, source_id="other"), model, training, cluster, [])
     assert same == new
     old = plan_for_row(_row(framework=_fw("26.04")), model, training, cluster, [])
-    assert not old.moe_fused_grouped_mlp and replace(old, moe_fused_grouped_mlp=True) == new
+    assert not old.moe_fused_grouped_mlp and replace(old, moe_fused_grouped_mlp=True, ep_overlap=True) == new
 
 
 def test_expert_path_lifts_only_the_expert_efficiency() -> None:
@@ -111,3 +111,25 @@ def test_the_fused_path_is_the_unfused_one_at_expert_efficiency_one_less_the_act
     assert simulate(dense, training, cluster, replace(dplan, moe_fused_grouped_mlp=True), profile=prior,
                     fidelity="analytic").step_time == pytest.approx(
         simulate(dense, training, cluster, dplan, profile=prior, fidelity="analytic").step_time, rel=1e-12)
+
+
+def test_the_release_change_that_fuses_also_overlaps_the_all_to_all() -> None:
+    from clustersim.simulator.calibration.recipe_moe import recipe_release_a2a_overlap
+
+    def overlap(release: str, model: str = "qwen3-235b-a22b", gpu: str = "GB300", precision: str = "mxfp8") -> bool:
+        return recipe_release_a2a_overlap(framework=_fw(release), model=model, gpu=gpu, precision=precision)[0]
+    assert overlap("26.06") and overlap("26.08") and overlap("26.06", model="qwen3-30b-a3b", gpu="GB200")
+    assert overlap("26.06", model="deepseek-v3", gpu="GB300")
+    assert not overlap("26.04.01") and not overlap("26.06", precision="bf16") and not overlap("26.06", gpu="B300")
+    assert not overlap("26.06", model="deepseek-v3", gpu="GB200") and not overlap("26.06", model="gpt-oss-120b")
+    for e in RECIPE_FUSED_GROUPED_MLP:  # every overlap claim names its pull request
+        assert not e.a2a_overlap or "pull request" in e.a2a_overlap
+    # the plan: the 26.06 row overlaps (its stored recipe copy, older, says no), the 26.04 row does not
+    model, cluster = get_model("qwen3-235b-a22b"), get_cluster("gb300-nvl72", 256)
+    training = TrainingSpec(seq_len=4096, global_batch_size=8192, precision="fp8")
+    notes: list[str] = []
+    new = plan_for_row(_row(), model, training, cluster, notes)
+    old = plan_for_row(_row(framework=_fw("26.04")), model, training, cluster, [])
+    assert new.ep_overlap and not old.ep_overlap
+    assert any("moe_a2a_overlap = True" in n and "4606" in n for n in notes)
+    assert replace(old, moe_fused_grouped_mlp=True, ep_overlap=True) == new
