@@ -223,7 +223,8 @@ def expert_quantize_elements(pairs: float, h: int, fc1_out: int, fc2_in: int,
     gradient (transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py @
     000c2736de297055fa8464b776ca62a2766dd6b2, ``fc1_xs = tex.split_quantize(...)`` then the kernel's
     ``d_tensor`` / ``d_col_tensor`` as ``fc2_xs``; backward_grouped_mlp.py
-    ``fc2_dys = tex.split_quantize(...)`` then the kernel's ``d_row_tensor`` as ``fc1_dys``)."""
+    @ 504f389396a33f32a38d9b16aab9cee2d4c34ae6 ``fc2_dys = tex.split_quantize(...)`` then the kernel's
+    ``d_row_tensor`` as ``fc1_dys``)."""
     fc1 = (pairs * h, 0.0 if fused else pairs * fc1_out)
     fc2 = (0.0 if fused else pairs * fc2_in, pairs * h)
     return fc1, fc2
