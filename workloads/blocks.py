@@ -180,6 +180,7 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
     pairs = t_in * shape.etp * k  # token-expert pairs reaching this device's experts
     per_expert = pairs / local
     bias_in, bias_out = (n_in * f, h) if model.linear_bias else (0, 0)
+    q1, q2 = expert_quantize_elements(pairs, h, n_in * f, f, shape.fused_grouped_mlp)
     ops = [
         gemm_op("router", t_in, E, h, dt, params=model.router_params(), fp8=False, kind="router",
                 role="router"),
@@ -187,12 +188,16 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
                   flops_per_element=0.0, role="permute"),
         _alltoall("moe_dispatch", t_in * k * h * dt, "dispatch"),
         *expert_sort_ops("moe_sort", pairs * h, dt, local, shape.sort_by_local_expert),
-        gemm_op("expert_fc1", per_expert, n_in * f, h, dt, params=local * (h * n_in * f + bias_in),
-                count=local, role="routed_expert"),
-        memory_op("expert_act", "elementwise", pairs * f, dt, reads=n_in, writes=1,
+        dataclasses.replace(gemm_op("expert_fc1", per_expert, n_in * f, h, dt, params=local * (h * n_in * f + bias_in),
+                                    count=local, role="routed_expert"), quantize_elements=q1),
+        # fused grouped MLP: the SwiGLU runs in the first GEMM's epilogue, on its accumulators, so
+        # nothing is read back from HBM (expert_quantize_elements: forward_grouped_mlp.py,
+        # "Fused kernel for FC1 + SwiGLU + post-scale"; its backward in the second GEMM's dgrad
+        # epilogue, backward_grouped_mlp.py "FC2 dgrad + dSwiGLU + grad scale")
+        memory_op("expert_act", "elementwise", pairs * f, dt, reads=0 if shape.fused_grouped_mlp else n_in, writes=1,
                   flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS, role="routed_expert"),
-        gemm_op("expert_fc2", per_expert, h, f, dt, params=local * (f * h + bias_out), count=local,
-                role="routed_expert"),
+        dataclasses.replace(gemm_op("expert_fc2", per_expert, h, f, dt, params=local * (f * h + bias_out), count=local,
+                                    role="routed_expert"), quantize_elements=q2),
         *expert_sort_ops("moe_unsort", pairs * h, dt, local, shape.sort_by_local_expert),
         _alltoall("moe_combine", t_in * k * h * dt, "combine"),
         memory_op("moe_unpermute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
@@ -202,6 +207,27 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
         ops.extend(mlp_ops(model, shape, model.num_shared_experts * model.shared_ffn, "shared",
                            role="shared_expert"))
     return tuple(ops)
+
+
+def expert_quantize_elements(pairs: float, h: int, fc1_out: int, fc2_in: int,
+                             fused: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((forward, backward) quantized elements of the first expert GEMM, the same of the second)
+    for ``pairs`` token-expert pairs on a device. Transformer Engine's GroupedLinear (Megatron-Core's
+    routed experts) quantizes every expert's input before its forward GEMM and every expert's output
+    gradient before its backward GEMMs, each a separate kernel (NVIDIA/TransformerEngine
+    transformer_engine/pytorch/module/grouped_linear.py @ 0069563f606859d4fb5d663e1c92509a30e99f35,
+    ``_GroupedLinear.forward``: ``tex.fused_multi_quantize(inputmats_no_fp8, ...)``; ``backward``:
+    ``tex.fused_multi_quantize(grad_output_mats, ...)``). The fused grouped MLP still quantizes the
+    first GEMM's input and the second's output gradient (``tex.split_quantize``), but its GEMM+SwiGLU
+    kernel writes the second GEMM's FP8 input and its dSwiGLU kernel the first GEMM's FP8 output
+    gradient (transformer_engine/pytorch/ops/fused/forward_grouped_mlp.py @
+    000c2736de297055fa8464b776ca62a2766dd6b2, ``fc1_xs = tex.split_quantize(...)`` then the kernel's
+    ``d_tensor`` / ``d_col_tensor`` as ``fc2_xs``; backward_grouped_mlp.py
+    @ 504f389396a33f32a38d9b16aab9cee2d4c34ae6 ``fc2_dys = tex.split_quantize(...)`` then the kernel's
+    ``d_row_tensor`` as ``fc1_dys``)."""
+    fc1 = (pairs * h, 0.0 if fused else pairs * fc1_out)
+    fc2 = (0.0 if fused else pairs * fc2_in, pairs * h)
+    return fc1, fc2
 
 
 def expert_sort_ops(name: str, elements: float, dtype_bytes: int, local_experts: int, sorts: bool) -> tuple[Op, ...]:

@@ -71,6 +71,11 @@ class Op:
     FlashAttention skips the masked half); `flops` itself keeps the full-s^2 model convention."""
     role: OpRole = ""
     """The op's role in its layer (``OpRole``); kept when a module prefixes its name (MTP)."""
+    quantize_elements: tuple[float, float] = (0.0, 0.0)
+    """(forward, backward) elements a GEMM's separate FP8 quantize kernels convert before its math
+    in an FP8 run: its input in the forward, its output gradient in the backward (priced by
+    ``simulator.step.compute.fp8_cast_time``); (0, 0) where the cast is fused into the producer
+    (a norm, a fused grouped MLP) or not modelled."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -98,6 +103,10 @@ class LocalShape:
     sort_by_local_expert: bool = False
     """The dispatcher sorts the tokens it receives by local expert and unsorts them before the
     combine (Megatron-Core's all-to-all dispatcher with several local experts: ``blocks.expert_sort_ops``)."""
+    fused_grouped_mlp: bool = False
+    """The routed experts run the fused grouped MLP (``plan.moe_fused_grouped_mlp``): its kernels
+    write the FP8 copies of the second GEMM's input and of the first GEMM's output gradient
+    themselves (``blocks.expert_quantize_elements``)."""
 
     @property
     def flash_attention(self) -> bool:

@@ -32,17 +32,19 @@ FP32_BYTES = 4  # the cross-entropy runs in fp32 (Megatron vocab_parallel_cross_
 
 def layer_ops(model: ModelSpec, layer_index: int, *, micro_batch: int, seq_len: int,
               tp: int = 1, cp: int = 1, ep: int = 1, etp: int = 1, dtype_bytes: int = 2,
-              sp: bool = True, attention_kernel: str = "flash3", sort_by_local_expert: bool = False) -> tuple[Op, ...]:
+              sp: bool = True, attention_kernel: str = "flash3", sort_by_local_expert: bool = False,
+              fused_grouped_mlp: bool = False) -> tuple[Op, ...]:
     """Forward ops of layer `layer_index` for one micro-batch on one device, in order.
 
     `sp` (sequence parallelism, default on as in Megatron-core with tp > 1) decides whether
     norms, residual adds, MLA down-projections and the router run on tokens/tp or all tokens;
-    `sort_by_local_expert`: the MoE dispatcher's sort and unsort by local expert (``LocalShape``).
+    `sort_by_local_expert`: the MoE dispatcher's sort and unsort by local expert (``LocalShape``);
+    `fused_grouped_mlp`: the routed experts' fused grouped MLP (``LocalShape``).
     """
     moe = model.is_moe_layer(layer_index)
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes, attention_kernel=attention_kernel,
-                       sort_by_local_expert=sort_by_local_expert)
+                       sort_by_local_expert=sort_by_local_expert, fused_grouped_mlp=fused_grouped_mlp)
     if model.layer_pattern is not None:  # hybrid: one block per layer (workloads/mamba.py)
         return hybrid_layer_ops(model, layer_index, shape)
     h, t_sp = model.hidden_size, shape.tokens_sp

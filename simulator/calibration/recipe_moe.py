@@ -242,17 +242,26 @@ class RecipeFusedMlp:
     first_release: tuple[int, int]
     """(year, month) of the first NeMo / Megatron-Bridge release with the setting."""
     locator: str
+    a2a_overlap: str = ""
+    """Where the same recipe change is stated to set ``moe_a2a_overlap`` too (the EP all-to-all
+    overlap, ``plan.ep_overlap``); "" where nothing says so."""
 
 
 _PRS = "github NVIDIA-NeMo/Megatron-Bridge pull request "
 RECIPE_FUSED_GROUPED_MLP: tuple[RecipeFusedMlp, ...] = (
     RecipeFusedMlp(models=_Q235 + _Q30, gpus=("GB200", "GB300"), precisions=_MX, first_release=(26, 6), locator=(
         _PRS + "4249 (merged; 'Enable Qwen3 GB200/GB300 MXFP8 CuTeDSL Fusion and Full-Iter CUDA Graphs "
-        "for 26.06', tested against nemo-ci r26.06 on 2026-06-09; on main: 4211)")),
+        "for 26.06', tested against nemo-ci r26.06 on 2026-06-09; on main: 4211)"), a2a_overlap=(
+        _PRS + "4606 (2026-06-30, description: it makes the Qwen3 B200/B300 FP8-MX recipes 'exercise the same "
+        "optimization path already used by GB200/GB300 where applicable: enables moe_a2a_overlap, enables "
+        "full-iteration CUDA graphs ..., enables CuteDSL fused grouped MLP'); " + _PRS + "5356 (2026-08-05: "
+        "'the B300 recipe gets this [overlap_moe_expert_parallel_comm] for free from the full-iteration helper')")),
     RecipeFusedMlp(models=_DSV3, gpus=("GB300",), precisions=_MX, first_release=(26, 6), locator=(
         _PRS + "3983 (merged 2026-05-27, before the 26.06 code freeze of 2026-06-02 named in pull request 4080: "
         "DSV3 GB300 MXFP8 full-iteration CUDA graph, A2A overlap and cuTeDSL fused grouped MLP; 'other recipe "
-        "variants (FP8 CS, NVFP4, BF16, non-GB300 hardware) are intentionally untouched')")),
+        "variants (FP8 CS, NVFP4, BF16, non-GB300 hardware) are intentionally untouched')"), a2a_overlap=(
+        _PRS + "3983 (description: 'Enable DSV3 GB300 MXFP8 full-iteration CUDA graph + MoE A2A overlap + "
+        "cuTeDSL fused-grouped-MLP')")),
 )
 """Framework recipe -> fused grouped MLP, for Megatron-Bridge MoE rows (which never print it). Left
 out for want of a release-dated recipe change: the Qwen3 B200/B300 MXFP8 recipes (pull request 4606,
@@ -281,4 +290,21 @@ def recipe_fused_grouped_mlp(*, framework: str, model: str, gpu: str, precision:
         if model in e.models and gpu in e.gpus and precision in e.precisions and release >= e.first_release:
             return True, (f"moe fused grouped MLP (CuTeDSL; not printed; framework recipe from NeMo "
                           f"{e.first_release[0]}.{e.first_release[1]:02d}: {e.locator})",)
+    return False, ()
+
+
+def recipe_release_a2a_overlap(*, framework: str, model: str, gpu: str, precision: str) -> tuple[bool, tuple[str, ...]]:
+    """Whether the release-dated recipe change that gives a row the fused grouped MLP
+    (``recipe_fused_grouped_mlp``) also sets ``moe_a2a_overlap`` (``RecipeFusedMlp.a2a_overlap``);
+    with the note. It supersedes ``RECIPE_MOE_COMM``'s stored copies, which predate the change."""
+    fused, _ = recipe_fused_grouped_mlp(framework=framework, model=model, gpu=gpu, precision=precision)
+    if not fused:
+        return False, ()
+    release = framework_release(framework)
+    for e in RECIPE_FUSED_GROUPED_MLP:
+        if (e.a2a_overlap and model in e.models and gpu in e.gpus and precision in e.precisions
+                and release is not None and release >= e.first_release):
+            return True, (f"moe_a2a_overlap = True (not printed; the recipe change of NeMo "
+                          f"{e.first_release[0]}.{e.first_release[1]:02d} that runs the fused grouped MLP sets it "
+                          f"too, superseding earlier recipe copies: {e.a2a_overlap})",)
     return False, ()

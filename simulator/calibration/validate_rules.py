@@ -14,7 +14,9 @@ import math
 import re
 from typing import Any, Mapping
 
-from clustersim.simulator.calibration.recipe_moe import recipe_fused_grouped_mlp, recipe_moe_comm
+from clustersim.simulator.calibration.recipe_moe import (
+    recipe_fused_grouped_mlp, recipe_moe_comm, recipe_release_a2a_overlap,
+)
 from clustersim.simulator.calibration.recipe_plans import (
     RecipeRecompute, recipe_recompute_entry, recipe_split,
 )
@@ -438,7 +440,8 @@ def _moe_comm_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[
     """``moe_dispatcher`` and ``ep_overlap`` of the row's framework recipe
     (``recipe_moe.RECIPE_MOE_COMM``), else the plan's defaults (alltoall, no overlap); and
     ``moe_fused_grouped_mlp`` where the recipe of the row's release runs the fused grouped MLP
-    (``recipe_moe.RECIPE_FUSED_GROUPED_MLP``)."""
+    (``recipe_moe.RECIPE_FUSED_GROUPED_MLP``), with ``ep_overlap`` where that recipe change sets
+    ``moe_a2a_overlap`` too (``recipe_moe.recipe_release_a2a_overlap``)."""
     if not model.is_moe or degrees[3] <= 1:
         return {}
     try:
@@ -460,6 +463,11 @@ def _moe_comm_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[
         out["moe_dispatcher"] = choice.moe_dispatcher
     if choice.ep_overlap is not None:
         out["ep_overlap"] = choice.ep_overlap
+    overlap, overlap_notes = recipe_release_a2a_overlap(framework=text(row, "framework"), model=model.name,
+                                                        gpu=text(row, "gpu_type").upper(), precision=label)
+    if overlap:
+        out["ep_overlap"] = True
+        notes.extend(overlap_notes)
     return out
 
 

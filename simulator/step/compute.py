@@ -48,6 +48,30 @@ def _flops_bytes(op: Op, which: Pass) -> tuple[float, float]:
     raise ValueError(f"unknown pass {which!r}")
 
 
+FP8_CAST_BYTES_PER_ELEMENT = 4.0
+"""HBM bytes per element of one FP8 quantize kernel: the bf16 read (2 B) and the two FP8 copies
+written, rowwise for this GEMM and columnwise (transposed) for the backward's other GEMM, 1 B each
+(Transformer Engine's quantizers with rowwise and columnwise usage: transformer_engine/pytorch/
+module/grouped_linear.py @ 0069563f606859d4fb5d663e1c92509a30e99f35 sets the input quantizers'
+usage before ``tex.fused_multi_quantize``). MXFP8's one-byte scale per 32 values and current
+scaling's amax pass are left out (a lower bound)."""
+
+
+def fp8_cast_time(op: Op, accelerator: AcceleratorSpec, profile: CalibrationProfile, precision: str,
+                  which: Pass, imbalance: float = 1.0) -> float:
+    """Seconds of the separate FP8 quantize kernels ``op`` runs before its GEMMs in an FP8 run
+    (``Op.quantize_elements``, ``FP8_CAST_BYTES_PER_ELEMENT`` each, memory bound at the profile's
+    HBM efficiency; the busiest expert rank's ``imbalance``): the input's in the forward, the
+    output gradient's in the backward, before the input-gradient GEMM (none in ``bwd_weight``)."""
+    if precision != "fp8" or not op.fp8:
+        return 0.0
+    fwd, bwd = op.quantize_elements
+    elements = {"fwd": fwd, "bwd": bwd, "bwd_input": bwd, "bwd_weight": 0.0}[which]
+    if elements <= 0:
+        return 0.0
+    return FP8_CAST_BYTES_PER_ELEMENT * elements * imbalance / (accelerator.hbm_bandwidth * profile.memory_efficiency)
+
+
 def gemm_call_flops(op: Op, flops: float, imbalance: float = 1.0) -> float:
     """FLOP of one GEMM call of ``op`` for a pass of ``flops`` FLOP: the whole op, except a routed
     expert's grouped GEMM, whose calls are its experts' GEMMs, one per local expert (Transformer
@@ -88,7 +112,8 @@ def op_time(
     # a board power cap lowers the sustained clock, so the math peak (topologies.power.clock_fraction)
     math = flops * flops_scale / (peak * eff * clock_fraction(accelerator)) if flops > 0 else 0.0
     memory = nbytes * flops_scale / (accelerator.hbm_bandwidth * profile.memory_efficiency)
-    return max(math, memory) + profile.kernel_overhead
+    cast = fp8_cast_time(op, accelerator, profile, precision, which, imbalance)
+    return max(math, memory) + cast + profile.kernel_overhead
 
 
 COMPUTE_PARTS: tuple[str, ...] = (
@@ -114,8 +139,10 @@ def op_time_parts(
     total = op_time(op, accelerator, profile, precision, which, flops_scale, imbalance)
     if total <= 0:
         return parts
-    busy = total - profile.kernel_overhead
+    cast = fp8_cast_time(op, accelerator, profile, precision, which, imbalance)
+    busy = total - profile.kernel_overhead - cast
     parts["overhead"] = profile.kernel_overhead
+    parts["elementwise"] = cast  # the quantize kernels are memory-bound element-wise work
     if op.kind in ("gemm", "bmm"):
         flops = _flops_bytes(op, which)[0] * op.causal_flops_fraction
         ideal = min(busy, flops / peak_for(accelerator, precision, op.fp8))
@@ -123,7 +150,7 @@ def op_time_parts(
     elif op.kind == "attention":
         parts["attention_kernel"] = busy
     else:
-        parts["elementwise"] = busy
+        parts["elementwise"] += busy
     return parts
 
 

@@ -154,7 +154,8 @@ class LayerMemo:
         if key not in self._ops:
             kw = op_kwargs(self.plan, self.training)
             self._ops[key] = tuple(layer_ops(self.model, i, attention_kernel=self.training.attention_kernel,
-                                             sort_by_local_expert=sorts_by_local_expert(self.plan), **kw))
+                                             sort_by_local_expert=sorts_by_local_expert(self.plan),
+                                             fused_grouped_mlp=self.plan.moe_fused_grouped_mlp, **kw))
         return self._ops[key]
 
     def activation_bytes(self, i: int) -> float:

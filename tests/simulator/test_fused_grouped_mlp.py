@@ -2,8 +2,9 @@
 
 The rule gives ``plan.moe_fused_grouped_mlp`` to the rows whose release and recipe run the CuTeDSL
 fused grouped MLP, keyed on what the row prints (framework release, model, GPU, precision), never
-on its ids; the flag runs the routed-expert GEMMs on the dense curve (``expert_efficiency`` 1) and
-touches nothing else; the cross-validation prior is the cited unfused rate.
+on its ids; the flag runs the routed-expert GEMMs on the dense curve (``expert_efficiency`` 1), with
+the SwiGLU and two of the four FP8 quantizations in the GEMM epilogues (``blocks.expert_quantize_elements``),
+and touches nothing else; the cross-validation prior is the cited unfused rate.
 """
 
 from __future__ import annotations
@@ -18,7 +19,8 @@ from clustersim.simulator.calibration.recipe_moe import (
 from clustersim.simulator.calibration.validate_rules import plan_for_row
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, default_profile
-from clustersim.simulator.step.compute import expert_path
+from clustersim.simulator.step.compute import expert_path, op_time
+from clustersim.simulator.step.partition import chunk_ops
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import get_cluster
 from clustersim.workloads import TrainingSpec, get_model
@@ -73,7 +75,7 @@ def test_a_row_gets_the_flag_from_its_release_not_its_ids() -> None:
     same = plan_for_row(_row(row_id=1, source_id="other"), model, training, cluster, [])
     assert same == new
     old = plan_for_row(_row(framework=_fw("26.04")), model, training, cluster, [])
-    assert not old.moe_fused_grouped_mlp and replace(old, moe_fused_grouped_mlp=True) == new
+    assert not old.moe_fused_grouped_mlp and replace(old, moe_fused_grouped_mlp=True, ep_overlap=True) == new
 
 
 def test_expert_path_lifts_only_the_expert_efficiency() -> None:
@@ -83,10 +85,10 @@ def test_expert_path_lifts_only_the_expert_efficiency() -> None:
     assert lifted.expert_efficiency == 1.0 and lifted.replace(expert_efficiency=0.5) == prof
 
 
-def test_the_fused_path_equals_the_unfused_one_at_expert_efficiency_one() -> None:
-    # the flag is exactly "routed-expert GEMMs at the dense curve": same step as the unfused plan
-    # under a profile whose expert_efficiency is 1, faster than under the cited prior, and a dense
-    # model does not notice it
+def test_the_fused_path_is_the_unfused_one_at_expert_efficiency_one_less_the_activation_reads() -> None:
+    # the flag is "routed-expert GEMMs at the dense curve" with the SwiGLU in the GEMM epilogues: the
+    # unfused plan's step under a profile whose expert_efficiency is 1, less the activation's HBM
+    # reads; faster than under the cited prior, and a dense model does not notice it
     model = get_model("qwen3-30b-a3b")
     cluster = get_cluster("dgx-b200", 8)
     training = TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16")
@@ -95,10 +97,39 @@ def test_the_fused_path_equals_the_unfused_one_at_expert_efficiency_one() -> Non
     fused = simulate(model, training, cluster, replace(plan, moe_fused_grouped_mlp=True), profile=prior, fidelity="analytic")
     one = simulate(model, training, cluster, plan, profile=prior.replace(expert_efficiency=1.0), fidelity="analytic")
     unfused = simulate(model, training, cluster, plan, profile=prior, fidelity="analytic")
-    assert fused.step_time == pytest.approx(one.step_time, rel=1e-9)
-    assert fused.step_time < unfused.step_time
+    # ... less the SwiGLU's HBM reads, which the fused kernels take from the GEMM accumulators
+    # (tests/simulator/test_fp8_cast.py; BF16, so no quantize kernels either way)
+    acts = [{o.name: o for o in chunk_ops(model, training, p, -1, range(1, 2))}["expert_act"]
+            for p in (plan, replace(plan, moe_fused_grouped_mlp=True))]
+    saved = sum(op_time(a, cluster.accelerator, prior, "bf16", w) * s
+                for w in ("fwd", "bwd") for a, s in zip(acts, (1, -1)))
+    layers_x_micro_batches = model.num_layers * training.global_batch_size // (plan.dp * plan.micro_batch)
+    assert one.breakdown["compute"] - fused.breakdown["compute"] == pytest.approx(layers_x_micro_batches * saved, rel=1e-6)
+    assert fused.step_time < one.step_time < unfused.step_time
     dense = get_model("llama3-8b")
     dplan = ParallelPlan(dp=8, zero=1)
     assert simulate(dense, training, cluster, replace(dplan, moe_fused_grouped_mlp=True), profile=prior,
                     fidelity="analytic").step_time == pytest.approx(
         simulate(dense, training, cluster, dplan, profile=prior, fidelity="analytic").step_time, rel=1e-12)
+
+
+def test_the_release_change_that_fuses_also_overlaps_the_all_to_all() -> None:
+    from clustersim.simulator.calibration.recipe_moe import recipe_release_a2a_overlap
+
+    def overlap(release: str, model: str = "qwen3-235b-a22b", gpu: str = "GB300", precision: str = "mxfp8") -> bool:
+        return recipe_release_a2a_overlap(framework=_fw(release), model=model, gpu=gpu, precision=precision)[0]
+    assert overlap("26.06") and overlap("26.08") and overlap("26.06", model="qwen3-30b-a3b", gpu="GB200")
+    assert overlap("26.06", model="deepseek-v3", gpu="GB300")
+    assert not overlap("26.04.01") and not overlap("26.06", precision="bf16") and not overlap("26.06", gpu="B300")
+    assert not overlap("26.06", model="deepseek-v3", gpu="GB200") and not overlap("26.06", model="gpt-oss-120b")
+    for e in RECIPE_FUSED_GROUPED_MLP:  # every overlap claim names its pull request
+        assert not e.a2a_overlap or "pull request" in e.a2a_overlap
+    # the plan: the 26.06 row overlaps (its stored recipe copy, older, says no), the 26.04 row does not
+    model, cluster = get_model("qwen3-235b-a22b"), get_cluster("gb300-nvl72", 256)
+    training = TrainingSpec(seq_len=4096, global_batch_size=8192, precision="fp8")
+    notes: list[str] = []
+    new = plan_for_row(_row(), model, training, cluster, notes)
+    old = plan_for_row(_row(framework=_fw("26.04")), model, training, cluster, [])
+    assert new.ep_overlap and not old.ep_overlap
+    assert any("moe_a2a_overlap = True" in n and "4606" in n for n in notes)
+    assert replace(old, moe_fused_grouped_mlp=True, ep_overlap=True) == new

@@ -103,5 +103,7 @@ def test_fused_grouped_mlp_launches_fewer_kernels() -> None:
     prof = default_profile(CLUSTER.accelerator.name).replace(expert_efficiency=1.0)
     at = {x: [simulate(QWEN, TRAINING, CLUSTER, p, profile=prof.replace(host_launch_time=x),
                        fidelity="analytic").step_time for p in (PLAN, fused)] for x in (0.0, 60e-6)}
-    assert at[0.0][0] == pytest.approx(at[0.0][1], rel=1e-12)  # same GPU time at expert efficiency 1
-    assert at[60e-6][1] < at[60e-6][0]
+    # at expert efficiency 1 the fused GPU time is less only by the SwiGLU's HBM reads (test_fp8_cast.py);
+    # with a host cost per launch the gap grows by the launches it saves
+    assert at[0.0][1] < at[0.0][0]
+    assert at[60e-6][0] - at[60e-6][1] > at[0.0][0] - at[0.0][1]
