@@ -75,7 +75,7 @@ OVERLAP_SLOWDOWN: Mapping[str, float] = {"all_gather": OVERLAP_SLOWDOWN_MEASURED
 slows by 18.9 % on average while a collective overlaps it (GPT and Llama layers on A100, H100,
 MI250 and MI210, ``profile.OVERLAP_SLOWDOWN_MEASURED``: NCCL's kernels take SMs and HBM bandwidth),
 applied to the FSDP/ZeRO-3 layer gathers and scatters and the ZeRO-1/2 parameter gathers that run
-beside compute (``step.lower.flow_shop``). Until December 2026 the fitted profiles left it absent
+beside compute (``step.lower_dp.flow_shop``). Until December 2026 the fitted profiles left it absent
 (0): every prefetched gather was free for the compute it hid behind."""
 
 

@@ -80,7 +80,7 @@ class ParallelPlan:
     tensor and one reduce-scatter per gradient, through PyTorch's list API (DeepSpeed ZeRO-3 of 2021,
     ``partition_parameters._allgather_param`` / ``_reduce_scatter_gradient``): each call pays its own
     latency, and ProcessGroupNCCL copies the flat buffer into (or the gradient out of) one view per
-    rank, ``dp_shard`` copy ops per call (``step.lower.tensor_copies_time``), issued by host loops over
+    rank, ``dp_shard`` copy ops per call (``step.lower_dp.tensor_copies_time``), issued by host loops over
     the ranks that a synchronised caller cannot hide (``step.host.list_api_time``)."""
     param_persistence_threshold: int = 0
     """With ``param_gather_unit = tensor``: parameter tensors of at most this many elements are kept

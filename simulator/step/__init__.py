@@ -30,7 +30,9 @@ from clustersim.simulator.step.energy import (
     step_energy,
 )
 from clustersim.simulator.step.jitter import sync_wait_fraction
-from clustersim.simulator.step.lower import Costing, flow_shop, step_calls
+from clustersim.simulator.step.costing import Costing
+from clustersim.simulator.step.lower import step_calls
+from clustersim.simulator.step.lower_dp import flow_shop
 from clustersim.simulator.step.partition import (
     RESERVED_BYTES,
     LayerSignature,

@@ -198,7 +198,7 @@ def list_api_time(kind: Literal["all_gather", "reduce_scatter"], ranks: int, col
                   profile: CalibrationProfile) -> float:
     """Seconds of one parameter all-gather (gradient reduce-scatter) of DeepSpeed ZeRO-3 of 2021
     through PyTorch's list API, ``collective`` the NCCL call and ``copies`` the GPU side of its
-    per-rank copies (``step.lower.tensor_copies_time``), with the two host loops over the ``ranks``:
+    per-rank copies (``step.lower_dp.tensor_copies_time``), with the two host loops over the ``ranks``:
 
     - the caller's: ``Init._allgather_param`` builds ``partitions`` with one ``flat_tensor.narrow``
       per rank, ``_reduce_scatter_gradient`` its ``input_list`` with one ``param.grad.view(-1).narrow``

@@ -2,68 +2,32 @@
 
 Owns the cost of one model chunk for one micro-batch on one device: compute by pass (forward,
 input-gradient, weight-gradient, recompute), and the exposed communication inside it (TP
-collectives on the critical path, CP ring exchange hidden behind attention, EP all-to-all, FSDP
-gathers prefetched one layer ahead); plus the DP gradient buckets, the ZeRO-1/2 parameter gathers
-(their total, and the lead the chunk's first forward waits for when they run layer by layer ahead
-of it) and the optimizer of each stage; and, for the Result, each stage's compute split by where it
-goes (``compute_parts``). Every collective is priced by ``CommPricer``. Scheduling is the engine's.
+collectives on the critical path, CP ring exchange hidden behind attention, EP all-to-all); the
+optimizer of each stage; the per-stage tally of every collective (``step_calls``); and, for the
+Result, each stage's compute split by where it goes (``compute_parts``). The data-parallel traffic
+(FSDP/ZeRO-3 units prefetched one layer ahead, DP gradient buckets, ZeRO-1/2 parameter gathers) is
+priced by ``step.lower_dp``, the shared inputs are ``step.costing.Costing``. Every collective is
+priced by ``CommPricer``. Scheduling is the engine's.
 """
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass, replace
-from typing import Literal
-
-from clustersim.simulator.profile import CalibrationProfile
-from clustersim.simulator.network import CollectiveKind, CommPricer
-from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_expert, ops_time, ops_time_parts, optimizer_time
+from clustersim.simulator.network import CollectiveKind
+from clustersim.simulator.step.compute import COMPUTE_PARTS, Pass, is_routed_expert, ops_time_parts, optimizer_time
 from clustersim.simulator.plan import (
     Axis,
-    ParallelPlan,
     num_microbatches,
     num_model_chunks,
     pairs_forward_backward,
 )
-from clustersim.simulator.step.costs import Bucket, Call, ChunkCost, Lowered, StageCost
-from clustersim.simulator.step.dispatch import dispatch_time, ep_shape, expert_load
-from clustersim.simulator.step.host import HostExcess, eager_excess, host_excess, list_api_time
+from clustersim.simulator.step.costing import Costing
+from clustersim.simulator.step.costs import Call, ChunkCost, Lowered, StageCost
+from clustersim.simulator.step.dispatch import dispatch_time, ep_shape
+from clustersim.simulator.step.lower_dp import fsdp_calls, fsdp_exposed, grad_buckets, param_gathers, unit_tensors
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.step.recompute import moe_recomputes_dispatch, recomputed_ops
-from clustersim.topologies import AcceleratorSpec
-from clustersim.workloads import ModelSpec, Op, TrainingSpec
+from clustersim.workloads import Op
 from clustersim.workloads.mamba import mamba_cp_alltoall_bytes
-
-
-@dataclass(frozen=True)
-class Costing:
-    """The inputs shared by every chunk's costing."""
-
-    model: ModelSpec
-    training: TrainingSpec
-    plan: ParallelPlan
-    accelerator: AcceleratorSpec
-    profile: CalibrationProfile
-    pricer: CommPricer
-
-    @property
-    def expert_scale(self) -> float:
-        """The busiest expert rank's tokens over the mean (imbalance, capped by a capacity factor)."""
-        return expert_load(self.plan.expert_imbalance, self.model.capacity_factor)
-
-    def time(self, ops: list[Op], which: Pass) -> float:
-        return ops_time(ops, self.accelerator, self.profile, self.training.precision, which, self.expert_scale)
-
-    def host(self, per_layer: list[tuple[list[Op], bool]], recomputed: list[list[Op]]) -> HostExcess:
-        """Seconds the host's kernel launches add to one micro-batch of a chunk (``step.host``)."""
-        local = max(1, self.model.num_experts // max(1, self.plan.ep))
-        launch = host_excess(self.model, [ops for ops, _ in per_layer], recomputed,
-                             lambda ops, which: self.time(list(ops), which), self.profile.host_launch_time,
-                             local, self.plan.moe_fused_grouped_mlp, self.plan.ep)
-        eager = eager_excess([ops for ops, _ in per_layer], self.profile.eager_layer_overhead,
-                             self.profile.kernel_overhead,
-                             (lambda ops, which: self.time(list(ops), which)) if self.profile.kernels_async else None)
-        return HostExcess(fwd=launch.fwd + eager.fwd, bwd=launch.bwd + eager.bwd, recompute=launch.recompute)
 
 
 def lower(c: Costing, part: Partition | None = None) -> Lowered:
@@ -224,34 +188,6 @@ def sp_norm_grad_call(c: Costing, ops: list[Op]) -> TPCall | None:
     return ("all_reduce", params * c.plan.grad_dtype_bytes) if params > 0 else None
 
 
-def flow_shop(compute: list[float], comm: list[float], slowdown: float = 0.0) -> float:
-    """Two streams, comm prefetching one item ahead: item i computes after comm i finishes.
-
-    Returns the extra seconds over sum(compute) that waiting for comm costs, and, with
-    ``slowdown`` f > 0, what the overlap costs: while comm i + 1 runs (from the start of compute i)
-    compute advances at 1 / (1 + f) (NCCL's kernels take SMs and HBM bandwidth), so compute i of
-    cp seconds beside a comm of cm seconds lasts cp (1 + f) if that ends within cm, else
-    cp + cm f / (1 + f). f = 0: the plain flow shop; nothing overlapping: no slowdown.
-    """
-    comm_end = c_start = c_end = 0.0
-    for i, (cp, cm) in enumerate(zip(compute, comm)):
-        comm_end = max(comm_end, c_start if i > 0 else 0.0) + cm
-        c_start = max(c_end, comm_end)
-        beside = comm[i + 1] if slowdown > 0 and i + 1 < len(comm) else 0.0  # the prefetch during compute i
-        c_end = c_start + overlapped_duration(cp, beside, slowdown)
-    return c_end - sum(compute)
-
-
-def overlapped_duration(compute: float, comm: float, slowdown: float) -> float:
-    """Seconds ``compute`` seconds of work take when a collective of ``comm`` seconds starts with it
-    and slows it by 1 + ``slowdown`` while both run (the collective's own time unchanged)."""
-    if slowdown <= 0 or comm <= 0:
-        return compute
-    if compute * (1.0 + slowdown) <= comm:
-        return compute * (1.0 + slowdown)
-    return compute + comm * slowdown / (1.0 + slowdown)
-
-
 def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> ChunkCost:
     plan, model = c.plan, c.model
     per_layer = _per_layer(c, chunk, layers)
@@ -270,14 +206,14 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     host = c.host(per_layer, recomputed)
     recompute = sum(c.time(ops, "fwd") for ops in recomputed) + host.recompute
     rec_flops = sum(o.flops for ops in recomputed for o in ops)
-    dp_fwd, dp_bwd = _fsdp_exposed(c, ops_all, per_layer)
-    gather, lead, gather_call = _param_gathers(c, ops_all, per_layer)
+    dp_fwd, dp_bwd = fsdp_exposed(c, ops_all, per_layer)
+    gather, lead, gather_call = param_gathers(c, ops_all, per_layer)
     ep_call_fwd, ep_call_bwd = ep_pass_calls(c, per_layer, n_full)
     return ChunkCost(
         chunk=chunk, fwd=c.time(ops_all, "fwd") + host.fwd, bwd_input=c.time(ops_all, "bwd_input") + host.bwd,
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
-        buckets=_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_call=gather_call,
+        buckets=grad_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_call=gather_call,
         ep_call_fwd=ep_call_fwd, ep_call_bwd=ep_call_bwd, **acc,
     )
 
@@ -341,183 +277,6 @@ def _per_layer(c: Costing, chunk: int, layers: range) -> list[tuple[list[Op], bo
     return out
 
 
-def fsdp_calls(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, list[float]]:
-    """FSDP/ZeRO-3 units of one chunk: (parameters outside the layers, parameters of each layer).
-
-    Each layer is a unit (all-gathered before its forward and again before its backward, its
-    gradients reduce-scattered); the rest of the chunk (embedding, final norm, output layer) is the
-    root unit, gathered once before the forward and kept for the backward, its gradients
-    reduce-scattered once (torch FSDP2 ``fully_shard`` per block then the root). Sizes in the
-    nccl-tests convention are these counts times the parameter or gradient bytes."""
-    layers = [float(sum(o.params for o in ops)) for ops, _ in per_layer]
-    return max(float(sum(o.params for o in ops_all)) - sum(layers), 0.0), layers
-
-
-def unit_tensors(plan: ParallelPlan, params: float, ops: list[Op] | None) -> list[float]:
-    """Elements of each parameter collective of one FSDP/ZeRO-3 unit of ``params`` elements.
-
-    ``module``: the unit's one flat buffer. ``tensor``: each op's parameters above
-    ``plan.param_persistence_threshold`` (an op's weight with its bias; a bias alone, at most a
-    hidden size, is under DeepSpeed's 1e5 default), the smaller ones persisting unsharded; the root
-    unit (``ops`` None) as one tensor, its embedding table dominating it."""
-    if plan.param_gather_unit == "module" or ops is None:
-        return [params] if params > plan.param_persistence_threshold or plan.param_gather_unit == "module" else []
-    return [float(o.params) for o in ops if o.params > plan.param_persistence_threshold]
-
-
-def tensor_copies_time(c: Costing, nbytes: float) -> float:
-    """PyTorch's list-API collectives (``param_gather_unit = tensor``): ProcessGroupNCCL gathers into
-    a flat buffer and copies it out to the n per-rank views (``allgather``), or copies n views into
-    one before reducing (``reduce_scatter``, ``flatten_for_scatter_gather``): n eager copy ops, each
-    the profile's per-op overhead, moving the buffer once through HBM (read and write). The GPU side
-    only: the host's loops that issue them are ``step.host.list_api_time``. 0 for ``module`` (one
-    flat buffer, ``_all_gather_base``)."""
-    if c.plan.param_gather_unit == "module" or nbytes <= 0:
-        return 0.0
-    hbm = c.accelerator.hbm_bandwidth * c.profile.memory_efficiency
-    return c.plan.param_shard * c.profile.kernel_overhead + 2.0 * nbytes / hbm
-
-
-def tensor_call_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], nbytes: float) -> float:
-    """Seconds of one parameter collective of ``nbytes``: the NCCL call for ``module``; for ``tensor``
-    the list API's host loops and copies around it (``step.host.list_api_time``)."""
-    coll = c.pricer.time(kind, nbytes, "dp_shard")
-    if c.plan.param_gather_unit == "module" or nbytes <= 0:
-        return coll
-    return list_api_time(kind, c.plan.param_shard, coll, tensor_copies_time(c, nbytes), c.profile)
-
-
-def _unit_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], params: float, ops: list[Op] | None,
-               nbytes: int) -> float:
-    """Seconds of one unit's parameter all-gather or gradient reduce-scatter, tensor by tensor."""
-    return sum(tensor_call_time(c, kind, p * nbytes) for p in unit_tensors(c.plan, params, ops))
-
-
-def _fsdp_exposed(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
-    """FSDP/ZeRO-3: gather each layer's weights before forward and backward, reduce-scatter grads;
-    the root unit (``fsdp_calls``) gathered before the first layer, reduce-scattered after the last.
-    Each unit's collectives are ``unit_tensors`` (one flat buffer, or one per tensor)."""
-    plan = c.plan
-    if plan.param_shard <= 1 or not per_layer:
-        return 0.0, 0.0
-    wbytes, gbytes = c.training.param_bytes, plan.grad_dtype_bytes
-    root, layers = fsdp_calls(c, ops_all, per_layer)
-    # nccl-tests convention: all-gather / reduce-scatter size is the full (gathered) buffer
-    gathers = [_unit_time(c, "all_gather", p, ops, wbytes) for p, (ops, _) in zip(layers, per_layer)]
-    scatters = [_unit_time(c, "reduce_scatter", p, ops, gbytes) for p, (ops, _) in zip(layers, per_layer)]
-    root_gather = _unit_time(c, "all_gather", root, None, wbytes)
-    root_scatter = _unit_time(c, "reduce_scatter", root, None, gbytes)
-    fwd = [c.time(ops, "fwd") for ops, _ in per_layer]
-    bwd = [c.time(ops, "bwd") for ops, _ in per_layer]
-    if not plan.overlap_param_gather:
-        return root_gather + sum(gathers), sum(gathers) + sum(scatters) + root_scatter
-    # backward: the comm stream carries the next layer's gather and the previous layer's scatter
-    comm_b = [g + (scatters[i - 1] if i > 0 else 0.0) for i, g in enumerate(gathers)]
-    slow = c.profile.overlap_slowdown
-    f_ag, f_rs = slow.get("all_gather", 0.0), slow.get("reduce_scatter", 0.0)
-    f_b = (f_ag * sum(gathers) + f_rs * sum(scatters[:-1])) / max(sum(gathers) + sum(scatters[:-1]), 1e-300)
-    return (root_gather + flow_shop(fwd, gathers, f_ag),
-            flow_shop(bwd[::-1], comm_b, f_b) + scatters[-1] + root_scatter)
-
-
-def _grad_axis(plan: ParallelPlan) -> tuple[CollectiveKind, Axis]:
-    """(DP reduction kind, dense axis): all-reduce without ZeRO, reduce-scatter with ZeRO-1/2."""
-    kind: CollectiveKind = "reduce_scatter" if plan.zero in (1, 2) else "all_reduce"
-    return kind, ("dp+cp" if plan.cp > 1 else "dp")
-
-
-def _buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
-    """DP gradient buckets of one chunk.
-
-    Without ZeRO-3/FSDP: all-reduce (or reduce-scatter with ZeRO-1/2) of dense grads over dp(+cp)
-    and of expert grads over the expert-dp group. FSDP reduce-scatters per layer inside the chunk;
-    only hybrid sharding (HSDP) adds an all-reduce of each shard's grads across replicas.
-    """
-    plan = c.plan
-    if plan.param_shard > 1:
-        return _hsdp_buckets(c, ops)
-    if plan.dp * plan.cp == 1:
-        return ()
-    kind, axis = _grad_axis(plan)
-    expert = sum(o.params for o in ops if is_routed_expert(o))
-    dense = sum(o.params for o in ops) - expert
-    out: list[Bucket] = []
-    out += _split(c, kind, dense * plan.grad_dtype_bytes, axis, _first_bucket(c, ops))
-    out += _split(c, kind, expert * plan.grad_dtype_bytes, "edp")
-    return tuple(sorted(out, key=lambda b: b.at))
-
-
-def _first_bucket(c: Costing, ops: list[Op]) -> float:
-    """Bytes of PyTorch DDP's first bucket: whole parameters in the order the backward makes their
-    gradients ready (the chunk's ops in reverse) until they reach ``plan.first_bucket_size``
-    (torch's reducer closes a bucket once it holds at least the cap); 0 when the plan sets none."""
-    cap = c.plan.first_bucket_size
-    total = 0.0
-    if cap <= 0:
-        return total
-    for o in reversed(ops):
-        if not is_routed_expert(o):
-            total += o.params * c.plan.grad_dtype_bytes
-            if total >= cap:
-                break
-    return total
-
-
-def _split(c: Costing, kind: CollectiveKind, nbytes: float, axis: Axis, first: float = 0.0) -> list[Bucket]:
-    """``nbytes`` of gradients in buckets of at most ``plan.bucket_size``, ready evenly through
-    backward; with ``first`` (PyTorch DDP) that many bytes in a bucket of their own first."""
-    if nbytes <= 0:
-        return []
-    if 0 < first < nbytes:  # PyTorch DDP: a small first bucket, then the rest
-        head = [Bucket(at=first / nbytes, time=c.pricer.time(kind, first, axis), call=Call(kind, first, axis))]
-        return head + [replace(b, at=(first + b.at * (nbytes - first)) / nbytes)
-                       for b in _even_buckets(c, kind, nbytes - first, axis)]
-    return _even_buckets(c, kind, nbytes, axis)
-
-
-def _even_buckets(c: Costing, kind: CollectiveKind, nbytes: float, axis: Axis) -> list[Bucket]:
-    """``nbytes`` in equal buckets of at most ``plan.bucket_size``, ready evenly through backward."""
-    n = max(1, math.ceil(nbytes / c.plan.bucket_size))
-    call = Call(kind, nbytes / n, axis)
-    return [Bucket(at=(i + 1) / n, time=c.pricer.time(kind, nbytes / n, axis), call=call) for i in range(n)]
-
-
-def _hsdp_buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
-    plan = c.plan
-    if plan.fsdp != "hybrid" or plan.shard_degree == plan.dp:
-        return ()
-    nbytes = sum(o.params for o in ops) * plan.grad_dtype_bytes / plan.shard_degree  # this device's grad shard
-    return tuple(_split(c, "all_reduce", nbytes, "dp_rep"))
-
-
-def _param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float, Call | None]:
-    """ZeRO-1/2: (seconds to all-gather the chunk's updated bf16 weights after the sharded optimizer
-    step, in buckets; how long the chunk's first forward waits for them when overlapped).
-
-    Overlapped, the gathers run in forward order, the parameters outside the layers (embedding)
-    first, then layer by layer; each layer's forward waits only for its own gather (a flow shop), so
-    the wait is the first gather plus whatever the gathers fall behind the forward pass (-1 without
-    layers: the forward waits for the whole gather).
-    """
-    plan = c.plan
-    if plan.zero not in (1, 2) or plan.fsdp != "none":
-        return 0.0, -1.0, None
-    _, axis = _grad_axis(plan)
-    wbytes = c.training.param_bytes
-    nbytes = sum(o.params for o in ops) * wbytes
-    n = max(1, math.ceil(nbytes / plan.bucket_size))
-    total = n * c.pricer.time("all_gather", nbytes / n, axis)
-    call = Call("all_gather", nbytes / n, axis, n)
-    if not per_layer:
-        return total, -1.0, call
-    layers = [sum(o.params for o in layer) for layer, _ in per_layer]
-    rest = nbytes / wbytes - sum(layers)
-    items = ([rest] if rest > 0 else []) + layers
-    gathers = [c.pricer.time("all_gather", p * wbytes, axis) for p in items]
-    fwd = ([0.0] if rest > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
-    return total, flow_shop(fwd, gathers, c.profile.overlap_slowdown.get("all_gather", 0.0)), call
-
-
 def step_calls(c: Costing, part: Partition | None = None) -> tuple[tuple[Call, ...], ...]:
     """Per stage, every collective one device of it makes in one step as lowering prices them
     (``Call.count`` of each): the TP calls of every layer and of the model's ends per micro-batch
@@ -556,10 +315,10 @@ def step_calls(c: Costing, part: Partition | None = None) -> tuple[tuple[Call, .
                 for t in unit_tensors(plan, root, None):
                     add("all_gather", t * c.training.param_bytes, "dp_shard", m)
                     add("reduce_scatter", t * plan.grad_dtype_bytes, "dp_shard", m)
-            for b in _buckets(c, list(ch.ops)):
+            for b in grad_buckets(c, list(ch.ops)):
                 if b.call is not None:
                     add(b.call.kind, b.call.size, b.call.axis, b.call.count)
-            gather = _param_gathers(c, list(ch.ops), per_layer)[2]
+            gather = param_gathers(c, list(ch.ops), per_layer)[2]
             if gather is not None:
                 add(gather.kind, gather.size, gather.axis, gather.count)
         norms = sp_norm_grad_call(c, [o for ch in stage.chunks for o in ch.ops])

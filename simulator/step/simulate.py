@@ -30,7 +30,8 @@ from clustersim.simulator.step.compute import expert_path, peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.jitter import pass_wait_fraction, sync_wait_fraction, variability_wait_fraction
 from clustersim.simulator.step.costs import StageCost
-from clustersim.simulator.step.lower import Costing, compute_parts, lower
+from clustersim.simulator.step.costing import Costing
+from clustersim.simulator.step.lower import compute_parts, lower
 from clustersim.simulator.step.partition import StageMemory, partition
 from clustersim.simulator.step.result import Result, breakdowns, critical_unit
 from clustersim.simulator.step.streams import FabricSharing, fabric_report, send_counts, stream_transfers

@@ -10,7 +10,7 @@ import pytest
 from clustersim.simulator.profile import OVERLAP_SLOWDOWN_MEASURED, default_profile, load_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.plan.plan import ParallelPlan
-from clustersim.simulator.step.lower import flow_shop, overlapped_duration
+from clustersim.simulator.step.lower_dp import flow_shop, overlapped_duration
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import get_cluster
 from clustersim.workloads import TrainingSpec, get_model

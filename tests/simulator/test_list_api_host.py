@@ -12,7 +12,7 @@ import pytest
 from clustersim.simulator.profile import HOST_LAUNCH_RANGE
 from clustersim.simulator.step import step_calls
 from clustersim.simulator.step.host import LIST_API_HOST_OP, list_api_time
-from clustersim.simulator.step.lower import tensor_call_time, tensor_copies_time
+from clustersim.simulator.step.lower_dp import tensor_call_time, tensor_copies_time
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import get_cluster
 from tests.simulator.test_zero3_tensor_gather import MODEL, PROFILE, TRAINING, _costing, _plan

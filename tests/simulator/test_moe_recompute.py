@@ -21,7 +21,8 @@ from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.plan.checks import check_plan
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan, plan_from_mapping
-from clustersim.simulator.step.lower import Costing, lower
+from clustersim.simulator.step.costing import Costing
+from clustersim.simulator.step.lower import lower
 from clustersim.simulator.step.partition import RESERVED_BYTES, kept_layer_bytes, partition_plan, stage_chunks
 from clustersim.simulator.step.recompute import recomputed_ops
 from clustersim.topologies import get_cluster

@@ -12,7 +12,8 @@ from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network.collectives import price_collective
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.errors import PlanError
-from clustersim.simulator.step.lower import Costing, lower
+from clustersim.simulator.step.costing import Costing
+from clustersim.simulator.step.lower import lower
 from clustersim.simulator.step.partition import stage_memory
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan

@@ -6,7 +6,8 @@ from clustersim.simulator.profile import default_profile
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.plan import ParallelPlan
-from clustersim.simulator.step.lower import Costing, lower
+from clustersim.simulator.step.costing import Costing
+from clustersim.simulator.step.lower import lower
 from clustersim.simulator.step.partition import partition, stage_chunks, stage_memory
 from clustersim.topologies import get_cluster
 from clustersim.workloads import TrainingSpec, get_model

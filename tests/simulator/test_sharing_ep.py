@@ -21,7 +21,8 @@ from clustersim.simulator.step import simulate as simulate_module
 from clustersim.simulator.step.costs import Call
 from clustersim.simulator.step.engine import EngineInput, run
 from clustersim.simulator.step.fluid import FabricStreams
-from clustersim.simulator.step.lower import Costing, lower
+from clustersim.simulator.step.costing import Costing
+from clustersim.simulator.step.lower import lower
 from clustersim.simulator.step.result import CATEGORIES, breakdowns
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.step.streams import stream_transfers

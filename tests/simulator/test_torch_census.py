@@ -26,7 +26,8 @@ from clustersim.simulator.profile import CalibrationProfile, machine_cluster
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.plan.placement import Placement
 from clustersim.simulator.plan.schedules import stage_program
-from clustersim.simulator.step.lower import LOSS_ALL_REDUCES, Costing, lower, step_calls
+from clustersim.simulator.step.costing import Costing
+from clustersim.simulator.step.lower import LOSS_ALL_REDUCES, lower, step_calls
 
 RECORDED = Path(__file__).parent / "torch_recorded"
 PLANS = {p.name: p for p in standard_plans(2)}

@@ -25,6 +25,7 @@ from clustersim.workloads import Op
 
 H200 = Path(__file__).parent / "torch_recorded_h200" / "run1"
 RUN2 = Path(__file__).parent / "torch_recorded_h200" / "run2"
+RUN3 = Path(__file__).parent / "torch_recorded_h200" / "run3"
 CPU = Path(__file__).parent / "torch_recorded" / "small"
 
 
@@ -42,7 +43,7 @@ def test_a_gpu_folder_fits_an_asynchronous_profile_and_a_cpu_folder_does_not() -
 
 
 @pytest.mark.parametrize(("run", "folder"), [(H200, "small"), (H200, "holdout"), (RUN2, "small"), (RUN2, "holdout"),
-                                             (RUN2, "wide")])
+                                             (RUN2, "wide"), (RUN3, "small"), (RUN3, "holdout"), (RUN3, "wide")])
 def test_the_recorded_h200_steps_are_predicted_within_10_percent(run: Path, folder: str) -> None:
     report = fit_profile(run / "small")  # holdout, wide: out of sample, their own microbenchmarks unused
     ref = report.probe

@@ -13,7 +13,7 @@ from clustersim.simulator.network import CommPricer
 from clustersim.simulator.plan import ParallelPlan, Placement, plan_from_mapping
 from clustersim.simulator.profile import default_profile
 from clustersim.simulator.step import Costing, step_calls
-from clustersim.simulator.step.lower import tensor_copies_time
+from clustersim.simulator.step.lower_dp import tensor_copies_time
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import get_cluster
 from clustersim.workloads import TrainingSpec, get_model

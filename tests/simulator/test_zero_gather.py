@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.step.lower import flow_shop
+from clustersim.simulator.step.lower_dp import flow_shop
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.topologies import get_cluster
 from clustersim.workloads import TrainingSpec, get_model
