@@ -14,7 +14,8 @@ import time
 from clustersim.simulator.profile import default_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
-from clustersim.simulator.search.search import candidate_plans, plan_is_valid, search
+from clustersim.simulator.search.candidates import candidate_plans, plan_is_valid
+from clustersim.simulator.search.search import search
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import get_cluster
 from clustersim.workloads import TrainingSpec, get_model

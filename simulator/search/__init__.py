@@ -8,14 +8,13 @@ room import their siblings directly. ``__all__`` is what the other rooms use, so
 ``search.search``.
 """
 
+from clustersim.simulator.search.candidates import candidate_plans, plan_is_valid
 from clustersim.simulator.search.estimate import Estimator
 from clustersim.simulator.search.search import (
     OBJECTIVES,
     Ranked,
     SearchReport,
     TokenPrice,
-    candidate_plans,
-    plan_is_valid,
     price_per_token,
     search as search_plans,
 )

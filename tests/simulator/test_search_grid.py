@@ -20,7 +20,8 @@ from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.plan.schedules import lanes, program_ends
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.grid import grid_bounds
-from clustersim.simulator.search.search import SearchReport, candidate_plans, plan_is_valid, search
+from clustersim.simulator.search.candidates import candidate_plans, plan_is_valid
+from clustersim.simulator.search.search import SearchReport, search
 from clustersim.topologies import get_cluster
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model
 
