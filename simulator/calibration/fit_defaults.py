@@ -34,7 +34,8 @@ from clustersim.simulator.calibration.fit_transfer import transfer_profile
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row
 from clustersim.topologies import Cluster
 from clustersim.topologies.accelerators import normalise_gpu
-from clustersim.simulator.calibration.validate_rules import SkipRow, attention_kernel, precision_of
+from clustersim.simulator.calibration.validate_plan import attention_kernel
+from clustersim.simulator.calibration.validate_rules import SkipRow, precision_of
 
 def profile_key(gpu_type: str, keys: Sequence[str]) -> str | None:
     """The profile stem a GPU type uses (``validate.SYSTEM_OF_PART``: A100-SXM4 -> a100, H800 -> h100)."""

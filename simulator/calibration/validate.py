@@ -26,9 +26,10 @@ from clustersim.simulator.network import Fidelity
 from clustersim.simulator.errors import OutOfMemoryError, ScenarioError
 from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.calibration.spellings import UnknownSpelling, nic_gbps_per_gpu
-from clustersim.simulator.calibration.validate_rules import (
-    SkipRow, attention_kernel, batch_consistent, measured_step_time, model_for_row, plan_for_row, precision_of, text, num, tuning_candidates,
+from clustersim.simulator.calibration.validate_plan import (
+    attention_kernel, batch_consistent, plan_for_row, tuning_candidates,
 )
+from clustersim.simulator.calibration.validate_rules import SkipRow, measured_step_time, model_for_row, precision_of, text, num
 from clustersim.topologies import Cluster, get_cluster
 from clustersim.topologies.accelerators import get_accelerator, normalise_gpu, stated_power_limit
 from clustersim.topologies.power import with_power_limit

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from clustersim.simulator.calibration.validate import load_runs, scenario_for_row, validate_row
-from clustersim.simulator.calibration.validate_rules import batch_consistent
+from clustersim.simulator.calibration.validate_plan import batch_consistent
 from clustersim.simulator.step.partition import partition_plan
 from clustersim.units import GIB
 from clustersim.workloads import get_model, layer_activation_bytes

@@ -16,7 +16,7 @@ import pytest
 from clustersim.simulator.calibration.recipe_moe import (
     RECIPE_FUSED_GROUPED_MLP, framework_release, recipe_fused_grouped_mlp,
 )
-from clustersim.simulator.calibration.validate_rules import plan_for_row
+from clustersim.simulator.calibration.validate_plan import plan_for_row
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, default_profile
 from clustersim.simulator.step.compute import expert_path, op_time

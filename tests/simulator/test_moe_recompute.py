@@ -15,7 +15,7 @@ import pytest
 
 from clustersim.simulator.profile import default_profile
 from clustersim.simulator.calibration.recipe_plans import RECIPE_RECOMPUTE
-from clustersim.simulator.calibration.validate_rules import plan_for_row, recipe_recompute
+from clustersim.simulator.calibration.validate_plan import plan_for_row, recipe_recompute
 from clustersim.simulator.errors import PlanError
 from clustersim.simulator.network.pricing import CommPricer
 from clustersim.simulator.plan.checks import check_plan

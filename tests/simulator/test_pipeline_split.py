@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from clustersim.simulator.calibration.validate import load_runs, scenario_for_row
-from clustersim.simulator.calibration.validate_rules import model_for_row, recipe_layer_split
+from clustersim.simulator.calibration.validate_plan import recipe_layer_split
+from clustersim.simulator.calibration.validate_rules import model_for_row
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.plan.checks import check_plan
 from clustersim.simulator.plan.plan import ParallelPlan

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from clustersim.simulator.calibration.recipe_moe import RECIPE_MOE_COMM, recipe_moe_comm
-from clustersim.simulator.calibration.validate_rules import plan_for_row
+from clustersim.simulator.calibration.validate_plan import plan_for_row
 from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import get_cluster

@@ -216,7 +216,7 @@ def test_error_stats_closed_form() -> None:
 
 
 def test_attention_kernel_follows_the_era_of_the_run(runs: pd.DataFrame) -> None:
-    from clustersim.simulator.calibration.validate_rules import attention_kernel
+    from clustersim.simulator.calibration.validate_plan import attention_kernel
     kernels = {rid: attention_kernel(_row(runs, rid), []) for rid in (217, 254, 1, 240, 300)}
     # Megatron-LM 2021 and SC'21: unfused; MosaicML 2023: FlashAttention 1/2 era; 2024 and NeMo: current
     assert kernels == {217: "unfused", 254: "unfused", 1: "flash2", 240: "flash3", 300: "flash3"}
