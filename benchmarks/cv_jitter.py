@@ -25,13 +25,12 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from clustersim.simulator.calibration import fit_crossval
 from clustersim.simulator.calibration.fit_first_order import Bounds
 from clustersim.simulator.cli import validate_cv
 from clustersim.simulator.cli.app import main
-from clustersim.simulator.profile import SYNC_JITTER_CV_MEASURED, CalibrationProfile
+from clustersim.simulator.profile import SYNC_JITTER_CV_MEASURED
 
-from cv_override import validate_with
+from cv_override import validate_with, with_fields
 
 
 def _with_bounds(inner: Any, bounds: Bounds) -> Any:
@@ -39,16 +38,6 @@ def _with_bounds(inner: Any, bounds: Bounds) -> Any:
         kwargs["bounds"] = bounds
         return inner(*args, **kwargs)
     return wrapped
-
-
-def _with_law(law: str) -> None:
-    cited = fit_crossval.with_cited_constants
-
-    def wrapped(profile: CalibrationProfile, stem: str) -> CalibrationProfile:
-        return cited(profile, stem).replace(sync_jitter_law=law)
-
-    fit_crossval.with_cited_constants = wrapped
-    print(f"sync_jitter_law = {law} in every fold's profiles", flush=True)
 
 
 if __name__ == "__main__":
@@ -59,7 +48,7 @@ if __name__ == "__main__":
     value = value.removeprefix("set=")
     cv = SYNC_JITTER_CV_MEASURED if value == "measured" else float(value)
     if law:
-        _with_law(law)
+        with_fields(sync_jitter_law=law)
     if after:
         validate_with(sys.argv[2:], sync_jitter_cv=cv)
         sys.exit(0)

@@ -15,8 +15,9 @@ from clustersim.simulator.cli.app import main
 from clustersim.simulator.profile import CalibrationProfile
 
 
-def validate_with(args: list[str], **fields: Any) -> None:
-    """``clustersim validate ARGS`` with ``fields`` set on every fold's profiles (announced first)."""
+def with_fields(**fields: Any) -> None:
+    """From now on, every fold's profiles carry ``fields`` (set after the fit's cited constants);
+    announced."""
     cited = fit_crossval.with_cited_constants
 
     def wrapped(profile: CalibrationProfile, stem: str) -> CalibrationProfile:
@@ -25,5 +26,10 @@ def validate_with(args: list[str], **fields: Any) -> None:
     fit_crossval.with_cited_constants = wrapped
     for name, value in fields.items():
         print(f"{name} = {value} in every fold's profiles", flush=True)
+
+
+def validate_with(args: list[str], **fields: Any) -> None:
+    """``clustersim validate ARGS`` with ``fields`` set on every fold's profiles (``with_fields``)."""
+    with_fields(**fields)
     sys.argv = ["clustersim", "validate", *args]
     main()

@@ -55,36 +55,34 @@ def _time(fn: Callable[[], object]) -> float:
     return statistics.median(samples)
 
 
-def main(out: str) -> None:
-    dev = torch.device("cuda")
-    bf = torch.bfloat16
-    rows = open(out, "w", newline="")
-    w = csv.writer(rows)
-    w.writerow(["kind", "m", "n", "k", "groups", "dtype", "seconds", "flop_per_call", "tflops"])
+DEV, BF = "cuda", torch.bfloat16
+Put = Callable[[str, int, int, int, int, str, float, float], None]
+"""Writes one measured shape: (kind, m, n, k, groups, dtype, seconds per call, FLOP of the call)."""
 
-    def put(kind: str, m: int, n: int, k: int, groups: int, dtype: str, sec: float, flop: float) -> None:
-        w.writerow([kind, m, n, k, groups, dtype, f"{sec:.6e}", f"{flop / groups:.6e}", f"{flop / sec / 1e12:.2f}"])
-        rows.flush()
-        print(kind, m, n, k, groups, dtype, f"{flop / sec / 1e12:.1f} TF/s", flush=True)
 
-    # dense bf16: tokens x hidden shapes of transformer layers
+def dense(put: Put) -> None:
+    """bf16 GEMMs of the tokens x hidden shapes of transformer layers."""
     for m in (256, 1024, 2048, 4096, 8192, 16384):
         for n, k in ((1024, 1024), (2048, 2048), (4096, 4096), (8192, 8192), (14336, 4096), (4096, 14336),
                      (16384, 16384), (28672, 8192), (8192, 28672), (53248, 16384)):
-            if m * n * k > 16384 * 53248 * 16384:
-                continue
-            a, b = torch.randn(m, k, device=dev, dtype=bf), torch.randn(k, n, device=dev, dtype=bf)
+            a, b = torch.randn(m, k, device=DEV, dtype=BF), torch.randn(k, n, device=DEV, dtype=BF)
             put("dense", m, n, k, 1, "bf16", _time(lambda: a @ b), 2.0 * m * n * k)
-            del a, b
-    # routed experts: (hidden, expert ffn, experts) of Qwen3-30B-A3B, Qwen3-235B-A22B, GPT-OSS-120B,
-    # DeepSeek-V3 and Mixtral 8x7B (their config.json); each expert's up (gate+up fused) GEMM
-    experts = {"qwen3-30b": (2048, 768, 16), "qwen3-235b": (4096, 1536, 16), "gpt-oss": (2880, 2880, 16),
-               "deepseek-v3": (7168, 2048, 16), "mixtral": (4096, 14336, 4)}
-    for name, (hidden, ffn, groups) in experts.items():
+
+
+EXPERTS: dict[str, tuple[int, int, int]] = {
+    "qwen3-30b": (2048, 768, 16), "qwen3-235b": (4096, 1536, 16), "gpt-oss": (2880, 2880, 16),
+    "deepseek-v3": (7168, 2048, 16), "mixtral": (4096, 14336, 4)}
+"""(hidden, expert ffn, experts timed) of Qwen3-30B-A3B, Qwen3-235B-A22B, GPT-OSS-120B, DeepSeek-V3
+and Mixtral 8x7B (their config.json); each expert's up GEMM (gate and up fused: 2 x ffn wide)."""
+
+
+def experts(put: Put) -> None:
+    """The routed experts' up GEMMs by tokens per expert: one call per expert, and one grouped call."""
+    for name, (hidden, ffn, groups) in EXPERTS.items():
         for m in (64, 128, 256, 512, 1024, 2048, 4096, 8192):
             n, k = 2 * ffn, hidden
-            xs = [torch.randn(m, k, device=dev, dtype=bf) for _ in range(groups)]
-            ws = [torch.randn(k, n, device=dev, dtype=bf) for _ in range(groups)]
+            xs = [torch.randn(m, k, device=DEV, dtype=BF) for _ in range(groups)]
+            ws = [torch.randn(k, n, device=DEV, dtype=BF) for _ in range(groups)]
 
             def loop() -> None:
                 for x, wt in zip(xs, ws):
@@ -94,37 +92,56 @@ def main(out: str) -> None:
                 try:
                     x = torch.cat(xs)
                     wg = torch.stack([wt.t() for wt in ws]).transpose(1, 2)  # (groups, k, n), column-major
-                    offs = torch.arange(1, groups + 1, device=dev, dtype=torch.int32) * m
+                    offs = torch.arange(1, groups + 1, device=DEV, dtype=torch.int32) * m
                     put("experts_grouped", m, n, k, groups, "bf16",
                         _time(lambda: torch._grouped_mm(x, wg, offs=offs)), 2.0 * m * n * k * groups)
                 except Exception as e:  # noqa: BLE001 (a torch without this kernel for the part)
                     print("grouped_mm", name, m, type(e).__name__, e, flush=True)
-            del xs, ws
-    # fp8 e4m3, per-tensor scales
-    if hasattr(torch, "_scaled_mm"):
-        one = torch.tensor(1.0, device=dev)
-        for m in (1024, 4096, 16384):
-            for n, k in ((4096, 4096), (8192, 8192), (28672, 8192), (16384, 16384)):
-                try:
-                    a = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
-                    b = torch.randn(n, k, device=dev).to(torch.float8_e4m3fn).t()
-                    put("fp8", m, n, k, 1, "fp8_e4m3",
-                        _time(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=bf)), 2.0 * m * n * k)
-                except Exception as e:  # noqa: BLE001
-                    print("scaled_mm", m, n, k, type(e).__name__, e, flush=True)
-    # attention (flash via SDPA), causal, head dim 128, fwd+bwd
+
+
+def fp8(put: Put) -> None:
+    """fp8 e4m3 GEMMs with per-tensor scales (``torch._scaled_mm``), where torch has it."""
+    if not hasattr(torch, "_scaled_mm"):
+        return
+    one = torch.tensor(1.0, device=DEV)
+    for m in (1024, 4096, 16384):
+        for n, k in ((4096, 4096), (8192, 8192), (28672, 8192), (16384, 16384)):
+            try:
+                a = torch.randn(m, k, device=DEV).to(torch.float8_e4m3fn)
+                b = torch.randn(n, k, device=DEV).to(torch.float8_e4m3fn).t()
+                put("fp8", m, n, k, 1, "fp8_e4m3",
+                    _time(lambda: torch._scaled_mm(a, b, scale_a=one, scale_b=one, out_dtype=BF)), 2.0 * m * n * k)
+            except Exception as e:  # noqa: BLE001
+                print("scaled_mm", m, n, k, type(e).__name__, e, flush=True)
+
+
+def attention(put: Put) -> None:
+    """Causal flash attention (SDPA), head dim 128, forward and backward, 16k tokens a call."""
     for s in (1024, 2048, 4096, 8192):
         for heads in (8, 32, 64):
             b = max(1, 16384 // s)
-            q, kk, v = (torch.randn(b, heads, s, 128, device=dev, dtype=bf, requires_grad=True) for _ in range(3))
-            g = torch.randn(b, heads, s, 128, device=dev, dtype=bf)
+            q, kk, v = (torch.randn(b, heads, s, 128, device=DEV, dtype=BF, requires_grad=True) for _ in range(3))
+            g = torch.randn(b, heads, s, 128, device=DEV, dtype=BF)
 
             def fb() -> None:
                 o = F.scaled_dot_product_attention(q, kk, v, is_causal=True)
                 o.backward(g)
             fwd_flop = 4.0 * b * heads * s * s * 128 * 0.5
             put("attention_fwd_bwd", b * s, heads, s, 1, "bf16", _time(fb), 3.5 * fwd_flop)
-    rows.close()
+
+
+def main(out: str) -> None:
+    with open(out, "w", newline="") as rows:
+        w = csv.writer(rows)
+        w.writerow(["kind", "m", "n", "k", "groups", "dtype", "seconds", "flop_per_call", "tflops"])
+
+        def put(kind: str, m: int, n: int, k: int, groups: int, dtype: str, sec: float, flop: float) -> None:
+            w.writerow([kind, m, n, k, groups, dtype, f"{sec:.6e}", f"{flop / groups:.6e}", f"{flop / sec / 1e12:.2f}"])
+            rows.flush()
+            print(kind, m, n, k, groups, dtype, f"{flop / sec / 1e12:.1f} TF/s", flush=True)
+
+        for suite in (dense, experts, fp8, attention):
+            suite(put)
 
 
 if __name__ == "__main__":

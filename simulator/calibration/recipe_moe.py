@@ -277,34 +277,38 @@ def framework_release(framework: str) -> tuple[int, int] | None:
     return (int(m.group(1)), int(m.group(2))) if m else None
 
 
-def recipe_fused_grouped_mlp(*, framework: str, model: str, gpu: str, precision: str) -> tuple[bool, tuple[str, ...]]:
-    """Whether a row's framework recipe runs the fused grouped MLP (``RECIPE_FUSED_GROUPED_MLP``):
-    a Megatron-Bridge row (``framework``, any case) of preset ``model`` on ``gpu`` at precision label
-    ``precision`` from a release at or after the entry's first; with the note that says why."""
+def _fused_entry(framework: str, model: str, gpu: str, precision: str) -> RecipeFusedMlp | None:
+    """The ``RECIPE_FUSED_GROUPED_MLP`` entry of a Megatron-Bridge row (``framework``, any case) of
+    preset ``model`` on ``gpu`` at precision label ``precision`` from a release at or after the
+    entry's first; None where no entry applies."""
     if "megatron-bridge" not in framework.lower():
-        return False, ()
+        return None
     release = framework_release(framework)
     if release is None:
-        return False, ()
+        return None
     for e in RECIPE_FUSED_GROUPED_MLP:
         if model in e.models and gpu in e.gpus and precision in e.precisions and release >= e.first_release:
-            return True, (f"moe fused grouped MLP (CuTeDSL; not printed; framework recipe from NeMo "
-                          f"{e.first_release[0]}.{e.first_release[1]:02d}: {e.locator})",)
-    return False, ()
+            return e
+    return None
+
+
+def recipe_fused_grouped_mlp(*, framework: str, model: str, gpu: str, precision: str) -> tuple[bool, tuple[str, ...]]:
+    """Whether a row's framework recipe runs the fused grouped MLP (``RECIPE_FUSED_GROUPED_MLP``,
+    ``_fused_entry``); with the note that says why."""
+    e = _fused_entry(framework, model, gpu, precision)
+    if e is None:
+        return False, ()
+    return True, (f"moe fused grouped MLP (CuTeDSL; not printed; framework recipe from NeMo "
+                  f"{e.first_release[0]}.{e.first_release[1]:02d}: {e.locator})",)
 
 
 def recipe_release_a2a_overlap(*, framework: str, model: str, gpu: str, precision: str) -> tuple[bool, tuple[str, ...]]:
     """Whether the release-dated recipe change that gives a row the fused grouped MLP
     (``recipe_fused_grouped_mlp``) also sets ``moe_a2a_overlap`` (``RecipeFusedMlp.a2a_overlap``);
     with the note. It supersedes ``RECIPE_MOE_COMM``'s stored copies, which predate the change."""
-    fused, _ = recipe_fused_grouped_mlp(framework=framework, model=model, gpu=gpu, precision=precision)
-    if not fused:
+    e = _fused_entry(framework, model, gpu, precision)
+    if e is None or not e.a2a_overlap:
         return False, ()
-    release = framework_release(framework)
-    for e in RECIPE_FUSED_GROUPED_MLP:
-        if (e.a2a_overlap and model in e.models and gpu in e.gpus and precision in e.precisions
-                and release is not None and release >= e.first_release):
-            return True, (f"moe_a2a_overlap = True (not printed; the recipe change of NeMo "
-                          f"{e.first_release[0]}.{e.first_release[1]:02d} that runs the fused grouped MLP sets it "
-                          f"too, superseding earlier recipe copies: {e.a2a_overlap})",)
-    return False, ()
+    return True, (f"moe_a2a_overlap = True (not printed; the recipe change of NeMo "
+                  f"{e.first_release[0]}.{e.first_release[1]:02d} that runs the fused grouped MLP sets it "
+                  f"too, superseding earlier recipe copies: {e.a2a_overlap})",)

@@ -9,6 +9,7 @@ of the collectives, with the expert load of the plan, each op list's time by pas
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Sequence
 
 from clustersim.simulator.network import CommPricer
 from clustersim.simulator.plan import ParallelPlan
@@ -42,11 +43,14 @@ class Costing:
     def host(self, per_layer: list[tuple[list[Op], bool]], recomputed: list[list[Op]]) -> HostExcess:
         """Seconds the host's kernel launches add to one micro-batch of a chunk (``step.host``)."""
         local = max(1, self.model.num_experts // max(1, self.plan.ep))
-        launch = host_excess(self.model, [ops for ops, _ in per_layer], recomputed,
-                             lambda ops, which: self.time(list(ops), which), self.profile.host_launch_time,
+        layers = [ops for ops, _ in per_layer]
+
+        def gpu(ops: Sequence[Op], which: Pass) -> float:
+            return self.time(list(ops), which)
+
+        launch = host_excess(self.model, layers, recomputed, gpu, self.profile.host_launch_time,
                              local, self.plan.moe_fused_grouped_mlp, self.plan.ep)
-        eager = eager_excess([ops for ops, _ in per_layer], self.profile.eager_layer_overhead,
-                             self.profile.kernel_overhead,
-                             (lambda ops, which: self.time(list(ops), which)) if self.profile.kernels_async else None)
+        eager = eager_excess(layers, self.profile.eager_layer_overhead, self.profile.kernel_overhead,
+                             gpu if self.profile.kernels_async else None)
         return HostExcess(fwd=launch.fwd + eager.fwd, bwd=launch.bwd + eager.bwd, recompute=launch.recompute)
 
