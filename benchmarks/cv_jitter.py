@@ -22,8 +22,8 @@ each row instead of the ``jit`` column's secant).
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Any
 
 from clustersim.simulator.calibration.fit_first_order import Bounds
 from clustersim.simulator.cli import validate_cv
@@ -31,13 +31,6 @@ from clustersim.simulator.cli.app import main
 from clustersim.simulator.profile import SYNC_JITTER_CV_MEASURED
 
 from cv_override import validate_with, with_fields
-
-
-def _with_bounds(inner: Any, bounds: Bounds) -> Any:
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        kwargs["bounds"] = bounds
-        return inner(*args, **kwargs)
-    return wrapped
 
 
 if __name__ == "__main__":
@@ -52,7 +45,7 @@ if __name__ == "__main__":
     if after:
         validate_with(sys.argv[2:], sync_jitter_cv=cv)
         sys.exit(0)
-    validate_cv.cross_validate_families = _with_bounds(validate_cv.cross_validate_families, Bounds(jitter=(cv, cv)))
+    validate_cv.cross_validate_families = functools.partial(validate_cv.cross_validate_families, bounds=Bounds(jitter=(cv, cv)))
     print(f"sync_jitter_cv pinned at {cv} inside every fold's fit (Bounds.jitter)", flush=True)
     sys.argv = ["clustersim", "validate", *sys.argv[2:]]
     main()

@@ -12,25 +12,18 @@ attention levels from published microbenchmarks); ``off``: the plain copy of the
 
 from __future__ import annotations
 
+import functools
 import sys
-from typing import Any
 
 from clustersim.simulator.cli import validate_cv
 from clustersim.simulator.cli.app import main
-
-
-def _with_transfer(inner: Any, on: bool) -> Any:
-    def wrapped(*args: Any, **kwargs: Any) -> Any:
-        kwargs["transfer"] = on
-        return inner(*args, **kwargs)
-    return wrapped
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in ("on", "off"):
         sys.exit("usage: cv_transfer.py on|off VALIDATE-ARGS...")
     on = sys.argv[1] == "on"
-    validate_cv.cross_validate_families = _with_transfer(validate_cv.cross_validate_families, on)
+    validate_cv.cross_validate_families = functools.partial(validate_cv.cross_validate_families, transfer=on)
     print("GPU types without training rows: donor profile " + ("x cited ratios (fit_transfer)" if on else "copied"),
           flush=True)
     sys.argv = ["clustersim", "validate", *sys.argv[2:]]
