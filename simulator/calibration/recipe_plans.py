@@ -1,8 +1,9 @@
 """What framework recipes set about recompute and the pipeline split, for runs that do not print it.
 
-Owns two tables read from the Megatron-Bridge sources named in each entry: the per-module recompute
-of the MoE performance recipes (``RECIPE_RECOMPUTE``) and the embedding/loss accounting of the
-pipeline split (``RECIPE_PIPELINE_SPLIT``), with their lookups by framework string, model preset,
+Owns three tables read from the framework sources named in each entry: the per-module recompute
+of the MoE performance recipes (``RECIPE_RECOMPUTE``), the embedding/loss accounting of the
+pipeline split (``RECIPE_PIPELINE_SPLIT``) and the gradient dtype of the NeMo 1.x launcher recipes
+(``RECIPE_GRAD_DTYPE``), with their lookups by framework string, model preset,
 GPU type, precision label and degrees. It does not read rows (``validate_rules`` does) nor price
 anything; the MoE dispatcher and grouped-MLP recipes are ``recipe_moe``'s.
 """
@@ -149,4 +150,45 @@ def recipe_split(*, framework: str, model: str, num_layers: int, pp: int, vpp: i
                 notes.append(f"layer_split = {list(split)}: embedding {entry.embedding}, loss {entry.loss} "
                              f"counted in the pipeline split (framework recipe {entry.locator})")
             return split
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeGradDtype:
+    """The gradient dtype one framework recipe sets: Megatron-Core's grad buffer and data-parallel
+    reduction in bf16 (2 bytes) instead of the fp32 ``main_grad`` default (4). It applies to a row of
+    one of ``frameworks`` that runs one of ``models`` at the recipe's (tp, pp, vpp, micro_batch)."""
+
+    frameworks: tuple[str, ...]
+    models: tuple[str, ...]
+    degrees: tuple[int, int, int, int]
+    """tp, pp, vpp, micro_batch of the recipe."""
+    grad_dtype_bytes: int
+    locator: str
+
+
+_LAUNCHER = "NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/"
+RECIPE_GRAD_DTYPE: tuple[RecipeGradDtype, ...] = (
+    RecipeGradDtype(
+        frameworks=("nemo 24.",), models=("nemotron-4-340b",), degrees=(8, 8, 12, 1), grad_dtype_bytes=2,
+        locator=_LAUNCHER + "nemotron/nemotron_340b.yaml (stored copies 3be81fc1 and 6daee02a: "
+                "tp 8, pp 8, vpp 12, micro_batch 1, optim.grad_sync_dtype: bf16, with mcore_distributed_optim "
+                "and distributed_fused_adam respectively); NeMo 1.x maps it to Megatron-Core "
+                "DistributedDataParallelConfig(grad_reduce_in_fp32 = grad_sync_dtype == 'fp32') "
+                "(NVIDIA/NeMo nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py, "
+                "setup_mcore_distributed_parallel)"),
+)
+"""Framework recipe -> gradient dtype, for rows of the NeMo 1.x launcher era (NeMo 24.x containers)
+that do not print it. Only recipes that set ``grad_sync_dtype`` have an entry; the others keep
+Megatron-Core's fp32 default. (Megatron-Bridge's recipes set bf16 for every model:
+``validate_plan.BF16_GRAD_FRAMEWORKS``.)"""
+
+
+def recipe_grad_dtype(*, framework: str, model: str, degrees: tuple[int, int, int, int]) -> RecipeGradDtype | None:
+    """The ``RECIPE_GRAD_DTYPE`` entry for this framework string, model preset and (tp, pp, vpp,
+    micro_batch), or None."""
+    fw = framework.lower()
+    for entry in RECIPE_GRAD_DTYPE:
+        if any(f in fw for f in entry.frameworks) and model in entry.models and degrees == entry.degrees:
+            return entry
     return None

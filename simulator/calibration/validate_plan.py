@@ -18,7 +18,7 @@ from clustersim.simulator.calibration.recipe_moe import (
     recipe_fused_grouped_mlp, recipe_moe_comm, recipe_release_a2a_overlap,
 )
 from clustersim.simulator.calibration.recipe_plans import (
-    RecipeRecompute, recipe_recompute_entry, recipe_split,
+    RecipeRecompute, recipe_grad_dtype, recipe_recompute_entry, recipe_split,
 )
 from clustersim.simulator.calibration.spellings import UnknownSpelling, precision_label, sharding
 from clustersim.simulator.calibration.validate_rules import SkipRow, framework_is_mcore, num, text
@@ -106,10 +106,13 @@ def _model_parallel(row: Mapping[str, Any], cluster: Cluster, notes: list[str]) 
     return tp or 1, pp or 1
 
 
-def _sharding(row: Mapping[str, Any], cluster: Cluster, tp: int, cp: int, notes: list[str]) -> dict[str, Any]:
-    """zero / fsdp / gradient dtype from ``zero_fsdp`` (``spellings.SHARDING_SPELLINGS``) and ``precision``."""
+def _sharding(row: Mapping[str, Any], cluster: Cluster, recipe: tuple[str, tuple[int, int, int, int, int]],
+              cp: int, notes: list[str]) -> dict[str, Any]:
+    """zero / fsdp / gradient dtype from ``zero_fsdp`` (``spellings.SHARDING_SPELLINGS``), ``precision``
+    and the framework recipe of ``recipe`` = (model preset name, (tp, pp, vpp, ep, micro_batch))."""
     z = text(row, "zero_fsdp")
-    grad = _grad_bytes(row, notes)
+    tp = recipe[1][0]
+    grad = _grad_bytes(row, recipe, notes)
     if not z:
         if framework_is_mcore(row):
             notes.append("zero_fsdp: distributed optimizer (Megatron-Core/NeMo default)")
@@ -134,15 +137,21 @@ def _sharding(row: Mapping[str, Any], cluster: Cluster, tp: int, cp: int, notes:
     return {"zero": sh.zero, "grad_dtype_bytes": grad}
 
 
-def _grad_bytes(row: Mapping[str, Any], notes: list[str]) -> int:
-    """Bytes per gradient element: 2 for Composer's PURE mixed precision (bf16 reduce) and for the
-    ``BF16_GRAD_FRAMEWORKS`` recipes, else 4 (fp32 main grads, Megatron's and FSDP's default)."""
+def _grad_bytes(row: Mapping[str, Any], recipe: tuple[str, tuple[int, int, int, int, int]], notes: list[str]) -> int:
+    """Bytes per gradient element: 2 for Composer's PURE mixed precision (bf16 reduce), for the
+    ``BF16_GRAD_FRAMEWORKS`` recipes and for a ``recipe_plans.RECIPE_GRAD_DTYPE`` recipe of the row's
+    model and degrees, else 4 (fp32 main grads, Megatron's and FSDP's default)."""
     if "pure" in text(row, "precision").lower():
         return 2
     fw = text(row, "framework").lower()
     if any(k in fw for k in BF16_GRAD_FRAMEWORKS):
         notes.append("gradients bf16 (Megatron-Bridge performance recipes: grad_reduce_in_fp32 = False)")
         return 2
+    tp, pp, vpp, _, mb = recipe[1]
+    entry = recipe_grad_dtype(framework=fw, model=recipe[0], degrees=(tp, pp, vpp, mb))
+    if entry is not None:
+        notes.append(f"gradients {entry.grad_dtype_bytes * 8}-bit (framework recipe {entry.locator})")
+        return entry.grad_dtype_bytes
     return 4
 
 
@@ -317,5 +326,5 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
         **_recompute_settings(row, model, degrees, notes),
         **_moe_comm_settings(row, model, degrees, training.global_batch_size, notes),
         tp_comm_overlap=TP_COMM_OVERLAP if (mcore and tp > 1 and text(row, "gpu_type").upper() != "A100") else 0.0,
-        **_sharding(row, cluster, tp, cp, notes),
+        **_sharding(row, cluster, (model.name, degrees), cp, notes),
     )
