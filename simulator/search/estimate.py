@@ -262,11 +262,20 @@ class Estimator:
         grads = self.comm(kind, dense * plan.grad_dtype_bytes, plan.dp * plan.cp, plan.tp)
         grads += self.comm(kind, expert * plan.grad_dtype_bytes, edp, plan.ep * plan.etp)
         hidden = b * (1 - 1 / max(1, math.ceil(dense * plan.grad_dtype_bytes / plan.bucket_size))) if plan.overlap_grad_reduce else 0.0
-        gather = self.comm("all_gather", dense * self.training.param_bytes, plan.dp * plan.cp, plan.tp) if plan.zero in (1, 2) else 0.0
+        gather = self._param_gather(plan, dense, expert)
         if plan.overlap_param_gather:  # layer by layer ahead of the first forward f: its lead
             layers = max(1, sum(n for _, n in groups))
             gather = max(gather / layers, gather - f) if gather else 0.0
         return max(0.0, grads - hidden) + gather, opt, (dense, expert)
+
+    def _param_gather(self, plan: ParallelPlan, dense: float, expert: float) -> float:
+        """ZeRO-1/2 weight all-gathers: the dense part over dp*cp, the routed experts' over the
+        expert-DP group (``step.lower_dp.param_gathers``, which cites Megatron-LM's expert buffers)."""
+        if plan.zero not in (1, 2):
+            return 0.0
+        wbytes = self.training.param_bytes
+        return (self.comm("all_gather", dense * wbytes, plan.dp * plan.cp, plan.tp)
+                + self.comm("all_gather", expert * wbytes, plan.expert_dp, plan.ep * plan.etp))
 
     def _memory(self, plan: ParallelPlan, m: int, groups: tuple[tuple[int, int], ...], params: tuple[float, float]) -> float:
         t = self.training

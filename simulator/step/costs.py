@@ -65,8 +65,9 @@ class ChunkCost:
     param_gather_lead: float = -1.0
     """Seconds the chunk's first forward waits when its gathers start with it and run layer by
     layer ahead of it (Megatron-Core ``--overlap-param-gather``); -1: the whole ``param_gather``."""
-    param_gather_call: Call | None = None
-    """The all-gathers behind ``param_gather`` (None: none)."""
+    param_gather_calls: tuple[Call, ...] = ()
+    """The all-gathers behind ``param_gather``, run one after another on the DP stream: the dense
+    parameters' over dp (dp+cp), the routed experts' over edp (``step.lower_dp.param_gathers``)."""
     ep_a2a_fwd: float = 0.0
     """Seconds of the EP all-to-alls (dispatch + combine) of one forward that the schedule may hide
     (DualPipe's paired chunks): on the engine's communication stream when the pass is paired,

@@ -494,10 +494,13 @@ def _prefetch(st: _Run, r: int, s: int) -> Process:
         t0 = st.env.now
         if chunk.param_gather_lead >= 0:
             ev.succeed(t0)
-        transfer = st.inp.flows.gathers.get((s, chunk.chunk)) if st.inp.flows is not None else None
-        if transfer is not None:
+        flows = st.inp.flows.gathers if st.inp.flows is not None else {}
+        # one after another; a call without a transfer (groups of one) takes no time
+        keys = [(s, chunk.chunk, i) for i in range(len(chunk.param_gather_calls))]
+        transfers = [flows[k] for k in keys if k in flows]
+        for transfer in transfers:
             yield from _transfer(st, r, s, "dp", "dp_comm", transfer, f"param gather {chunk.chunk}")
-        else:
+        if not transfers:
             yield st.env.timeout(chunk.param_gather)
             st.log.append(Interval(r, s, "dp", "dp_comm", t0, st.env.now, f"param gather {chunk.chunk}"))
         if not ev.triggered:

@@ -207,13 +207,13 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     recompute = sum(c.time(ops, "fwd") for ops in recomputed) + host.recompute
     rec_flops = sum(o.flops for ops in recomputed for o in ops)
     dp_fwd, dp_bwd = fsdp_exposed(c, ops_all, per_layer)
-    gather, lead, gather_call = param_gathers(c, ops_all, per_layer)
+    gather, lead, gather_calls = param_gathers(c, ops_all, per_layer)
     ep_call_fwd, ep_call_bwd = ep_pass_calls(c, per_layer, n_full)
     return ChunkCost(
         chunk=chunk, fwd=c.time(ops_all, "fwd") + host.fwd, bwd_input=c.time(ops_all, "bwd_input") + host.bwd,
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
-        buckets=grad_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_call=gather_call,
+        buckets=grad_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_calls=gather_calls,
         ep_call_fwd=ep_call_fwd, ep_call_bwd=ep_call_bwd, **acc,
     )
 
@@ -318,8 +318,7 @@ def step_calls(c: Costing, part: Partition | None = None) -> tuple[tuple[Call, .
             for b in grad_buckets(c, list(ch.ops)):
                 if b.call is not None:
                     add(b.call.kind, b.call.size, b.call.axis, b.call.count)
-            gather = param_gathers(c, list(ch.ops), per_layer)[2]
-            if gather is not None:
+            for gather in param_gathers(c, list(ch.ops), per_layer)[2]:
                 add(gather.kind, gather.size, gather.axis, gather.count)
         norms = sp_norm_grad_call(c, [o for ch in stage.chunks for o in ch.ops])
         if norms is not None:

@@ -202,29 +202,61 @@ def _hsdp_buckets(c: Costing, ops: list[Op]) -> tuple[Bucket, ...]:
     return tuple(_split(c, "all_reduce", nbytes, "dp_rep"))
 
 
-def param_gathers(c: Costing, ops: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float, Call | None]:
+def param_gathers(c: Costing, ops: list[Op],
+                  per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float, tuple[Call, ...]]:
     """ZeRO-1/2: (seconds to all-gather the chunk's updated bf16 weights after the sharded optimizer
-    step, in buckets; how long the chunk's first forward waits for them when overlapped).
+    step, in buckets; how long the chunk's first forward waits for them when overlapped; the calls).
+
+    The dense parameters gather over the dense DP axis (dp, or dp+cp), the routed experts' over the
+    expert-DP group (``edp``), each part in its own buckets of at most ``plan.bucket_size``: the
+    distributed optimizer shards and re-gathers each buffer over the group that reduces its
+    gradients (Megatron-LM megatron/core/distributed/distributed_data_parallel.py @ 00119989:
+    ``allreduce = False`` expert parameters get their own ``expert_parallel_buffers`` on
+    ``intra_expt_dp_group``, and ``start_param_sync`` all-gathers ``bucket_groups +
+    expert_parallel_bucket_groups``); with edp = 1 the experts are not sharded and nothing gathers.
 
     Overlapped, the gathers run in forward order, the parameters outside the layers (embedding)
-    first, then layer by layer; each layer's forward waits only for its own gather (a flow shop), so
-    the wait is the first gather plus whatever the gathers fall behind the forward pass (-1 without
-    layers: the forward waits for the whole gather).
+    first, then layer by layer, each layer's dense part then its expert part on the one stream;
+    each layer's forward waits only for its own gather (a flow shop), so the wait is the first
+    gather plus whatever the gathers fall behind the forward pass (-1 without layers: the forward
+    waits for the whole gather).
     """
     plan = c.plan
     if plan.zero not in (1, 2) or plan.fsdp != "none":
-        return 0.0, -1.0, None
+        return 0.0, -1.0, ()
     _, axis = _grad_axis(plan)
-    wbytes = c.training.param_bytes
-    nbytes = sum(o.params for o in ops) * wbytes
-    n = max(1, math.ceil(nbytes / plan.bucket_size))
-    total = n * c.pricer.time("all_gather", nbytes / n, axis)
-    call = Call("all_gather", nbytes / n, axis, n)
+    dense, expert = _dense_expert(ops)
+    calls = tuple(call for call in (_gather_call(c, dense, axis), _gather_call(c, expert, "edp")) if call is not None)
+    total = sum(call.count * c.pricer.time(call.kind, call.size, call.axis) for call in calls)
     if not per_layer:
-        return total, -1.0, call
-    layers = [sum(o.params for o in layer) for layer, _ in per_layer]
-    rest = nbytes / wbytes - sum(layers)
-    items = ([rest] if rest > 0 else []) + layers
-    gathers = [c.pricer.time("all_gather", p * wbytes, axis) for p in items]
-    fwd = ([0.0] if rest > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
-    return total, flow_shop(fwd, gathers, c.profile.overlap_slowdown.get("all_gather", 0.0)), call
+        return total, -1.0, calls
+    layers = [_dense_expert(layer) for layer, _ in per_layer]
+    rest = (dense - sum(d for d, _ in layers), expert - sum(e for _, e in layers))
+    items = ([rest] if sum(rest) > 0 else []) + layers
+    gathers = [_item_gather_time(c, d, e, axis) for d, e in items]
+    fwd = ([0.0] if sum(rest) > 0 else []) + [c.time(layer, "fwd") for layer, _ in per_layer]
+    return total, flow_shop(fwd, gathers, c.profile.overlap_slowdown.get("all_gather", 0.0)), calls
+
+
+def _dense_expert(ops: list[Op]) -> tuple[float, float]:
+    """(dense, routed-expert) parameters of ``ops``."""
+    expert = float(sum(o.params for o in ops if is_routed_expert(o)))
+    return float(sum(o.params for o in ops)) - expert, expert
+
+
+def _gather_call(c: Costing, params: float, axis: Axis) -> Call | None:
+    """The bucketed all-gather of ``params`` weights over ``axis`` (``ceil(bytes / bucket_size)``
+    equal buckets, nccl-tests size: the gathered bucket); None when nothing is sharded on it (no
+    parameters, or the expert part with edp = 1)."""
+    nbytes = params * c.training.param_bytes
+    if nbytes <= 0 or (axis == "edp" and c.plan.expert_dp <= 1):
+        return None
+    n = max(1, math.ceil(nbytes / c.plan.bucket_size))
+    return Call("all_gather", nbytes / n, axis, n)
+
+
+def _item_gather_time(c: Costing, dense: float, expert: float, axis: Axis) -> float:
+    """Seconds of one layer's gathers, its dense part over ``axis`` then its expert part over edp."""
+    wbytes = c.training.param_bytes
+    out = c.pricer.time("all_gather", dense * wbytes, axis)
+    return out + (c.pricer.time("all_gather", expert * wbytes, "edp") if c.plan.expert_dp > 1 else 0.0)

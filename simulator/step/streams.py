@@ -41,8 +41,9 @@ class StreamTransfers:
     """(link stage, ``"fwd"``/``"bwd"``) -> the send on that link."""
     buckets: dict[tuple[int, int, int], Transfer] = field(default_factory=dict)
     """(stage, chunk, bucket index) -> the bucket's reduction."""
-    gathers: dict[tuple[int, int], Transfer] = field(default_factory=dict)
-    """(stage, chunk) -> the chunk's ZeRO parameter all-gathers."""
+    gathers: dict[tuple[int, int, int], Transfer] = field(default_factory=dict)
+    """(stage, chunk, call index) -> one of the chunk's ZeRO parameter all-gathers
+    (``ChunkCost.param_gather_calls``; a call on groups of one moves nothing and has none)."""
     ep: dict[tuple[int, int, str], Transfer] = field(default_factory=dict)
     """(stage, chunk, pass ``"F"``/``"B"``) -> the EP all-to-alls that pass exposes (``ChunkCost.ep_call_*``)."""
     edge_name: Callable[[int], str] = str
@@ -69,9 +70,10 @@ def stream_transfers(pricer: CommPricer, stages: tuple[StageCost, ...], load: Fa
                 tr = _call(pricer, b.call, st.stage, "dp")
                 if tr is not None:
                     out.buckets[(st.stage, ch.chunk, i)] = tr
-            tr = _call(pricer, ch.param_gather_call, st.stage, "param_gather")
-            if tr is not None:
-                out.gathers[(st.stage, ch.chunk)] = tr
+            for i, gather in enumerate(ch.param_gather_calls):
+                tr = _call(pricer, gather, st.stage, "param_gather")
+                if tr is not None:
+                    out.gathers[(st.stage, ch.chunk, i)] = tr
             for kind, call in (("F", ch.ep_call_fwd), ("B", ch.ep_call_bwd)):
                 tr = _call(pricer, call, st.stage, "ep")
                 if tr is not None and call is not None and _translate(pricer, call, tr):
