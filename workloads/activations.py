@@ -31,7 +31,8 @@ pre_mlp_layernorm where they are separate modules (MLA's input, every MoE layer'
 dense MLPs fuse the norm into TE's LayerNormLinear, which the option leaves alone); 'mlp' (normal
 checkpoint, dense layers only) everything inside the dense MLP but its input; 'moe' (normal checkpoint)
 everything inside the MoE block but its input; 'moe_act' (output-discarding) the routed experts'
-activation output; 'shared_experts' (normal checkpoint) the shared experts' tensors.
+activation output (and, with ``activation_clamp``, the clamped copy of its input); 'shared_experts'
+(normal checkpoint) the shared experts' tensors.
 
 Hybrid layers (`layer_pattern`): one pre-norm input, the block's tensors and one dropout mask.
 A Mamba-2 mixer (Megatron-Core mamba_mixer.py with the mamba_ssm chunked-scan kernels) keeps:
@@ -298,6 +299,11 @@ def _moe_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[ActivationTe
                        dropped_by=moe | {"moe_act"}),
         ActivationTerm(name="expert_output", bytes=dt * pairs * h, sharding="device", dropped_by=moe),
     ]
+    if model.activation_clamp is not None and not shape.fused_grouped_mlp:
+        # the clamped, concatenated gate|up that the fused GLU saves, beside the fc1 output the
+        # clamps save (workloads/blocks.py expert_act_op); inside moe_act's output-discarding checkpoint
+        terms.append(ActivationTerm(name="expert_act_clamped", bytes=dt * pairs * n_in * f, sharding="device",
+                                    dropped_by=moe | {"moe_act"}))
     if model.num_shared_experts:
         shared = model.num_shared_experts * model.shared_ffn
         terms += _mlp_terms(model, n, shared, "shared", dt, moe | {"shared_experts"})

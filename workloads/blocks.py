@@ -190,12 +190,7 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
         *expert_sort_ops("moe_sort", pairs * h, dt, local, shape.sort_by_local_expert),
         dataclasses.replace(gemm_op("expert_fc1", per_expert, n_in * f, h, dt, params=local * (h * n_in * f + bias_in),
                                     count=local, role="routed_expert"), quantize_elements=q1),
-        # fused grouped MLP: the SwiGLU runs in the first GEMM's epilogue, on its accumulators, so
-        # nothing is read back from HBM (expert_quantize_elements: forward_grouped_mlp.py,
-        # "Fused kernel for FC1 + SwiGLU + post-scale"; its backward in the second GEMM's dgrad
-        # epilogue, backward_grouped_mlp.py "FC2 dgrad + dSwiGLU + grad scale")
-        memory_op("expert_act", "elementwise", pairs * f, dt, reads=0 if shape.fused_grouped_mlp else n_in, writes=1,
-                  flops_per_element=SWIGLU_FLOPS if model.gated_mlp else GELU_FLOPS, role="routed_expert"),
+        expert_act_op(model, pairs, f, dt, shape.fused_grouped_mlp),
         dataclasses.replace(gemm_op("expert_fc2", per_expert, h, f, dt, params=local * (f * h + bias_out), count=local,
                                     role="routed_expert"), quantize_elements=q2),
         *expert_sort_ops("moe_unsort", pairs * h, dt, local, shape.sort_by_local_expert),
@@ -207,6 +202,45 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
         ops.extend(mlp_ops(model, shape, model.num_shared_experts * model.shared_ffn, "shared",
                            role="shared_expert"))
     return tuple(ops)
+
+
+CLAMP_FWD_PASSES = 8.0
+"""Extra HBM passes of one [pairs, f] half in the forward of a clamped GLU (``expert_act_op``)."""
+CLAMP_BWD_PASSES = 10.0
+"""The same in the backward."""
+
+
+def expert_act_op(model: ModelSpec, pairs: float, f: int, dt: int, fused: bool) -> Op:
+    """The routed experts' activation over ``pairs`` token-expert pairs of ``f`` columns.
+
+    Unclamped: one fused kernel (Megatron-Core ``weighted_bias_swiglu_impl`` /
+    ``weighted_bias_quick_geglu_impl``) reads the fc1 output's gate and up halves and writes the
+    product, 3 passes of a [pairs, f] tensor forward (the backward twice that). With the fused
+    grouped MLP the activation runs in the first GEMM's epilogue, on its accumulators, so nothing is
+    read back from HBM (expert_quantize_elements: forward_grouped_mlp.py, "Fused kernel for FC1 +
+    SwiGLU + post-scale"; its backward in the second GEMM's dgrad epilogue, backward_grouped_mlp.py
+    "FC2 dgrad + dSwiGLU + grad scale"); the clamp is not counted there.
+
+    Clamped (``model.activation_clamp``, gpt-oss): Megatron-Core runs the clamps and a concatenation
+    as eager ops ahead of the fused kernel (NVIDIA/Megatron-LM
+    megatron/core/fusions/fused_bias_geglu.py @ 034fd2d3, ``weighted_bias_quick_geglu_impl``:
+    ``torch.cat((x_glu.clamp(max=limit), x_linear.clamp(-limit, limit)), -1)`` then
+    ``WeightedQuickGeGLUFunction``). Each elementwise op reads and writes its tensors once, in
+    passes of one [pairs, f] half: forward, clamp(gate) 1 + 1, clamp(up) 1 + 1, cat 2 + 2 = 8 more;
+    backward, the cat's gradient is two views (0), each clamp's gradient (grad * in-range mask)
+    reads the gradient and its saved input and writes 1 + 1 + 1, twice = 6, and the chunk's
+    gradient assembles the two halves into the fc1 output's gradient, 2 + 2 = 4: 10 more. The
+    clamps' compares are left out of the FLOPs (memory-bound, a few per element).
+    """
+    gated = model.gated_mlp
+    n_in = 2 if gated else 1
+    elements = pairs * f
+    op = memory_op("expert_act", "elementwise", elements, dt, reads=0 if fused else n_in, writes=1,
+                   flops_per_element=SWIGLU_FLOPS if gated else GELU_FLOPS, role="routed_expert")
+    if model.activation_clamp is None or fused:
+        return op
+    return dataclasses.replace(op, bytes=op.bytes + CLAMP_FWD_PASSES * elements * dt,
+                               bwd_bytes=op.bwd_bytes + CLAMP_BWD_PASSES * elements * dt)
 
 
 def expert_quantize_elements(pairs: float, h: int, fc1_out: int, fc2_in: int,

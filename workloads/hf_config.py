@@ -120,12 +120,22 @@ def _window(cfg: Config, where: str, num_layers: int) -> dict[str, Any]:
 def _gpt_oss(cfg: Config, where: str) -> dict[str, Any]:
     """GPT-OSS: every layer MoE (``num_local_experts`` experts of ``intermediate_size``, top
     ``num_experts_per_tok``), attention and expert biases (``attention_bias``), sliding-window
-    layers from ``layer_types``."""
+    layers from ``layer_types``, the experts' gate and up clamped at ``swiglu_limit``."""
     out = _common(cfg, where)
     top_k = cfg.get("num_experts_per_tok") or _req(cfg, "experts_per_token", where)
     return {**out, "num_experts": int(_req(cfg, "num_local_experts", where)), "top_k": int(top_k),
             "moe_ffn_hidden_size": out["ffn_hidden_size"], "linear_bias": bool(cfg.get("attention_bias", False)),
-            **_window(cfg, where, out["num_layers"])}
+            **_window(cfg, where, out["num_layers"]), **_swiglu_limit(cfg, where)}
+
+
+def _swiglu_limit(cfg: Config, where: str) -> dict[str, Any]:
+    """``activation_clamp`` from ``swiglu_limit`` when the config sets one (ModelSpec checks its sign)."""
+    limit = cfg.get("swiglu_limit")
+    if limit is None:
+        return {}
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)):
+        raise WorkloadError(f"hf_config {where}: swiglu_limit = {limit!r}: must be a number (gpt-oss: 7.0)")
+    return {"activation_clamp": float(limit)}
 
 
 def _olmo2(cfg: Config, where: str) -> dict[str, Any]:
@@ -229,7 +239,7 @@ NOT_MODELLED: Mapping[str, str] = {
     "gpt_neox": "the parallel attention+MLP residual (same FLOPs and bytes, one fewer norm dependency)",
     "gemma2": "logit soft-capping and the pre/post feed-forward norms' extra elementwise passes",
     "deepseek_v3": "the multi-token-prediction module (num_nextn_predict_layers); use the -mtp preset",
-    "gpt_oss": "the attention sinks (one learned logit per head) and the SwiGLU clamp (swiglu_limit)",
+    "gpt_oss": "the attention sinks (one learned logit per head)",
     "olmo2": "the query/key RMSNorms and the post-attention/post-MLP norm placement (elementwise passes, no GEMM)",
     "phi3": "a sliding window on every layer (sliding_window 2047 in Phi-3-mini-4k): attention is taken as full",
     "falcon": "the parallel attention+MLP block and its second LayerNorm (new_decoder_architecture); ALiBi",

@@ -92,6 +92,13 @@ class ModelSpec:
     """The first k layers use a dense MLP of ffn_hidden_size (DeepSeek-V3: 3)."""
     moe_layer_freq: int = 1
     """Layer i (past the dense prefix) is MoE when i % moe_layer_freq == 0 (Megatron convention)."""
+    activation_clamp: float | None = None
+    """Clamp of the routed experts' gated activation inputs (HF config.json ``swiglu_limit``; gpt-oss:
+    7.0): the gate half clamped to at most this, the up half to [-limit, limit], before
+    ``gate * sigmoid(1.702 gate) * (up + 1)`` (transformers modeling_gpt_oss.py ``GptOssExperts``;
+    Megatron-Core ``activation_func_clamp_value``). None = no clamp. It costs extra elementwise
+    passes and one extra saved copy of the experts' fc1 output (workloads/blocks.py
+    ``expert_act_op``, workloads/activations.py)."""
     capacity_factor: float | None = None
     """Expert capacity factor; None = dropless routing."""
     pad_to_capacity: bool = False
@@ -409,6 +416,7 @@ def _check_sizes(m: ModelSpec) -> None:
 def _check_moe(m: ModelSpec) -> None:
     if m.num_experts < 0:
         raise WorkloadError(f"{m.name}: num_experts = {m.num_experts}: must be >= 0 (0 = dense)")
+    _check_clamp(m)
     if m.num_experts == 0:
         if m.top_k or m.num_shared_experts:
             raise WorkloadError(
@@ -440,6 +448,20 @@ def _check_moe(m: ModelSpec) -> None:
     if m.pad_to_capacity and m.capacity_factor is None:
         raise WorkloadError(f"{m.name}: pad_to_capacity = True needs a capacity_factor; set "
                             "capacity_factor (e.g. 1.0) or pad_to_capacity = False")
+
+
+def _check_clamp(m: ModelSpec) -> None:
+    """``activation_clamp``: a positive limit on the gate and up halves of gated routed experts."""
+    limit = m.activation_clamp
+    if limit is None:
+        return
+    if limit <= 0:
+        raise WorkloadError(f"{m.name}: activation_clamp = {limit}: must be > 0 (HF swiglu_limit; gpt-oss: 7.0), "
+                            "or None for no clamp")
+    if m.num_experts == 0 or not m.gated_mlp:
+        raise WorkloadError(f"{m.name}: activation_clamp = {limit} clamps the gate and up halves of gated routed "
+                            f"experts; this model has num_experts = {m.num_experts}, gated_mlp = {m.gated_mlp}: "
+                            "set activation_clamp = None")
 
 
 def _check_pattern(m: ModelSpec) -> None:
