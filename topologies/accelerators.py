@@ -113,7 +113,7 @@ A100_40GB = AcceleratorSpec(
     nvlink_bandwidth=300e9,
     tdp_watts=400.0,
     host_bandwidth=PCIE4_X16,  # A100 datasheet: PCIe Gen4
-    source="NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB column",
+    source="NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB column (host link: PCIe Gen4 64 GB/s bidirectional)",
 )
 
 A100_80GB = AcceleratorSpec(
@@ -124,7 +124,7 @@ A100_80GB = AcceleratorSpec(
     nvlink_bandwidth=300e9,
     tdp_watts=400.0,
     host_bandwidth=PCIE4_X16,  # A100 datasheet: PCIe Gen4
-    source="NVIDIA A100 Tensor Core GPU datasheet, SXM 80GB column",
+    source="NVIDIA A100 Tensor Core GPU datasheet, SXM 80GB column (host link: PCIe Gen4 64 GB/s bidirectional)",
 )
 
 # NVIDIA H100 Tensor Core GPU architecture whitepaper, H100 SXM5 table (dense): FP32 66.9, TF32 494.7,
@@ -146,7 +146,8 @@ H100_SXM = AcceleratorSpec(
     nvlink_bandwidth=450e9,
     tdp_watts=700.0,
     host_bandwidth=PCIE5_X16,  # H100 datasheet: PCIe Gen5 128 GB/s (bidirectional)
-    source="NVIDIA H100 datasheet (SXM column) and Hopper architecture whitepaper",
+    source="NVIDIA H100 datasheet (SXM column; host link PCIe Gen5 128 GB/s bidirectional) and Hopper architecture "
+           "whitepaper",
     nvls=True,  # NVLink SHARP introduced with third-generation NVSwitch (Hopper whitepaper)
 )
 
@@ -158,7 +159,7 @@ H200 = AcceleratorSpec(
     nvlink_bandwidth=450e9,
     tdp_watts=700.0,
     host_bandwidth=PCIE5_X16,  # H200 datasheet: PCIe Gen5 128 GB/s
-    source="NVIDIA H200 Tensor Core GPU datasheet, SXM column",
+    source="NVIDIA H200 Tensor Core GPU datasheet, SXM column (host link: PCIe Gen5 128 GB/s bidirectional)",
     nvls=True,
 )
 
@@ -225,7 +226,8 @@ GB200 = AcceleratorSpec(
     nvlink_bandwidth=900e9,
     tdp_watts=1200.0,  # per Blackwell GPU of a GB200 superchip (2,700 W superchip incl. Grace)
     host_bandwidth=C2C_PER_DIRECTION / 2,  # assumption: one Grace's C2C shared by its 2 GPUs
-    source="NVIDIA GB200 NVL72 datasheet (rack totals / 72, dense = sparse / 2)",
+    source="NVIDIA GB200 NVL72 datasheet (rack totals / 72, dense = sparse / 2); host link: NVLink-C2C 900 GB/s "
+           "per Grace, shared by its 2 GPUs (assumption)",
     nvls=True,
 )
 
@@ -247,7 +249,8 @@ GB300 = AcceleratorSpec(
     nvlink_bandwidth=900e9,
     tdp_watts=1400.0,  # Blackwell Ultra GPU in GB300 NVL72: 1,400 W
     host_bandwidth=C2C_PER_DIRECTION / 2,  # assumption: one Grace's C2C shared by its 2 GPUs
-    source="NVIDIA GB300 NVL72 datasheet (rack totals / 72)",
+    source="NVIDIA GB300 NVL72 datasheet (rack totals / 72); host link: NVLink-C2C 900 GB/s per Grace, shared by "
+           "its 2 GPUs (assumption)",
     nvls=True,
 )
 
@@ -268,7 +271,7 @@ MI300X = AcceleratorSpec(
     nvlink_bandwidth=448e9,
     tdp_watts=750.0,
     host_bandwidth=PCIE5_X16,  # MI300X data sheet: PCIe Gen5 x16 host interface
-    source="AMD Instinct MI300X accelerator data sheet",
+    source="AMD Instinct MI300X accelerator data sheet (host link: PCIe Gen5 x16)",
 )
 
 
@@ -327,7 +330,7 @@ GH200 = AcceleratorSpec(
     name="GH200 96GB", peak_flops=_HOPPER_PEAKS, hbm_capacity=96 * GIB, hbm_bandwidth=4.0 * TERA,
     nvlink_bandwidth=450e9, tdp_watts=700.0, nvls=True,
     host_bandwidth=C2C_PER_DIRECTION,  # GH200 datasheet: NVLink-C2C 900 GB/s CPU <-> GPU, bidirectional
-    source="NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3 96GB)",
+    source="NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3 96GB; host link NVLink-C2C 900 GB/s bidirectional)",
 )
 GH200_144GB = replace(GH200, name="GH200 144GB", hbm_capacity=144 * GIB, hbm_bandwidth=4.9 * TERA,
                       source="NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3e 144GB)")
