@@ -23,7 +23,7 @@ from clustersim.reports.tables import BEST_SERIES, NAIVE_SERIES
 SEGMENT_COLORS: Mapping[str, str] = {
     "ideal_compute": "#4c9a4c", "compute_inefficiency": "#f2b134", "exposed_tp": "#3b6fb6",
     "exposed_cp": "#6fa8dc", "exposed_ep": "#8e7cc3", "exposed_pp": "#c27ba0",
-    "exposed_dp": "#d9534f", "bubble": "#999999", "optimizer": "#7f6000", "other": "#d0d0d0",
+    "exposed_dp": "#d9534f", "exposed_offload": "#b45f06", "bubble": "#999999", "optimizer": "#7f6000", "other": "#d0d0d0",
 }
 """Colour of each lost-time segment, shared by the bars and the waterfall."""
 

@@ -44,6 +44,7 @@ LOSS_CAUSES: tuple[Cause, ...] = (
     Cause(key="exposed_ep", label="exposed EP communication", columns=("t_exposed_ep",)),
     Cause(key="exposed_pp", label="exposed PP communication", columns=("t_exposed_pp",)),
     Cause(key="exposed_dp", label="exposed DP communication", columns=("t_exposed_dp",)),
+    Cause(key="exposed_offload", label="exposed host copies (CPU offloading)", columns=("t_exposed_offload",)),
     Cause(key="bubble", label="pipeline bubble", columns=("t_bubble",)),
     Cause(key="optimizer", label="optimizer step", columns=("t_optimizer",)),
     Cause(key="other", label="other", columns=("t_other",)),

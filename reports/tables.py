@@ -19,13 +19,16 @@ from clustersim.reports.errors import ReportError
 
 BREAKDOWN_COLUMNS: tuple[str, ...] = (
     "t_compute", "t_exposed_tp", "t_exposed_cp", "t_exposed_ep", "t_exposed_pp",
-    "t_bubble", "t_exposed_dp", "t_optimizer", "t_other",
+    "t_bubble", "t_exposed_dp", "t_exposed_offload", "t_optimizer", "t_other",
 )
 """Seconds of one step by cause; they sum to ``step_time_s`` (docs/ARCHITECTURE.md)."""
+LATER_BREAKDOWN_COLUMNS: tuple[str, ...] = ("t_exposed_offload",)
+"""Breakdown columns added after results were first written: absent, they read as 0 s (a result
+written before the cause existed had none of it in its step time)."""
 
 REQUIRED_COLUMNS: tuple[str, ...] = (
     "num_gpus", "cluster", "status", "step_time_s", "tokens_per_s_per_gpu", "mfu",
-    "ideal_compute_s", *BREAKDOWN_COLUMNS,
+    "ideal_compute_s", *(c for c in BREAKDOWN_COLUMNS if c not in LATER_BREAKDOWN_COLUMNS),
 )
 """The columns every report reads; the other contract columns are shown when present.
 
@@ -112,6 +115,9 @@ def check_results(frame: pd.DataFrame) -> pd.DataFrame:
     if frame.empty:
         raise ReportError("results: no rows; run a sweep first (`clustersim sweep`)")
     out = frame.copy()
+    for column in LATER_BREAKDOWN_COLUMNS:
+        if column not in out.columns:
+            out[column] = 0.0
     out["status"] = out["status"].astype(str).str.strip().str.lower()
     for column in INTEGER_COLUMNS:
         if column in out.columns:

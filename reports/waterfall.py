@@ -22,7 +22,7 @@ from clustersim.reports.errors import ReportError
 from clustersim.files import write_atomic
 from clustersim.reports.plots import SEGMENT_COLORS, new_axes, png_bytes
 from clustersim.reports.scaling import LOSS_CAUSES
-from clustersim.reports.tables import BREAKDOWN_COLUMNS
+from clustersim.reports.tables import BREAKDOWN_COLUMNS, LATER_BREAKDOWN_COLUMNS
 
 RECOMPUTE_COLOR = "#e69138"
 
@@ -42,7 +42,7 @@ def flat_result(result: Mapping[str, Any]) -> dict[str, Any]:
 
 def waterfall_steps(result: Mapping[str, Any]) -> list[tuple[str, float, str]]:
     """(label, signed fraction of peak, colour) bars: 1.0, then each loss < 0, then achieved."""
-    result = flat_result(result)
+    result = {**dict.fromkeys(LATER_BREAKDOWN_COLUMNS, 0.0), **flat_result(result)}
     missing = [c for c in (*BREAKDOWN_COLUMNS, "ideal_compute_s") if c not in result]
     if missing:
         raise ReportError(f"waterfall: result lacks {missing}; pass a result dict with the "

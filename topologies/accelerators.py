@@ -29,6 +29,13 @@ PRECISIONS: tuple[str, ...] = ("fp32", "tf32", "bf16", "fp16", "fp8", "fp4")
 
 TERA: float = 1e12
 PETA: float = 1e15
+PCIE4_X16: float = 32e9
+"""PCIe 4.0 x16, bytes/s per direction (16 GT/s x 16 lanes x 128b/130b = 31.5 GB/s; vendors print 32 GB/s)."""
+PCIE5_X16: float = 64e9
+"""PCIe 5.0 x16, bytes/s per direction (32 GT/s x 16 lanes x 128b/130b = 63 GB/s; vendors print 64 GB/s)."""
+C2C_PER_DIRECTION: float = 450e9
+"""NVLink-C2C between one Grace CPU and its GPUs: 900 GB/s bidirectional -> 450 GB/s per direction
+(NVIDIA GH200 Grace Hopper Superchip datasheet; GB200 NVL72 datasheet: 900 GB/s NVLink-C2C)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -51,6 +58,12 @@ class AcceleratorSpec:
     """Citation of the figures (datasheet name and section)."""
     nvls: bool = False
     """NVLink SHARP: the NVLink switch reduces in-network (Hopper and later NVSwitch systems)."""
+    host_bandwidth: float = 0.0
+    """GPU <-> host memory bandwidth in bytes/s per direction (the link activation CPU offloading and
+    pinned-memory copies run over); 0: not known, and the plan check refuses to offload over it.
+    PCIe 4.0 x16: 16 GT/s x 16 lanes x 128/130 = 31.5 GB/s, taken as 32e9; PCIe 5.0 x16: 64e9 (PCI-SIG
+    base specifications, the figures vendors print per direction); NVLink-C2C (Grace superchips):
+    900 GB/s bidirectional -> 450e9 per direction (NVIDIA GH200 datasheet)."""
     power_limit_w: float | None = None
     """Board power limit set below ``tdp_watts`` (``nvidia-smi -pl``); None = run at TDP. It lowers the
     sustained clock by the relation of ``topologies.power.clock_fraction``."""
@@ -70,6 +83,9 @@ class AcceleratorSpec:
         if not (0 <= self.nvlink_bandwidth < math.inf and 0 <= self.tdp_watts < math.inf):
             raise TopologyError(f"accelerator {self.name!r}: nvlink_bandwidth = {self.nvlink_bandwidth} and "
                                 f"tdp_watts = {self.tdp_watts} must be finite and >= 0")
+        if not 0 <= self.host_bandwidth < math.inf:
+            raise TopologyError(f"accelerator {self.name!r}: host_bandwidth = {self.host_bandwidth} must be finite "
+                                "and >= 0 (bytes/s per direction of the GPU-host link; 0 when not known)")
         if self.power_limit_w is not None and not 0 < self.power_limit_w <= self.tdp_watts:
             raise TopologyError(f"accelerator {self.name!r}: power_limit_w = {self.power_limit_w} must be in "
                                 f"(0, tdp_watts = {self.tdp_watts}]; lower it or leave it unset")
@@ -96,7 +112,8 @@ A100_40GB = AcceleratorSpec(
     hbm_bandwidth=1555e9,  # A100 datasheet: 40GB HBM2, 1,555 GB/s
     nvlink_bandwidth=300e9,
     tdp_watts=400.0,
-    source="NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB column",
+    host_bandwidth=PCIE4_X16,  # A100 datasheet: PCIe Gen4
+    source="NVIDIA A100 Tensor Core GPU datasheet, SXM 40GB column (host link: PCIe Gen4 64 GB/s bidirectional)",
 )
 
 A100_80GB = AcceleratorSpec(
@@ -106,7 +123,8 @@ A100_80GB = AcceleratorSpec(
     hbm_bandwidth=2039e9,  # A100 datasheet: 80GB HBM2e, 2,039 GB/s
     nvlink_bandwidth=300e9,
     tdp_watts=400.0,
-    source="NVIDIA A100 Tensor Core GPU datasheet, SXM 80GB column",
+    host_bandwidth=PCIE4_X16,  # A100 datasheet: PCIe Gen4
+    source="NVIDIA A100 Tensor Core GPU datasheet, SXM 80GB column (host link: PCIe Gen4 64 GB/s bidirectional)",
 )
 
 # NVIDIA H100 Tensor Core GPU architecture whitepaper, H100 SXM5 table (dense): FP32 66.9, TF32 494.7,
@@ -127,7 +145,9 @@ H100_SXM = AcceleratorSpec(
     hbm_bandwidth=3.35 * TERA,  # H100 datasheet SXM: 3.35 TB/s HBM3
     nvlink_bandwidth=450e9,
     tdp_watts=700.0,
-    source="NVIDIA H100 datasheet (SXM column) and Hopper architecture whitepaper",
+    host_bandwidth=PCIE5_X16,  # H100 datasheet: PCIe Gen5 128 GB/s (bidirectional)
+    source="NVIDIA H100 datasheet (SXM column; host link PCIe Gen5 128 GB/s bidirectional) and Hopper architecture "
+           "whitepaper",
     nvls=True,  # NVLink SHARP introduced with third-generation NVSwitch (Hopper whitepaper)
 )
 
@@ -138,7 +158,8 @@ H200 = AcceleratorSpec(
     hbm_bandwidth=4.8 * TERA,  # H200 datasheet: 4.8 TB/s
     nvlink_bandwidth=450e9,
     tdp_watts=700.0,
-    source="NVIDIA H200 Tensor Core GPU datasheet, SXM column",
+    host_bandwidth=PCIE5_X16,  # H200 datasheet: PCIe Gen5 128 GB/s
+    source="NVIDIA H200 Tensor Core GPU datasheet, SXM column (host link: PCIe Gen5 128 GB/s bidirectional)",
     nvls=True,
 )
 
@@ -159,6 +180,7 @@ B200 = AcceleratorSpec(
     hbm_bandwidth=8 * TERA,
     nvlink_bandwidth=900e9,
     tdp_watts=1000.0,  # HGX B200 per-GPU max TDP 1,000 W
+    host_bandwidth=PCIE5_X16,  # HGX B200: each GPU on a PCIe Gen5 x16 link to the host
     source="NVIDIA HGX B200 / DGX B200 datasheet (8-GPU totals / 8, dense = sparse / 2)",
     nvls=True,
 )
@@ -179,10 +201,13 @@ B300 = AcceleratorSpec(
     hbm_bandwidth=8 * TERA,
     nvlink_bandwidth=900e9,
     tdp_watts=1100.0,  # HGX B300 per-GPU TDP 1,100 W
+    host_bandwidth=PCIE5_X16,  # taken as B200's PCIe Gen5 x16 (assumption)
     source="NVIDIA HGX B300 datasheet (8-GPU totals / 8, dense = sparse / 2 except FP4 dense as printed)",
     nvls=True,
 )
 
+# Host link (assumption, stated): a GB200 superchip has one Grace CPU and two Blackwell GPUs on one
+# NVLink-C2C of 900 GB/s bidirectional, so each GPU is given half of the 450 GB/s per direction (GB300 alike).
 # NVIDIA GB200 NVL72 datasheet, rack totals / 72, sparse halved: FP4 1,440 PF -> 10 PF dense,
 # FP8 720 -> 5, BF16 360 -> 2.5, TF32 180 -> 1.25, FP32 5,760 TF -> 80; 13.4 TB HBM3e -> 186 GB;
 # 576 TB/s -> 8 TB/s; NVLink 130 TB/s -> 1.8 TB/s bidirectional per GPU -> 900 GB/s.
@@ -200,7 +225,9 @@ GB200 = AcceleratorSpec(
     hbm_bandwidth=8 * TERA,
     nvlink_bandwidth=900e9,
     tdp_watts=1200.0,  # per Blackwell GPU of a GB200 superchip (2,700 W superchip incl. Grace)
-    source="NVIDIA GB200 NVL72 datasheet (rack totals / 72, dense = sparse / 2)",
+    host_bandwidth=C2C_PER_DIRECTION / 2,  # assumption: one Grace's C2C shared by its 2 GPUs
+    source="NVIDIA GB200 NVL72 datasheet (rack totals / 72, dense = sparse / 2); host link: NVLink-C2C 900 GB/s "
+           "per Grace, shared by its 2 GPUs (assumption)",
     nvls=True,
 )
 
@@ -221,7 +248,9 @@ GB300 = AcceleratorSpec(
     hbm_bandwidth=8 * TERA,
     nvlink_bandwidth=900e9,
     tdp_watts=1400.0,  # Blackwell Ultra GPU in GB300 NVL72: 1,400 W
-    source="NVIDIA GB300 NVL72 datasheet (rack totals / 72)",
+    host_bandwidth=C2C_PER_DIRECTION / 2,  # assumption: one Grace's C2C shared by its 2 GPUs
+    source="NVIDIA GB300 NVL72 datasheet (rack totals / 72); host link: NVLink-C2C 900 GB/s per Grace, shared by "
+           "its 2 GPUs (assumption)",
     nvls=True,
 )
 
@@ -241,7 +270,8 @@ MI300X = AcceleratorSpec(
     hbm_bandwidth=5.3 * TERA,
     nvlink_bandwidth=448e9,
     tdp_watts=750.0,
-    source="AMD Instinct MI300X accelerator data sheet",
+    host_bandwidth=PCIE5_X16,  # MI300X data sheet: PCIe Gen5 x16 host interface
+    source="AMD Instinct MI300X accelerator data sheet (host link: PCIe Gen5 x16)",
 )
 
 
@@ -253,12 +283,14 @@ H100_PCIE = AcceleratorSpec(
     name="H100 PCIe 80GB",
     peak_flops={"fp32": 51.2 * TERA, "tf32": 378 * TERA, "bf16": 756.5 * TERA, "fp16": 756.5 * TERA, "fp8": 1513 * TERA},
     hbm_capacity=80 * GIB, hbm_bandwidth=2.0 * TERA, nvlink_bandwidth=300e9, tdp_watts=350.0,
+    host_bandwidth=PCIE5_X16,
     source="NVIDIA H100 datasheet, PCIe column (dense = sparse / 2)",
 )
 H100_NVL = AcceleratorSpec(
     name="H100 NVL 94GB",
     peak_flops={"fp32": 60 * TERA, "tf32": 417.5 * TERA, "bf16": 835.5 * TERA, "fp16": 835.5 * TERA, "fp8": 1670.5 * TERA},
     hbm_capacity=94 * GIB, hbm_bandwidth=3.9 * TERA, nvlink_bandwidth=300e9, tdp_watts=400.0,
+    host_bandwidth=PCIE5_X16,
     source="NVIDIA H100 datasheet, NVL column (dense = sparse / 2)",
 )
 # NVIDIA H800 / A800: the export variants of H100 SXM / A100 SXM with the same Tensor Core figures and
@@ -266,18 +298,21 @@ H100_NVL = AcceleratorSpec(
 H800 = AcceleratorSpec(
     name="H800 SXM 80GB", peak_flops=_HOPPER_PEAKS, hbm_capacity=80 * GIB, hbm_bandwidth=3.35 * TERA,
     nvlink_bandwidth=200e9, tdp_watts=700.0, nvls=True,
+    host_bandwidth=PCIE5_X16,
     source="NVIDIA H800 product brief: H100 SXM compute, NVLink 400 GB/s bidirectional",
 )
 A800_80GB = AcceleratorSpec(
     name="A800 SXM4 80GB", peak_flops=_A100_PEAKS, hbm_capacity=80 * GIB, hbm_bandwidth=2039e9,
     nvlink_bandwidth=200e9, tdp_watts=400.0,
+    host_bandwidth=PCIE4_X16,
     source="NVIDIA A800 product brief: A100 80GB SXM compute and memory, NVLink 400 GB/s bidirectional",
 )
 # NVIDIA A100 datasheet, PCIe 80GB column: same Tensor Core peaks, 1,935 GB/s, 300 W, NVLink bridge
 # 600 GB/s bidirectional (2 GPUs) -> 300 per direction.
 A100_PCIE_80GB = AcceleratorSpec(
     name="A100 PCIe 80GB", peak_flops=_A100_PEAKS, hbm_capacity=80 * GIB, hbm_bandwidth=1935e9,
-    nvlink_bandwidth=300e9, tdp_watts=300.0, source="NVIDIA A100 Tensor Core GPU datasheet, PCIe 80GB column",
+    nvlink_bandwidth=300e9, tdp_watts=300.0, host_bandwidth=PCIE4_X16,
+    source="NVIDIA A100 Tensor Core GPU datasheet, PCIe 80GB column",
 )
 # NVIDIA H20 product brief: BF16 148 TF dense, FP8 296, 96 GB HBM3 at 4.0 TB/s, NVLink 900 GB/s
 # bidirectional -> 450 per direction, 400 W.
@@ -285,6 +320,7 @@ H20 = AcceleratorSpec(
     name="H20 96GB",
     peak_flops={"fp32": 44 * TERA, "tf32": 74 * TERA, "bf16": 148 * TERA, "fp16": 148 * TERA, "fp8": 296 * TERA},
     hbm_capacity=96 * GIB, hbm_bandwidth=4.0 * TERA, nvlink_bandwidth=450e9, tdp_watts=400.0, nvls=True,
+    host_bandwidth=PCIE5_X16,
     source="NVIDIA H20 product brief",
 )
 # NVIDIA GH200 Grace Hopper Superchip datasheet: H100 Tensor Core figures, 96 GB HBM3 at 4 TB/s
@@ -292,7 +328,9 @@ H20 = AcceleratorSpec(
 # the up-to-1,000 W module taken as H100 SXM's 700 W.
 GH200 = AcceleratorSpec(
     name="GH200 96GB", peak_flops=_HOPPER_PEAKS, hbm_capacity=96 * GIB, hbm_bandwidth=4.0 * TERA,
-    nvlink_bandwidth=450e9, tdp_watts=700.0, nvls=True, source="NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3 96GB)",
+    nvlink_bandwidth=450e9, tdp_watts=700.0, nvls=True,
+    host_bandwidth=C2C_PER_DIRECTION,  # GH200 datasheet: NVLink-C2C 900 GB/s CPU <-> GPU, bidirectional
+    source="NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3 96GB; host link NVLink-C2C 900 GB/s bidirectional)",
 )
 GH200_144GB = replace(GH200, name="GH200 144GB", hbm_capacity=144 * GIB, hbm_bandwidth=4.9 * TERA,
                       source="NVIDIA GH200 Grace Hopper Superchip datasheet (HBM3e 144GB)")
@@ -303,6 +341,7 @@ MI250X_GCD = AcceleratorSpec(
     name="MI250X (per GCD)",
     peak_flops={"fp32": 47.9 * TERA, "bf16": 191.5 * TERA, "fp16": 191.5 * TERA},
     hbm_capacity=64 * GIB, hbm_bandwidth=1.6384 * TERA, nvlink_bandwidth=200e9, tdp_watts=280.0,
+    host_bandwidth=PCIE4_X16 / 2,  # assumption: the OAM's one PCIe Gen4 x16 host link shared by its 2 GCDs
     source="AMD Instinct MI250X data sheet (OAM totals / 2 GCDs)",
 )
 # AMD Instinct MI325X data sheet: MI300X compute (BF16 1,307.4 TF dense, FP8 2,614.9), 256 GB HBM3E at

@@ -1,9 +1,10 @@
 """What framework recipes set about recompute and the pipeline split, for runs that do not print it.
 
-Owns three tables read from the framework sources named in each entry: the per-module recompute
+Owns four tables read from the framework sources named in each entry: the per-module recompute
 of the MoE performance recipes (``RECIPE_RECOMPUTE``), the embedding/loss accounting of the
-pipeline split (``RECIPE_PIPELINE_SPLIT``) and the gradient dtype of the NeMo 1.x launcher recipes
-(``RECIPE_GRAD_DTYPE``), with their lookups by framework string, model preset,
+pipeline split (``RECIPE_PIPELINE_SPLIT``), the gradient dtype of the NeMo 1.x launcher recipes
+(``RECIPE_GRAD_DTYPE``) and the activation CPU offloading of the Llama 3 Megatron-FSDP recipes
+(``RECIPE_CPU_OFFLOADING``), with their lookups by framework string, model preset,
 GPU type, precision label and degrees. It does not read rows (``validate_rules`` does) nor price
 anything; the MoE dispatcher and grouped-MLP recipes are ``recipe_moe``'s.
 """
@@ -190,5 +191,68 @@ def recipe_grad_dtype(*, framework: str, model: str, degrees: tuple[int, int, in
     fw = framework.lower()
     for entry in RECIPE_GRAD_DTYPE:
         if any(f in fw for f in entry.frameworks) and model in entry.models and degrees == entry.degrees:
+            return entry
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeOffload:
+    """The activation CPU offloading one framework recipe sets (Megatron-Core
+    ``cpu_offloading_num_layers``, with ``cpu_offloading_weights = False``). It applies to a Megatron-FSDP
+    row of one of ``frameworks`` that runs one of ``models`` on ``gpu`` at one of ``precisions``
+    (``spellings`` labels) with the recipe's (tp, pp, micro_batch); a micro-batch the row does not
+    print is not compared."""
+
+    frameworks: tuple[str, ...]
+    models: tuple[str, ...]
+    gpu: str
+    precisions: tuple[str, ...]
+    degrees: tuple[int, int, int]
+    """tp, pp, micro_batch of the recipe."""
+    layers: int
+    """Layers whose activations go to the host (``plan.cpu_offloading_num_layers``)."""
+    locator: str
+
+
+_LLAMA3 = (_CFG + "llama/llama3_workload_base_configs.py (commit 00919dcf1fe13c0acf65e131f244378f0a6cd2b5, stored "
+           "copy 52380640426; V1 and V2 alike) ")
+_LLAMA31 = (_CFG + "llama/llama31_workload_base_configs.py (commit 0013c9a8ed4d655cd4e8ad8f918b11588e53c85d, stored "
+            "copy 56481504594; the 128-GPU V1 recipes; V2 sets cpu_offloading_num_layers=None) ")
+
+
+def _o(models: tuple[str, ...], gpu: str, precision: str, degrees: tuple[int, int, int], layers: int,
+       locator: str) -> RecipeOffload:
+    return RecipeOffload(frameworks=_MB, models=models, gpu=gpu, precisions=(precision,), degrees=degrees,
+                         layers=layers, locator=locator)
+
+
+RECIPE_CPU_OFFLOADING: tuple[RecipeOffload, ...] = (
+    # Llama 3 70B, Megatron-FSDP at tp 1 pp 1; degrees (tp, pp, micro_batch; WorkloadBaseConfig default 1)
+    _o(("llama3-70b",), "GB300", "bf16", (1, 1, 2), 30, _LLAMA3 + "LLAMA3_70B_PRETRAIN_CONFIG_GB300_BF16_V1, _V2"),
+    _o(("llama3-70b",), "GB300", "fp8", (1, 1, 2), 20, _LLAMA3 + "LLAMA3_70B_PRETRAIN_CONFIG_GB300_FP8_CS_V1, _V2"),
+    _o(("llama3-70b",), "GB200", "bf16", (1, 1, 1), 20, _LLAMA3 + "LLAMA3_70B_PRETRAIN_CONFIG_GB200_BF16_V1, _V2"),
+    _o(("llama3-70b",), "GB200", "fp8", (1, 1, 2), 40, _LLAMA3 + "LLAMA3_70B_PRETRAIN_CONFIG_GB200_FP8_CS_V1, _V2"),
+    _o(("llama3-70b",), "B200", "fp8", (1, 1, 1), 5, _LLAMA3 + "LLAMA3_70B_PRETRAIN_CONFIG_B200_FP8_CS_V1, _V2"),
+    # Llama 3.1 405B, Megatron-FSDP at tp 2 pp 1
+    _o(("llama3-405b",), "GB300", "bf16", (2, 1, 1), 40, _LLAMA31 + "LLAMA31_405B_PRETRAIN_CONFIG_GB300_BF16_V1"),
+    _o(("llama3-405b",), "GB300", "fp8", (2, 1, 1), 10, _LLAMA31 + "LLAMA31_405B_PRETRAIN_CONFIG_GB300_FP8_CS_V1"),
+    _o(("llama3-405b",), "GB200", "fp8", (2, 1, 1), 92, _LLAMA31 + "LLAMA31_405B_PRETRAIN_CONFIG_GB200_FP8_CS_V1"),
+)
+"""Framework recipe -> activation CPU offloading, for rows that do not print it: every Megatron-Bridge
+Llama recipe of the stored copies named that sets ``cpu_offloading_num_layers`` (the same values in the
+later per-recipe files, e.g. ``llama3_llm_pretrain.py`` ``llama3_70b_pretrain_64gpu_gb200_fp8cs_config``:
+``cfg.model.cpu_offloading_num_layers = 40``). FP8 here is the current-scaling recipe (``FP8_CS``); the
+MXFP8/NVFP4 recipes of these GPUs run pp 4 and offload nothing."""
+
+
+def recipe_cpu_offloading(*, framework: str, model: str, gpu: str, precision: str, degrees: tuple[int, int, int],
+                          micro_batch_printed: bool) -> RecipeOffload | None:
+    """The ``RECIPE_CPU_OFFLOADING`` entry for this framework string, model preset, GPU type, precision
+    label and (tp, pp, micro_batch) of a Megatron-FSDP row, or None."""
+    fw, gpu = framework.lower(), gpu.upper()
+    for entry in RECIPE_CPU_OFFLOADING:
+        same = degrees[:2] == entry.degrees[:2] and (not micro_batch_printed or degrees[2] == entry.degrees[2])
+        if (any(f in fw for f in entry.frameworks) and model in entry.models and gpu == entry.gpu
+                and precision in entry.precisions and same):
             return entry
     return None

@@ -3,7 +3,7 @@ batch, sharding, recompute, recipe and release become a ``ParallelPlan``.
 
 Owns the degrees (tp, pp, cp, ep and Megatron's dp = GPUs / (tp x pp x cp)), the batch consistency
 rule, the sharding (ZeRO, FSDP, HSDP, DeepSpeed ZeRO-3 as its 2021 code runs it), the gradient
-bytes, the recipe's recompute and pipeline layer split, the micro-batch and interleaving
+bytes, the recipe's recompute, activation CPU offloading and pipeline layer split, the micro-batch and interleaving
 candidates a row is tuned over, the attention kernel of the row's era, the MoE communication
 settings of its recipe and release, and ``plan_for_row``. Each rule that fills a field appends a
 sentence to ``notes``; the cells and the model are ``validate_rules``'.
@@ -18,7 +18,7 @@ from clustersim.simulator.calibration.recipe_moe import (
     recipe_fused_grouped_mlp, recipe_moe_comm, recipe_release_a2a_overlap,
 )
 from clustersim.simulator.calibration.recipe_plans import (
-    RecipeRecompute, recipe_grad_dtype, recipe_recompute_entry, recipe_split,
+    RecipeRecompute, recipe_cpu_offloading, recipe_grad_dtype, recipe_recompute_entry, recipe_split,
 )
 from clustersim.simulator.calibration.spellings import UnknownSpelling, precision_label, sharding
 from clustersim.simulator.calibration.validate_rules import SkipRow, framework_is_mcore, num, text
@@ -283,6 +283,31 @@ def _moe_comm_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[
     return out
 
 
+def _offload_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[int, int, int, int, int],
+                      settings: tuple[str, str], notes: list[str]) -> dict[str, Any]:
+    """``cpu_offloading_num_layers``: printed (a ``cpu_offloading_num_layers`` cell), else that of the
+    row's framework recipe (``recipe_plans.RECIPE_CPU_OFFLOADING``) when ``settings`` = (the plan's
+    fsdp, its recompute) are the recipe's (Megatron-FSDP; no recompute, which Megatron-Core requires
+    with offloading), else none."""
+    printed = num(row, "cpu_offloading_num_layers")
+    if printed is not None:
+        return {"cpu_offloading_num_layers": int(printed)}
+    if settings != ("full", "none"):
+        return {}
+    try:
+        label = precision_label(text(row, "precision")) if text(row, "precision") else "bf16"
+    except UnknownSpelling:
+        return {}
+    tp, pp, _, _, mb = degrees
+    entry = recipe_cpu_offloading(framework=text(row, "framework"), model=model.name, gpu=text(row, "gpu_type"),
+                                  precision=label, degrees=(tp, pp, mb),
+                                  micro_batch_printed=_degree(row, "micro_batch") is not None)
+    if entry is None:
+        return {}
+    notes.append(f"cpu_offloading_num_layers = {entry.layers} (not printed; framework recipe {entry.locator})")
+    return {"cpu_offloading_num_layers": entry.layers}
+
+
 def _recompute(row: Mapping[str, Any], notes: list[str]) -> Recompute:
     r = text(row, "recompute").lower()
     kinds: tuple[Recompute, ...] = ("full", "selective", "none")
@@ -320,11 +345,14 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     sp = tp > 1 and mcore and text(row, "sp").lower() != "off"
     ep = _degree(row, "ep") or 1
     degrees = (tp, pp, vpp, ep if model.is_moe else 1, mb)
+    recompute = _recompute_settings(row, model, degrees, notes)
+    shard = _sharding(row, cluster, (model.name, degrees), cp, notes)
     return ParallelPlan(
         tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, sp=sp, vpp=vpp, micro_batch=mb,
         schedule="interleaved" if vpp > 1 else "1f1b", layer_split=split,
-        **_recompute_settings(row, model, degrees, notes),
+        **recompute,
         **_moe_comm_settings(row, model, degrees, training.global_batch_size, notes),
         tp_comm_overlap=TP_COMM_OVERLAP if (mcore and tp > 1 and text(row, "gpu_type").upper() != "A100") else 0.0,
-        **_sharding(row, cluster, (model.name, degrees), cp, notes),
+        **_offload_settings(row, model, degrees, (shard.get("fsdp", "none"), recompute["recompute"]), notes),
+        **shard,
     )

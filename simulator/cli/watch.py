@@ -45,7 +45,7 @@ from clustersim.simulator.step import simulate_step as simulate
 console = Console(width=None if sys.stdout.isatty() else 160)
 DEFAULT_INTERVAL = (0.9, 1.1)
 """Used when neither --interval nor a fit report gives one: +-10%, stated as not fitted."""
-EXPOSED = ("exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "exposed_dp")
+EXPOSED = ("exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "exposed_dp", "exposed_offload")
 ALERT_EXIT = 3
 
 

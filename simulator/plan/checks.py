@@ -23,6 +23,7 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
     _check_recompute(model, plan)
     _check_recompute_modules(model, plan)
     _check_offloading(model, plan)
+    _check_host_link(plan, cluster)
     _check_world(plan, cluster)
     _check_tp(model, plan)
     _check_pp(model, plan)
@@ -112,6 +113,17 @@ def _check_offloading(model: ModelSpec, plan: ParallelPlan) -> None:
     if plan.recompute != "none":
         raise PlanError(f"plan.cpu_offloading_num_layers = {n} needs recompute = none (got {plan.recompute!r}; "
                         "Megatron-Core: CPU offloading does not work with activation recomputation)")
+
+
+def _check_host_link(plan: ParallelPlan, cluster: Cluster) -> None:
+    """Offloading activations needs a GPU-host link to copy them over (``host_bandwidth`` > 0)."""
+    n = plan.cpu_offloading_num_layers
+    bandwidth = cluster.accelerator.host_bandwidth
+    if n and not bandwidth > 0:
+        raise PlanError(f"plan.cpu_offloading_num_layers = {n} needs a host link, but accelerator "
+                        f"{cluster.accelerator.name!r} has host_bandwidth = {bandwidth:g}; set the accelerator's "
+                        "host_bandwidth (bytes/s per direction, e.g. 64e9 for PCIe 5.0 x16) or set "
+                        "cpu_offloading_num_layers to 0")
 
 
 def _check_values(plan: ParallelPlan) -> None:

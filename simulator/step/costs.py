@@ -79,6 +79,11 @@ class ChunkCost:
     them back to back), for the flows over time; None: not whole calls, or none."""
     ep_call_bwd: Call | None = None
     """The same for one backward (``exposed_ep`` of B; W has none)."""
+    offload_fwd: float = 0.0
+    """Seconds one forward waits for its activation copies to the host (``step.offload``; 0 without
+    ``plan.cpu_offloading_num_layers``)."""
+    offload_bwd: float = 0.0
+    """Seconds one backward waits for the activations coming back from the host (``step.offload``)."""
 
     def duration(self, kind: str, split_w: bool) -> float:
         """Seconds of pass ``kind`` (F, B or W) run alone; without ``split_w`` B includes W."""
@@ -89,12 +94,14 @@ class ChunkCost:
         all-to-alls a paired pass hides (``hideable_ep``), which the engine runs on its EP stream."""
         if kind == "F":
             return {"compute": self.fwd, "exposed_tp": self.tp_fwd, "exposed_cp": self.cp_fwd,
-                    "exposed_ep": self.ep_fwd + (0.0 if paired else self.ep_a2a_fwd), "exposed_dp": self.dp_fwd}
+                    "exposed_ep": self.ep_fwd + (0.0 if paired else self.ep_a2a_fwd), "exposed_dp": self.dp_fwd,
+                    "exposed_offload": self.offload_fwd}
         if kind == "W":
             return {"compute": self.bwd_weight}
         comp = self.bwd_input + self.recompute + (0.0 if split_w else self.bwd_weight)
         return {"compute": comp, "exposed_tp": self.tp_bwd, "exposed_cp": self.cp_bwd,
-                "exposed_ep": self.ep_bwd + (0.0 if paired else self.ep_a2a_bwd), "exposed_dp": self.dp_bwd}
+                "exposed_ep": self.ep_bwd + (0.0 if paired else self.ep_a2a_bwd), "exposed_dp": self.dp_bwd,
+                "exposed_offload": self.offload_bwd}
 
     def hideable_ep(self, kind: str) -> float:
         """Seconds of pass ``kind``'s all-to-alls that a paired pass can hide (``ep_a2a_*``)."""

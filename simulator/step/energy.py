@@ -47,6 +47,7 @@ SCALE_OUT_SWITCHES: frozenset[str] = frozenset({"leaf", "spine", "core", "router
 _COMPUTE_STREAM_ACTIVITY: Mapping[str, str] = {
     "compute": "dense", "optimizer": "memory", "exposed_tp": "comm", "exposed_cp": "comm",
     "exposed_ep": "comm", "exposed_dp": "comm", "exposed_pp": "wait", "bubble": "wait",
+    "exposed_offload": "wait",  # the SMs idle while the copy engines move activations over the host link
 }
 _PART_ACTIVITY: Mapping[str, str] = {"elementwise": "memory", "overhead": "wait"}
 """A compute part's activity when it is not dense (``step.compute.COMPUTE_PARTS``): memory-bound

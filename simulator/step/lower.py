@@ -2,7 +2,8 @@
 
 Owns the cost of one model chunk for one micro-batch on one device: compute by pass (forward,
 input-gradient, weight-gradient, recompute), and the exposed communication inside it (TP
-collectives on the critical path, CP ring exchange hidden behind attention, EP all-to-all); the
+collectives on the critical path, CP ring exchange hidden behind attention, EP all-to-all, the
+activation copies to and from the host that CPU offloading exposes: ``step.offload``); the
 optimizer of each stage; the per-stage tally of every collective (``step_calls``); and, for the
 Result, each stage's compute split by where it goes (``compute_parts``). The data-parallel traffic
 (FSDP/ZeRO-3 units prefetched one layer ahead, DP gradient buckets, ZeRO-1/2 parameter gathers) is
@@ -23,6 +24,7 @@ from clustersim.simulator.plan import (
 from clustersim.simulator.step.costing import Costing
 from clustersim.simulator.step.costs import Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.dispatch import dispatch_time, ep_shape
+from clustersim.simulator.step.offload import chunk_offload
 from clustersim.simulator.step.lower_dp import fsdp_calls, fsdp_exposed, grad_buckets, param_gathers, unit_tensors
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.step.recompute import moe_recomputes_dispatch, recomputed_ops
@@ -209,12 +211,13 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     dp_fwd, dp_bwd = fsdp_exposed(c, ops_all, per_layer)
     gather, lead, gather_calls = param_gathers(c, ops_all, per_layer)
     ep_call_fwd, ep_call_bwd = ep_pass_calls(c, per_layer, n_full)
+    offload_fwd, offload_bwd = chunk_offload(c, layers, per_layer)
     return ChunkCost(
         chunk=chunk, fwd=c.time(ops_all, "fwd") + host.fwd, bwd_input=c.time(ops_all, "bwd_input") + host.bwd,
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
         buckets=grad_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_calls=gather_calls,
-        ep_call_fwd=ep_call_fwd, ep_call_bwd=ep_call_bwd, **acc,
+        ep_call_fwd=ep_call_fwd, ep_call_bwd=ep_call_bwd, offload_fwd=offload_fwd, offload_bwd=offload_bwd, **acc,
     )
 
 

@@ -223,7 +223,11 @@ def layer_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, la
 def kept_layer_bytes(per_layer: list[float], offloaded: int) -> float:
     """Bytes of ``per_layer`` left on the device when the first ``offloaded`` layers go to the host:
     the others, plus one offloaded layer's copy in flight (TE's CPU offload double-buffers one
-    layer group: the one being copied out in forward, or prefetched back in backward)."""
+    layer group: the one being copied out in forward, or prefetched back in backward). An upper
+    bound by that one layer: Transformer Engine's windowed handler (``step.offload``) releases each
+    offloaded group when its copy is issued, and its later rewrite states the peak as
+    ``(num_layers - num_offloaded_layers) * T`` (``transformer_engine/pytorch/cpu_offload.py`` at
+    00382b96b46cac38fdfc7f2cbca438145708a398, ``OffloadSynchronizer._default_offload_sync_init``)."""
     out = per_layer[offloaded:]
     return sum(out) + max(per_layer[:offloaded], default=0.0)
 

@@ -23,7 +23,7 @@ from clustersim.simulator.step.partition import StageMemory
 
 CATEGORIES: tuple[str, ...] = (
     "compute", "exposed_tp", "exposed_cp", "exposed_ep", "exposed_pp", "bubble",
-    "exposed_dp", "optimizer", "other",
+    "exposed_dp", "exposed_offload", "optimizer", "other",
 )
 
 

@@ -31,7 +31,7 @@ NAMES = {"exposed_tp": "exposed TP", "exposed_cp": "exposed CP", "exposed_ep": "
          "optimizer": "optimizer", "dp_comm": "DP", "p2p": "p2p send",
          "p2p_shared": "p2p send slowed by sharing", "dp_shared": "DP slowed by sharing",
          "ep_shared": "EP all-to-all slowed by sharing",
-         "ep_comm": "EP all-to-all"}
+         "ep_comm": "EP all-to-all", "exposed_offload": "exposed host copy (CPU offloading)"}
 """Slice names by category (compute slices keep the pass label, e.g. ``F3.0``)."""
 PASS = re.compile(r"^([FBW])(\d+)\.(\d+)$")
 MERGED = re.compile(r"^(\d+) steady periods")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+from dataclasses import replace
 import pickle
 from pathlib import Path
 
@@ -131,3 +132,20 @@ def test_cpu_factory_uses_measured_numbers() -> None:
     assert (cpu.hbm_capacity, cpu.hbm_bandwidth, cpu.nvlink_bandwidth) == (8e9, 2e10, 0.0)
     per_dtype = cpu_accelerator(peak_flops={"fp32": 1e11, "bf16": 3e11}, memory_capacity=1, memory_bandwidth=1)
     assert per_dtype.peak("bf16") == 3e11
+
+
+def test_host_bandwidth_is_validated() -> None:
+    spec = ACCELERATORS["h100"]
+    for bad in (-1.0, float("inf"), float("nan")):
+        with pytest.raises(TopologyError, match="host_bandwidth"):
+            replace(spec, host_bandwidth=bad)
+    assert isinstance(replace(spec, host_bandwidth=0.0), AcceleratorSpec)  # 0: not known
+
+
+def test_preset_host_links() -> None:
+    # PCIe 4.0 / 5.0 x16 per direction; NVLink-C2C 900 GB/s bidirectional; GB200: one Grace for 2 GPUs
+    expected = {"a100": 32e9, "a800": 32e9, "h100": 64e9, "h200": 64e9, "h800": 64e9, "h20": 64e9,
+                "mi300x": 64e9, "b200": 64e9, "b300": 64e9, "gh200": 450e9, "gb200": 225e9, "gb300": 225e9}
+    for name, bandwidth in expected.items():
+        assert ACCELERATORS[name].host_bandwidth == bandwidth, name
+    assert all(spec.host_bandwidth > 0 for spec in ACCELERATORS.values())
