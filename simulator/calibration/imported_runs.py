@@ -21,7 +21,8 @@ import yaml
 
 from clustersim.files import write_atomic, write_json
 from clustersim.simulator.calibration.fit import fit_profiles
-from clustersim.simulator.calibration.jobargs import JobArgsError, JobConfig, read_job
+from clustersim.simulator.calibration.jobargs import read_job
+from clustersim.simulator.calibration.jobconfig import JobArgsError, JobConfig
 from clustersim.simulator.profile import save_profile
 from clustersim.simulator.calibration.ranks import slow_rank
 from clustersim.simulator.calibration.runlogs import RunLog, RunLogError, StepStats, interruptions, read_log, steady_state
