@@ -25,7 +25,8 @@ from clustersim.simulator.calibration.jobargs import read_job
 from clustersim.simulator.calibration.jobconfig import JobArgsError, JobConfig
 from clustersim.simulator.profile import save_profile
 from clustersim.simulator.calibration.ranks import slow_rank
-from clustersim.simulator.calibration.runlogs import RunLog, RunLogError, StepStats, interruptions, read_log, steady_state
+from clustersim.simulator.calibration.runlog_records import RunLog, RunLogError, StepStats
+from clustersim.simulator.calibration.runlogs import interruptions, read_log, steady_state
 from clustersim.simulator.calibration.torch_backend.check import model_spec, parallel_plan, training_spec
 from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import StepRecord

@@ -44,7 +44,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from clustersim.simulator.calibration.ranks import SlowRank
-from clustersim.simulator.calibration.runlogs import LogStep
+from clustersim.simulator.calibration.runlog_records import LogStep
 
 EventKind = Literal["slow", "fast", "recovered", "drift", "periodic", "spikes", "tail", "slow_rank"]
 MARKED = ("checkpoint", "eval", "restart", "nan", "skipped")
