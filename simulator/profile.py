@@ -88,7 +88,7 @@ HOST_LAUNCH_RANGE = (5e-6, 25e-6)
 """CPU seconds one eager PyTorch op costs before its kernel runs (Python, autograd and ATen
 dispatch, ``cudaLaunchKernel``): ~5-25 us (J. Lin, "From PyTorch op to kernel launch",
 https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, table "What each
-layer actually does"; the same source as ``fit_first_order.Bounds.max_kernel_overhead``). The range a
+layer actually does"; the same source as ``fit_params.Bounds.max_kernel_overhead``). The range a
 profile's ``host_launch_time`` is checked against when set from a measurement (``step.host``)."""
 SYNC_JITTER_MAX = 0.15
 """Upper bound of ``sync_jitter_cv``: at 0.15 the slowest of 512 ranks already waits 42 % of its
