@@ -193,7 +193,7 @@ class CalibrationProfile(BaseModel):
     a DTensor TP call by construction (the next op needs its result). Measured by ``calibrate
     measure``'s TP-call microbenchmark (``microbench_comm.tp_call_entry``: the TP message's all-reduce
     after a GEMM chunk, less the chunk, minus the same call back to back, interleaved sample by
-    sample; ``fit.blocking_call_wait``), never fitted to step times. 0 (the default: datasheet
+    sample; ``fit_comm.blocking_call_wait``), never fitted to step times. 0 (the default: datasheet
     profiles, one rank, folders measured before it): none."""
     ecmp_routing: Literal["adaptive", "hash"] = "adaptive"
     """How switches spread flows over equal-cost uplinks: ``adaptive`` splits every flow ideally
@@ -236,7 +236,7 @@ class CalibrationProfile(BaseModel):
     its kernels, keyed ``fwd`` and ``bwd`` (per micro-batch) and ``optimizer`` (per step): module
     calls, the dispatcher, autograd nodes, views and the optimizer's loop over the layer's
     parameter tensors. Measured on the backend's own module tree at negligible arithmetic
-    (``calibrate measure``'s eager-host microbenchmark, ``fit.host_fit``); the lowering adds what
+    (``calibrate measure``'s eager-host microbenchmark, ``fit_compute.host_fit``); the lowering adds what
     the per-op ``kernel_overhead`` of the layer's priced ops leaves of it (``step.host.eager_excess``).
     Empty (the default, datasheet profiles and folders measured before): none."""
     kernels_async: bool = False

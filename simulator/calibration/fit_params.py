@@ -108,7 +108,7 @@ class Bounds:
     rows (0 ... ``profile.SYNC_JITTER_MAX``) it made the out-of-sample figure worse, twice: 14.68 ->
     15.32 % (stop 13), and 14.02 -> 15.07 % with a fresh sensitivity pass (stop 14; NeMo held out
     4.6 -> 13.0 %), so it is not a fitted parameter by default; ``Bounds(jitter=(0.0,
-    SYNC_JITTER_MAX))`` fits it. The torch backend measures it (``calibration.fit.skew_fit``).
+    SYNC_JITTER_MAX))`` fits it. The torch backend measures it (``calibration.fit_comm.skew_fit``).
     Pinned at the cv measured on one H200 (``JITTER_MEASURED``, 0.0209) the fit knows the wait
     and fits the rest around it: 9.80 -> 10.23 % out of sample, in sample 7.28 -> 7.26 % (December
     2026, docs/VALIDATION.md "A measured per-pass jitter as an input of the fit"), so 0 stays."""
