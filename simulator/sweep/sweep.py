@@ -1,19 +1,7 @@
 """Sweeps: a grid over scenario fields, evaluated point by point into one DataFrame, resumable.
 
-A sweep file (YAML) reads::
-
-    base: scenarios/llama3_8b.yaml      # or an inline scenario mapping; a path is relative
-    grid:                               # to the sweep file
-      cluster.num_gpus: [64, 128, 256]  # dotted key -> list of values (outer product)
-      model: [llama3-8b, llama3-70b]
-      cluster.num_gpus,plan.dp: [[64, 8], [128, 16]]   # comma-joined keys vary together (zip)
-    plan: fixed                         # or best: search for the best plan at every point
-    seed: 0
-
-A point is the base mapping with the overrides applied (a mapping over a mapping merges key by
-key; anything else replaces), plus ``plan_mode`` ("fixed"/"best") and ``seed`` at the top level.
-Its ``point_id`` is the first 12 hex digits of the sha256 of its canonical JSON, so the same point
-has the same id in every run and on every machine.
+A sweep file (YAML: a base scenario, a grid of dotted keys, ``plan: fixed|best``, ``seed``) is
+expanded into points with stable ids by ``clustersim.simulator.sweep.sweep_spec``, which documents its format.
 
 Results: each finished point is written at once to ``OUT/parts/<point_id>.json`` (temp file, then
 rename: a part is whole or absent); ``OUT/results.parquet`` and ``OUT/results.csv`` are rebuilt
