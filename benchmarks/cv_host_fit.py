@@ -4,7 +4,7 @@
         --sensitivities SENS.csv --workers 1
 
 Runs ``clustersim validate ARGS`` with the fold fits' bounds set to
-``Bounds(host_launch=fit_first_order.HOST_LAUNCH_FIT)``: each GPU type's ``host_launch_time`` is 0
+``Bounds(host_launch=fit_params.HOST_LAUNCH_FIT)``: each GPU type's ``host_launch_time`` is 0
 or inside the cited range (5-25 us), fitted on the fold's training rows from the ``host`` column of
 SENS (``benchmarks/sens_host.py`` adds it to a table taken without it; a table without the column
 leaves it at 0, with a note in cv_notes.txt). The default (``Bounds().host_launch`` pinned at 0) is
@@ -16,7 +16,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
-from clustersim.simulator.calibration.fit_first_order import HOST_LAUNCH_FIT, Bounds
+from clustersim.simulator.calibration.fit_params import HOST_LAUNCH_FIT, Bounds
 from clustersim.simulator.cli import validate_cv
 from clustersim.simulator.cli.app import main
 

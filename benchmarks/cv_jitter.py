@@ -5,7 +5,7 @@
 
 Runs ``clustersim validate ARGS`` with ``cross_validate_families(bounds=Bounds(jitter=(CV, CV)))``:
 every fold's profile fit (and the all-families one) knows the per-pass jitter's wait while it fits
-the other parameters (``fit_first_order.jitter_start``; the ``jit`` column of the sensitivities is
+the other parameters (``fit_params.jitter_start``; the ``jit`` column of the sensitivities is
 the step time at cv + ``JITTER_STEP``), and the fold's profiles carry that cv when the held-out rows
 are re-simulated. ``measured``: ``profile.SYNC_JITTER_CV_MEASURED`` (0.0209, one H200,
 ``benchmarks/gpu_step_jitter.py``). Unlike setting the cv after each fold's fit
@@ -25,7 +25,7 @@ from __future__ import annotations
 import functools
 import sys
 
-from clustersim.simulator.calibration.fit_first_order import Bounds
+from clustersim.simulator.calibration.fit_params import Bounds
 from clustersim.simulator.cli import validate_cv
 from clustersim.simulator.cli.app import main
 from clustersim.simulator.profile import SYNC_JITTER_CV_MEASURED

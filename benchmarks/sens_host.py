@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/sens_host.py IN.csv OUT.csv [--workers N] [--moe-only]
 
-The full sensitivity pass (``fit_defaults.sensitivities`` with every ``fit_first_order.PARAMS``)
+The full sensitivity pass (``fit_defaults.sensitivities`` with every ``fit_params.PARAMS``)
 simulates each row at the bundled profiles and once per perturbed parameter. A table taken before
 ``host`` was a parameter lacks that column; this runs the same function on the same rows with the
 parameter list ("host",) only, so each row is simulated at its base (re-tuned plan) and at

@@ -32,7 +32,7 @@ import pandas as pd
 
 from clustersim.files import write_atomic
 from clustersim.simulator.calibration.fit_defaults import sensitivities
-from clustersim.simulator.calibration.fit_first_order import PARAMS
+from clustersim.simulator.calibration.fit_params import PARAMS
 from clustersim.simulator.calibration.validate import load_runs
 from clustersim.simulator.profile import GPU_VARIABILITY_CV_MEASURED, PROFILE_DIR, SYNC_JITTER_CV_MEASURED, load_profile
 

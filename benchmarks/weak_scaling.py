@@ -14,7 +14,7 @@ sets ``gpu_variability_cv`` (static GPU-to-GPU speed variability over the job's 
 (``nccl``: NCCL's tuning model of latency and protocol, ``network.nccl_tuning``); ``--jitter-law``
 sets ``sync_jitter_law`` (``pass_length``: the ``--jitter`` cv read as a 53.6 ms pass's, scaled per pass
 by its length, ``step.jitter.pass_jitter_cv``). ``--cited``
-starts from the fit's cited constants (``fit_first_order.with_cited_constants``: overlap slowdown,
+starts from the fit's cited constants (``fit_params.with_cited_constants``: overlap slowdown,
 flash2 factor), as every cross-validation fold's profile carries them;
 ``--overlap`` and ``--variability`` then override them only where given. ``--decompose`` prints
 the predicted step at the smallest and largest count split into the Result's breakdown (compute,
@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from clustersim.simulator.profile import GPU_VARIABILITY_CV_MEASURED, CalibrationProfile, default_profile
-from clustersim.simulator.calibration.fit_first_order import with_cited_constants
+from clustersim.simulator.calibration.fit_params import with_cited_constants
 from clustersim.simulator.calibration.validate import (SYSTEM_OF_PART, load_runs, part_of_row, scenario_for_row,
                                                        validate_row)
 from clustersim.simulator.step import simulate_step

@@ -88,7 +88,7 @@ HOST_LAUNCH_RANGE = (5e-6, 25e-6)
 """CPU seconds one eager PyTorch op costs before its kernel runs (Python, autograd and ATen
 dispatch, ``cudaLaunchKernel``): ~5-25 us (J. Lin, "From PyTorch op to kernel launch",
 https://jiahuanglin.xyz/all_lessons/gpu_kernel_serving/18_pytorch_to_kernel.html, table "What each
-layer actually does"; the same source as ``fit_first_order.Bounds.max_kernel_overhead``). The range a
+layer actually does"; the same source as ``fit_params.Bounds.max_kernel_overhead``). The range a
 profile's ``host_launch_time`` is checked against when set from a measurement (``step.host``)."""
 SYNC_JITTER_MAX = 0.15
 """Upper bound of ``sync_jitter_cv``: at 0.15 the slowest of 512 ranks already waits 42 % of its
@@ -193,7 +193,7 @@ class CalibrationProfile(BaseModel):
     a DTensor TP call by construction (the next op needs its result). Measured by ``calibrate
     measure``'s TP-call microbenchmark (``microbench_comm.tp_call_entry``: the TP message's all-reduce
     after a GEMM chunk, less the chunk, minus the same call back to back, interleaved sample by
-    sample; ``fit.blocking_call_wait``), never fitted to step times. 0 (the default: datasheet
+    sample; ``fit_comm.blocking_call_wait``), never fitted to step times. 0 (the default: datasheet
     profiles, one rank, folders measured before it): none."""
     ecmp_routing: Literal["adaptive", "hash"] = "adaptive"
     """How switches spread flows over equal-cost uplinks: ``adaptive`` splits every flow ideally
@@ -236,7 +236,7 @@ class CalibrationProfile(BaseModel):
     its kernels, keyed ``fwd`` and ``bwd`` (per micro-batch) and ``optimizer`` (per step): module
     calls, the dispatcher, autograd nodes, views and the optimizer's loop over the layer's
     parameter tensors. Measured on the backend's own module tree at negligible arithmetic
-    (``calibrate measure``'s eager-host microbenchmark, ``fit.host_fit``); the lowering adds what
+    (``calibrate measure``'s eager-host microbenchmark, ``fit_compute.host_fit``); the lowering adds what
     the per-op ``kernel_overhead`` of the layer's priced ops leaves of it (``step.host.eager_excess``).
     Empty (the default, datasheet profiles and folders measured before): none."""
     kernels_async: bool = False

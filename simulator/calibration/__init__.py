@@ -25,7 +25,8 @@ from clustersim.simulator.calibration.ranks import (
     has_rank_times,
     slow_rank,
 )
-from clustersim.simulator.calibration.runlogs import RunLogError, parse_log
+from clustersim.simulator.calibration.runlog_records import RunLogError
+from clustersim.simulator.calibration.runlogs import parse_log
 from clustersim.simulator.calibration.torch_backend import torch_available
 from clustersim.simulator.calibration.torch_backend.census import compare, measured_tally, passes
 from clustersim.simulator.calibration.torch_backend.check import (

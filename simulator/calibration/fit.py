@@ -5,7 +5,9 @@ Owns turning the measured microbenchmarks of ``calibrate measure`` (``micro_w{N}
 memory efficiency, per-op and per-step overheads, optimizer efficiency, and per-collective
 latency and bandwidth (a robust alpha-beta fit); plus the measured machine figures (peak FLOP/s,
 memory and loopback bandwidth) the "this machine" cluster is built from. Each fitted quantity
-comes with its fit quality. It does not run torch (``clustersim.simulator.calibration.torch_backend``) nor simulate.
+comes with its fit quality. This module assembles the profile and its per-pass intervals; the
+compute curves are fitted in ``fit_compute``, the collective laws, sync skew and TP calls in
+``fit_comm``. It does not run torch (``clustersim.simulator.calibration.torch_backend``) nor simulate.
 """
 
 from __future__ import annotations
@@ -18,28 +20,17 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
-from clustersim.simulator.step import ADAM_BYTES_PER_PARAM, sync_wait_fraction
-from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.calibration.fit_comm import (
+    AlphaBeta, alpha_beta, blocking_call_wait, framework_overhead, framework_overheads, skew_fit,
+    tp_call_figures,
+)
+from clustersim.simulator.calibration.fit_compute import (
+    attention_points, binned_curve, curve_error, gemm_points, host_fit, is_async, memory_fit, overhead_fit,
+)
 from clustersim.simulator.calibration.torch_backend import micro_passes
-
-BIN_DECADES = 0.5
-"""Width of a FLOP bin of the efficiency curves, in decades."""
-
-
-
-@dataclass(frozen=True, kw_only=True)
-class AlphaBeta:
-    """t(size) = alpha + size / bandwidth for one collective kind (size in nccl-tests convention)."""
-
-    kind: str
-    """Collective kind."""
-    alpha: float
-    """Fixed seconds per call."""
-    bus_bandwidth: float
-    """Bytes/s of the bus-bandwidth convention (ring factors divided out)."""
-    median_abs_error: float
-    """Median |t_fit / t_measured - 1| over the measured sizes."""
+from clustersim.simulator.errors import CalibrationError
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.step import ADAM_BYTES_PER_PARAM
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -62,120 +53,6 @@ class FitReport:
     the profile was fitted under; empty for folders measured without one."""
     operands: str = "hot"
     """The operands of the compute microbenchmarks it was fitted on (``micro_passes.with_operands``)."""
-
-
-def bus_factor(kind: str, n: int) -> float:
-    """Bytes on the busiest link per byte of ``size`` (nccl-tests busbw factors)."""
-    match kind:
-        case "all_reduce":
-            return 2.0 * (n - 1) / n
-        case "all_gather" | "reduce_scatter" | "all_to_all":
-            return (n - 1) / n
-        case "send_recv" | "broadcast":
-            return 1.0
-    raise CalibrationError(f"collective kind {kind!r} unknown; use all_reduce, all_gather, "
-                           "reduce_scatter, all_to_all or send_recv")
-
-
-def binned_curve(points: Sequence[tuple[float, float]]) -> list[tuple[float, float]]:
-    """Median efficiency per log10-FLOP bin, at the bin's median FLOP; clipped into (0, 1]."""
-    if not points:
-        raise CalibrationError("efficiency fit: no microbenchmark points; run calibrate measure first")
-    logs = np.log10([p[0] for p in points])
-    effs = np.array([p[1] for p in points])
-    bins = np.floor(logs / BIN_DECADES)
-    curve = []
-    for b in np.unique(bins):
-        sel = bins == b
-        curve.append((float(10 ** np.median(logs[sel])), float(np.clip(np.median(effs[sel]), 1e-4, 1.0))))
-    return curve
-
-
-def curve_error(curve: Sequence[tuple[float, float]], points: Sequence[tuple[float, float]]) -> float:
-    """Median |eff_curve / eff_point - 1| (interpolated in log10 FLOP, as the profile does)."""
-    xs, ys = np.log10([c[0] for c in curve]), [c[1] for c in curve]
-    pred = np.interp(np.log10([p[0] for p in points]), xs, ys)
-    return float(np.median(np.abs(pred / np.array([p[1] for p in points]) - 1.0)))
-
-
-def gemm_points(compute: Mapping[str, Any], peak: float) -> list[tuple[float, float]]:
-    """(FLOP per call, fraction of ``peak``) of every measured GEMM (all three layouts)."""
-    return [(g["flops"], g["flops"] / g["time_s"] / peak) for g in compute["gemm"]]
-
-
-def attention_points(compute: Mapping[str, Any], peak: float, causal_factor: float) -> list[tuple[float, float]]:
-    """Forward (F) and backward (2F) attention points; F = 4 b h s^2 d x ``causal_factor``."""
-    pts = []
-    for a in compute["attention"]:
-        f = a["flops_fwd_full"] * causal_factor
-        pts += [(f, f / a["fwd_s"] / peak), (2 * f, 2 * f / a["bwd_s"] / peak)]
-    return sorted(pts)
-
-
-def memory_fit(compute: Mapping[str, Any]) -> tuple[float, float, float]:
-    """(peak bandwidth = best copy, efficiency = median of add/GELU/LayerNorm over it, fit error).
-
-    On a GPU (``device`` cuda) only each kind's largest size counts: the smaller ones finish
-    before the host has launched the next call (8-20 us a call on an H200, whatever the size),
-    so their rate is the host's, which the eager host overhead prices (``kernels_async``)."""
-    mem = compute["memory"]
-    if is_async(compute):
-        top = max(m["elements"] for m in mem)
-        mem = [m for m in mem if m["elements"] == top] or mem
-    peak = max(m["bandwidth"] for m in mem if m["kind"] == "copy")
-    rates = np.array([m["bandwidth"] for m in mem if m["kind"] != "copy"])
-    eff = float(np.clip(np.median(rates) / peak, 1e-4, 1.0))
-    return peak, eff, float(np.median(np.abs(eff * peak / rates - 1.0)))
-
-
-def alpha_beta(kind: str, entries: Sequence[Mapping[str, Any]]) -> AlphaBeta:
-    """Theil-Sen alpha-beta fit: slope = median of pairwise slopes, alpha = median intercept.
-
-    Exact on noiseless data and robust to the scheduling outliers of a shared host.
-    """
-    pts = sorted((float(e["size"]), float(e["time_s"])) for e in entries if e["kind"] == kind)
-    if len(pts) < 3:
-        raise CalibrationError(f"collective {kind}: {len(pts)} sizes measured; need >= 3 for an alpha-beta fit")
-    n = int(next(e["world_size"] for e in entries if e["kind"] == kind))
-    s, t = np.array([p[0] for p in pts]), np.array([p[1] for p in pts])
-    i, j = np.triu_indices(len(pts), k=1)
-    slope = max(float(np.median((t[j] - t[i]) / (s[j] - s[i]))), 1e-15)
-    alpha = max(float(np.median(t - slope * s)), 0.0)
-    err = float(np.median(np.abs((alpha + slope * s) / t - 1.0)))
-    return AlphaBeta(kind=kind, alpha=alpha, bus_bandwidth=bus_factor(kind, n) / slope, median_abs_error=err)
-
-
-def is_async(compute: Mapping[str, Any]) -> bool:
-    """Whether the compute microbenchmarks ran on a device the host only launches kernels on
-    (``device`` cuda; folders without the key were measured on CPU ranks)."""
-    return str(compute.get("device", "cpu")) != "cpu"
-
-
-def overhead_fit(compute: Mapping[str, Any]) -> tuple[float, float]:
-    """(seconds per op: one tiny linear's fwd+bwd over its 3 GEMM calls, seconds per backward call)."""
-    o = compute["overhead"]
-    return float(o["per_linear_fwd_bwd_s"]) / 3.0, float(o["backward_call_s"])
-
-
-def host_fit(compute: Mapping[str, Any]) -> dict[str, float]:
-    """Seconds of eager host work per layer (``CalibrationProfile.eager_layer_overhead``) from the
-    eager-host microbenchmark (``microbench.host_entry``: the GPT's module tree at negligible
-    arithmetic, at two layer counts): the slope over layers of the forward (``fwd``), of the Adam
-    step alone (``optimizer``) and of the whole step less those two (``bwd``), each clipped at 0.
-    Empty without the entry (folders measured before it)."""
-    h = compute.get("host")
-    if not h:
-        return {}
-    span = float(h["layers_high"]) - float(h["layers_low"])
-    if span <= 0:
-        raise CalibrationError(f"eager-host microbenchmark: layers_high {h['layers_high']} <= layers_low "
-                               f"{h['layers_low']}; re-run calibrate measure")
-
-    def slope(key: str) -> float:
-        return (float(h[f"{key}_high_s"]) - float(h[f"{key}_low_s"])) / span
-
-    fwd, opt = max(slope("fwd"), 0.0), max(slope("opt"), 0.0)
-    return {"fwd": fwd, "bwd": max(slope("step") - fwd - opt, 0.0), "optimizer": opt}
 
 
 def load_micro(folder: str | os.PathLike[str], world_size: int | None = None) -> tuple[int, dict[str, Any]]:
@@ -262,72 +139,6 @@ def fit_micro(micro: Mapping[str, Any], n: int, host: Mapping[str, float], *, na
     return FitReport(profile=profile, quality=quality, collectives=links)
 
 
-@dataclass(frozen=True, kw_only=True)
-class SkewFit:
-    """The sync-skew microbenchmark (``microbench_comm.skew_entry``) read as the jitter model's cv."""
-
-    fraction: float
-    """Measured E[slowest rank's chunk] / E[one rank's chunk] - 1 over the iterations (>= 0)."""
-    wait: float
-    """Median seconds from a rank's chunk end to its collective's end, less the collective alone."""
-    cv: float
-    """The ``sync_jitter_cv`` whose expected wait for the slowest of the ranks is ``fraction``
-    (``step.sync_wait_fraction``), clipped to [0, ``SYNC_JITTER_MAX``]."""
-    error: float
-    """|wait fraction at ``cv`` / ``fraction`` - 1|: 0 unless the clip bit (0 when nothing was measured)."""
-
-
-def skew_fit(entry: Mapping[str, Any]) -> SkewFit:
-    """The measured skew of a ``skew_entry`` and the cv that prices it (bisection, 60 halvings)."""
-    chunks, totals = np.asarray(entry["chunk_s"], dtype=float), np.asarray(entry["total_s"], dtype=float)
-    if chunks.ndim != 2 or chunks.shape != totals.shape or chunks.shape[0] < 2 or chunks.size == 0:
-        raise CalibrationError(f"sync-skew microbenchmark: chunk_s {chunks.shape} and total_s {totals.shape} must be "
-                               "ranks (>= 2) x iterations; re-run calibrate measure")
-    n = chunks.shape[0]
-    fraction = max(float(chunks.max(axis=0).mean() / chunks.mean() - 1.0), 0.0)
-    wait = max(float(np.median(totals - chunks) - np.median(entry["allreduce_s"])), 0.0)
-    lo, hi = 0.0, SYNC_JITTER_MAX
-    if fraction == 0.0 or sync_wait_fraction(n, hi) <= fraction:
-        lo = hi = 0.0 if fraction == 0.0 else hi
-    for _ in range(60 if lo < hi else 0):
-        mid = 0.5 * (lo + hi)
-        lo, hi = (mid, hi) if sync_wait_fraction(n, mid) < fraction else (lo, mid)
-    cv = 0.5 * (lo + hi)
-    error = abs(sync_wait_fraction(n, cv) / fraction - 1.0) if fraction > 0 else 0.0
-    return SkewFit(fraction=fraction, wait=wait, cv=cv, error=error)
-
-
-TP_CALL_FIGURES: tuple[str, ...] = ("b2b", "after", "overlap")
-"""The situations of the TP-call microbenchmark recorded as ``machine.tp_call_<situation>``."""
-
-
-def tp_call_figures(entry: Mapping[str, Any] | None) -> dict[str, float]:
-    """The TP-call microbenchmark (``microbench_comm.tp_call_entry``) as measured machine figures:
-    seconds per call of the TP message back to back, after a GEMM chunk and overlapped with one
-    (``machine.tp_call_b2b``, ``tp_call_after``, ``tp_call_overlap``) and its size in bytes
-    (``tp_call_bytes``); empty without the entry. Priced through ``blocking_call_wait``."""
-    if not entry:
-        return {}
-    bad = [k for k in TP_CALL_FIGURES if not float(entry.get(f"{k}_s", -1.0)) >= 0]
-    if bad or float(entry.get("size", 0.0)) <= 0:
-        raise CalibrationError(f"TP-call microbenchmark: {bad[0] + '_s' if bad else 'size'} missing or negative in "
-                               f"{sorted(entry)}; re-run calibrate measure")
-    return {"tp_call_bytes": float(entry["size"]), **{f"tp_call_{k}": float(entry[f"{k}_s"]) for k in TP_CALL_FIGURES}}
-
-
-def blocking_call_wait(figures: Mapping[str, float]) -> float:
-    """``CalibrationProfile.blocking_call_wait``: seconds a call a rank blocks on right after
-    compute costs beyond the same call back to back (measured on the TP message's all-reduce), ``tp_call_after - tp_call_b2b`` (``tp_call_figures``; both
-    timed in the same interleaved samples, slowest rank, so the host's drift cancels), clipped
-    at 0; 0 without the TP-call microbenchmark (one rank, folders measured before it). Medians,
-    as every microbenchmark: the call after compute is bimodal on this host (fast 0.4-1.0 ms or
-    slow 3-5 ms, ``microbench_comm.TP_CALL_SAMPLES``); the mean would price 0.1-1.6 ms where the median
-    prices 1.0-2.0 ms in the six campaigns of /work/data/tb_final."""
-    if "tp_call_after" not in figures:
-        return 0.0
-    return max(figures["tp_call_after"] - figures["tp_call_b2b"], 0.0)
-
-
 def interval_fields(profile: CalibrationProfile) -> dict[str, float]:
     """The fields a pass moves, by name: the machine's measured rates, the scalar efficiencies and
     overheads, each point of the GEMM and attention curves (``gemm_efficiency@1e+07``) and each
@@ -373,22 +184,6 @@ def _host(folder: str | os.PathLike[str]) -> dict[str, float]:
 
 def _kinds(micro: Mapping[str, Any]) -> list[str]:
     return sorted({e["kind"] for e in micro["collectives"]["entries"]})
-
-
-def framework_overheads(micro: Mapping[str, Any]) -> dict[str, float]:
-    """Seconds per collective call as each framework (DDP, FSDP2, DTensor TP and TP+SP) issues them.
-
-    Measured on a GPT so small that its parallel step is all overhead: (parallel - plain) time
-    over the calls torch makes (``microbench_comm.framework_calls``); includes the transport's alpha.
-    """
-    entries = micro.get("collectives", {}).get("framework", [])
-    return {str(e["variant"]): float(e["per_call_s"]) for e in entries}
-
-
-def framework_overhead(micro: Mapping[str, Any]) -> float | None:
-    """Median seconds per collective call over the frameworks measured, or None."""
-    per = framework_overheads(micro)
-    return float(np.median(list(per.values()))) if per else None
 
 
 def _link_fields(links: Sequence[AlphaBeta], micro: Mapping[str, Any]) -> dict[str, Any]:

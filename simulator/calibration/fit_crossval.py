@@ -28,8 +28,10 @@ import pandas as pd
 
 from clustersim.simulator.calibration.fit_defaults import profile_key
 from clustersim.simulator.calibration.fit_first_order import (
-    GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, PER_GROUP, Bounds, apply_scales, first_order_problem, fit_scales, measured_times,
-    row_weights, with_cited_constants,
+    apply_scales, first_order_problem, fit_scales, measured_times, row_weights,
+)
+from clustersim.simulator.calibration.fit_params import (
+    GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, PER_GROUP, Bounds, with_cited_constants,
 )
 from clustersim.simulator.calibration.fit_pooling import choose_strength, evidence, fit_pooled
 from clustersim.simulator.calibration.fit_transfer import transfer_profile

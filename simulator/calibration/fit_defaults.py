@@ -26,9 +26,12 @@ from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.network import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
-    HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds, apply_scales, first_order_errors,
-    first_order_problem, fit_scales,
-    held_out_folds, measured_times, row_weights, with_cited_constants,
+    apply_scales, first_order_errors, first_order_problem, fit_scales, held_out_folds, measured_times,
+    row_weights,
+)
+from clustersim.simulator.calibration.fit_params import (
+    HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds,
+    with_cited_constants,
 )
 from clustersim.simulator.calibration.fit_transfer import transfer_profile
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row

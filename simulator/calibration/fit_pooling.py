@@ -22,9 +22,8 @@ from typing import Callable, Mapping
 
 import numpy as np
 
-from clustersim.simulator.calibration.fit_first_order import (
-    GEMM_POINTS, PER_GROUP, Bounds, _Problem, fit_scales, predict,
-)
+from clustersim.simulator.calibration.fit_first_order import _Problem, fit_scales, predict
+from clustersim.simulator.calibration.fit_params import GEMM_POINTS, PER_GROUP, Bounds
 
 STRENGTHS: tuple[float, ...] = (0.0, 1.0, 10.0)
 """Candidate prior strengths (objective percent points per unit of squared log deviation; 0 = no

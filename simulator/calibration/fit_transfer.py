@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Mapping
 
-from clustersim.simulator.calibration.fit_first_order import Bounds
+from clustersim.simulator.calibration.fit_params import Bounds
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.topologies.accelerators import A100_80GB, B200, B300, GB200, GB300, H100_SXM, H200, AcceleratorSpec
 

@@ -21,10 +21,12 @@ import yaml
 
 from clustersim.files import write_atomic, write_json
 from clustersim.simulator.calibration.fit import fit_profiles
-from clustersim.simulator.calibration.jobargs import JobArgsError, JobConfig, read_job
+from clustersim.simulator.calibration.jobargs import read_job
+from clustersim.simulator.calibration.jobconfig import JobArgsError, JobConfig
 from clustersim.simulator.profile import save_profile
 from clustersim.simulator.calibration.ranks import slow_rank
-from clustersim.simulator.calibration.runlogs import RunLog, RunLogError, StepStats, interruptions, read_log, steady_state
+from clustersim.simulator.calibration.runlog_records import RunLog, RunLogError, StepStats
+from clustersim.simulator.calibration.runlogs import interruptions, read_log, steady_state
 from clustersim.simulator.calibration.torch_backend.check import model_spec, parallel_plan, training_spec
 from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.calibration.torch_backend.specs import StepRecord

@@ -2,7 +2,7 @@
 
 Owns the detector of ``clustersim watch``: given the predicted step time with its interval
 (measured / predicted multipliers from ``fit_logs``) and the exposed-communication share of the
-prediction, it reads the logged records (``runlogs.LogStep``) and reports, as early as the rules
+prediction, it reads the logged records (``runlog_records.LogStep``) and reports, as early as the rules
 allow:
 
 - **level**: the rolling median of the last ``window`` steady records against the prediction:
@@ -44,7 +44,7 @@ from typing import Literal, Sequence
 import numpy as np
 
 from clustersim.simulator.calibration.ranks import SlowRank
-from clustersim.simulator.calibration.runlogs import LogStep
+from clustersim.simulator.calibration.runlog_records import LogStep
 
 EventKind = Literal["slow", "fast", "recovered", "drift", "periodic", "spikes", "tail", "slow_rank"]
 MARKED = ("checkpoint", "eval", "restart", "nan", "skipped")

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from clustersim.simulator.profile import load_profile
 from clustersim.simulator.errors import ClusterSimError
-from clustersim.simulator.sweep import SchedulerLost, default_workers, make_executor
+from clustersim.simulator.sweep import SchedulerLost, default_workers, expand_points, load_sweep, make_executor
 from clustersim.simulator.cli.output import fail
 
 if TYPE_CHECKING:  # annotations only; sweep.sweep (pandas, pyarrow) loads when the command runs
@@ -66,7 +66,7 @@ def sweep_command(
     if workers < 0:
         fail(f"--workers {workers}: use 0 (automatic), 1 (serial) or more")
     try:
-        from clustersim.simulator.sweep.sweep import SweepInterrupted, expand_points, load_sweep, run_sweep  # pandas
+        from clustersim.simulator.sweep.sweep import SweepInterrupted, run_sweep  # pandas
 
         spec = load_sweep(sweep_file)
         if calibration is not None:

@@ -10,14 +10,8 @@ room import their siblings directly. ``__all__`` is what the other rooms use, so
 
 from clustersim.simulator.search.candidates import candidate_plans, plan_is_valid
 from clustersim.simulator.search.estimate import Estimator
-from clustersim.simulator.search.search import (
-    OBJECTIVES,
-    Ranked,
-    SearchReport,
-    TokenPrice,
-    price_per_token,
-    search as search_plans,
-)
+from clustersim.simulator.search.objectives import OBJECTIVES, Ranked, TokenPrice, price_per_token
+from clustersim.simulator.search.search import SearchReport, search as search_plans
 
 __all__ = [
     "OBJECTIVES",

@@ -13,7 +13,8 @@ import pandas as pd
 import pytest
 
 from clustersim.simulator.calibration.fit_crossval import PRIORS, at_bounds, fit_fold
-from clustersim.simulator.calibration.fit_first_order import Bounds, row_weights
+from clustersim.simulator.calibration.fit_first_order import row_weights
+from clustersim.simulator.calibration.fit_params import Bounds
 from clustersim.simulator.calibration.validate import FAMILIES, family_of, load_runs
 from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR
 from tests.simulator.test_fit_defaults import BASE, TRUTH, _synthetic
@@ -113,7 +114,7 @@ def test_cli_rejects_an_unknown_cross_validation_scheme() -> None:
 
 
 def test_fold_profiles_carry_the_cited_constants_not_fitted_values() -> None:
-    from clustersim.simulator.calibration.fit_first_order import FLASH2_FACTOR, OVERLAP_SLOWDOWN
+    from clustersim.simulator.calibration.fit_params import FLASH2_FACTOR, OVERLAP_SLOWDOWN
     from clustersim.simulator.profile import OVERLAP_SLOWDOWN_MEASURED
     sens = _families()
     bridge = sens.source_id.str.startswith("megatron-bridge").to_numpy()

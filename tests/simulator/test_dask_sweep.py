@@ -21,7 +21,9 @@ import pandas as pd
 import pytest
 
 from clustersim.simulator.sweep.executors import DaskExecutor, SweepError
-from clustersim.simulator.sweep.sweep import expand_points, load_sweep, parts_dir, run_sweep
+from clustersim.simulator.sweep.sweep import run_sweep
+from clustersim.simulator.sweep.sweep_spec import expand_points, load_sweep
+from clustersim.simulator.sweep.sweep_store import parts_dir
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

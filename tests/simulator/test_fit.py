@@ -13,14 +13,9 @@ import pytest
 from clustersim.simulator.profile import load_profile, save_profile
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.step.compute import ADAM_BYTES_PER_PARAM
-from clustersim.simulator.calibration.fit import (
-    alpha_beta,
-    binned_curve,
-    bus_factor,
-    curve_error,
-    fit_profile,
-    fit_profiles,
-)
+from clustersim.simulator.calibration.fit import fit_profile, fit_profiles
+from clustersim.simulator.calibration.fit_comm import alpha_beta, bus_factor
+from clustersim.simulator.calibration.fit_compute import binned_curve, curve_error
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, GPTConfig, StepRecord
 
 PEAK = 100e9

@@ -15,7 +15,8 @@ from typer.testing import CliRunner
 from clustersim.simulator.profile import CalibrationProfile, load_profile
 from clustersim.simulator.cli.app import app
 from clustersim.simulator.calibration.fit_defaults import perturb, profile_key, sensitivities, write_profiles
-from clustersim.simulator.calibration.fit_first_order import GEMM_POINTS, PERTURB_FACTOR, Bounds, cross_validate, fit
+from clustersim.simulator.calibration.fit_first_order import cross_validate, fit
+from clustersim.simulator.calibration.fit_params import GEMM_POINTS, PERTURB_FACTOR, Bounds
 from clustersim.simulator.calibration.validate import load_runs
 
 CURVE_X = [1e8, 1e9, 1e10, 1e11, 1e12, 1e13]
@@ -142,7 +143,7 @@ def test_cli_fit_profiles_writes_profiles_and_report(tmp_path) -> None:
 def test_kernel_overhead_is_fitted_from_zero() -> None:
     # the bundled profiles sat at kernel_overhead 0.0, which a multiplicative probe can never move:
     # the probe adds KERNEL_OVERHEAD_PROBE seconds, and the fit recovers an overhead from zero
-    from clustersim.simulator.calibration.fit_first_order import KERNEL_OVERHEAD_PROBE
+    from clustersim.simulator.calibration.fit_params import KERNEL_OVERHEAD_PROBE
     zero = BASE.replace(kernel_overhead=0.0)
     assert perturb(zero, "kern").kernel_overhead == pytest.approx(KERNEL_OVERHEAD_PROBE)
     def at_zero(sens: pd.DataFrame) -> pd.DataFrame:

@@ -17,9 +17,8 @@ import pytest
 
 from clustersim.simulator.calibration.fit_crossval import fit_fold, host_evidence
 from clustersim.simulator.calibration.fit_defaults import perturb, profile_key, sensitivities
-from clustersim.simulator.calibration.fit_first_order import (
-    HOST_LAUNCH_FIT, HOST_LAUNCH_PROBE, Bounds, _initial, feasible, first_order_problem, fit, predict,
-)
+from clustersim.simulator.calibration.fit_first_order import _initial, feasible, first_order_problem, fit, predict
+from clustersim.simulator.calibration.fit_params import HOST_LAUNCH_FIT, HOST_LAUNCH_PROBE, Bounds
 from clustersim.simulator.calibration.validate import load_runs, validate_row
 from clustersim.simulator.profile import HOST_LAUNCH_RANGE, PROFILE_DIR, CalibrationProfile, load_profile
 

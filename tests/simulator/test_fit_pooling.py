@@ -14,7 +14,8 @@ import pandas as pd
 import pytest
 
 from clustersim.simulator.calibration.fit_crossval import fit_fold
-from clustersim.simulator.calibration.fit_first_order import GEMM_POINTS, first_order_problem, measured_times, row_weights
+from clustersim.simulator.calibration.fit_first_order import first_order_problem, measured_times, row_weights
+from clustersim.simulator.calibration.fit_params import GEMM_POINTS
 from clustersim.simulator.calibration.fit_pooling import choose_strength, evidence, fit_pooled, levels
 from clustersim.simulator.calibration.validate import family_of
 from tests.simulator.test_fit_defaults import BASE, TRUTH, _synthetic

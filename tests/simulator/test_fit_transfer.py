@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from clustersim.simulator.calibration.fit_crossval import fit_fold
-from clustersim.simulator.calibration.fit_first_order import Bounds
+from clustersim.simulator.calibration.fit_params import Bounds
 from clustersim.simulator.calibration.fit_transfer import (
     ACHIEVED, RELATIVE, SAME_DIE, cited_levels, levels, transfer_profile, transfer_ratios,
 )

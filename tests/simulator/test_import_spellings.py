@@ -21,7 +21,8 @@ import pytest
 import yaml
 
 from clustersim.simulator.calibration.imported_runs import import_run, load_run, measured_long_run
-from clustersim.simulator.calibration.jobargs import JobArgsError, read_job
+from clustersim.simulator.calibration.jobargs import read_job
+from clustersim.simulator.calibration.jobconfig import JobArgsError
 from clustersim.simulator.calibration.spellings import precision_label
 
 DATA = Path(__file__).parent / "runlogs"

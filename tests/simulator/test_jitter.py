@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 
 from clustersim.simulator.calibration.fit_defaults import perturb
-from clustersim.simulator.calibration.fit_first_order import JITTER_MEASURED, JITTER_STEP, PARAMS, Bounds, fit, jitter_start
+from clustersim.simulator.calibration.fit_first_order import fit
+from clustersim.simulator.calibration.fit_params import JITTER_MEASURED, JITTER_STEP, PARAMS, Bounds, jitter_start
 from clustersim.simulator.profile import (SYNC_JITTER_CV_MEASURED, SYNC_JITTER_MAX, CalibrationProfile, default_profile,
                                          load_profile)
 from clustersim.simulator.errors import CalibrationError

@@ -21,7 +21,7 @@ from clustersim.simulator.profile import default_profile
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.grid import column_bounds, grid_bounds
 from clustersim.simulator.search.candidates import candidate_columns, candidate_plans, plan_is_valid, valid_columns
-from clustersim.simulator.search.search import _bound_order
+from clustersim.simulator.search.branch_bound import _bound_order
 from clustersim.topologies import Cluster, get_cluster
 from clustersim.workloads import ModelSpec, TrainingSpec, get_model
 

@@ -9,10 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.jobargs import JobArgsError, megatron_argv, read_job
-from clustersim.simulator.calibration.runlogs import (
-    RunLogError, auto_warmup, detect_framework, parse_log, read_log, steady_state,
-)
+from clustersim.simulator.calibration.jobargs import read_job
+from clustersim.simulator.calibration.jobargs_megatron import megatron_argv
+from clustersim.simulator.calibration.jobconfig import JobArgsError
+from clustersim.simulator.calibration.runlog_records import RunLogError
+from clustersim.simulator.calibration.runlogs import auto_warmup, detect_framework, parse_log, read_log, steady_state
 
 DATA = Path(__file__).parent / "runlogs"
 

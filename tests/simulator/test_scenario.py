@@ -18,7 +18,7 @@ from clustersim.simulator.plan.plan import ParallelPlan
 from clustersim.simulator.scenario import PLAN_BOUNDS, apply_overrides, scenario_from_dict, scenario_json_schema
 from clustersim.simulator.scenario import ScenarioSpec, with_override
 from clustersim.simulator.step.simulate import simulate
-from clustersim.simulator.sweep import sweep as sweep_module
+from clustersim.simulator.sweep import sweep_spec as sweep_module
 from clustersim.topologies import H100_SXM, Cluster, NodeSpec, TopologyError, fat_tree
 from clustersim.workloads import TrainingSpec, get_model
 

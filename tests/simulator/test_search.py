@@ -18,7 +18,8 @@ from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.search.bound import StepBound
 from clustersim.simulator.search.energy_bound import EnergyBound
 from clustersim.simulator.search.candidates import candidate_plans, plan_is_valid
-from clustersim.simulator.search.search import price_per_token, search
+from clustersim.simulator.search.objectives import price_per_token
+from clustersim.simulator.search.search import search
 from clustersim.simulator.step.energy import energy_per_token, step_energy, token_costs
 from clustersim.simulator.step.simulate import simulate
 from clustersim.simulator.sweep.points import evaluate_point

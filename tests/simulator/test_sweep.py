@@ -22,8 +22,10 @@ import pytest
 import yaml
 
 from clustersim.simulator.sweep.executors import LocalExecutor, SerialExecutor, SweepError, evaluate_task
-from clustersim.simulator.sweep.sweep import SweepInterrupted, SweepSpec, expand_points, load_sweep, parts_dir
-from clustersim.simulator.sweep.sweep import consolidate, point_id, read_parts, run_sweep, sweep, with_override
+from clustersim.simulator.scenario import with_override
+from clustersim.simulator.sweep.sweep import SweepInterrupted, consolidate, run_sweep, sweep
+from clustersim.simulator.sweep.sweep_spec import SweepSpec, expand_points, load_sweep, point_id
+from clustersim.simulator.sweep.sweep_store import parts_dir, read_parts
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[1]

@@ -23,7 +23,9 @@ import pytest
 import yaml
 
 from clustersim.simulator.sweep.executors import DaskExecutor, SchedulerLost
-from clustersim.simulator.sweep.sweep import load_sweep, parts_dir, read_parts, run_sweep
+from clustersim.simulator.sweep.sweep import run_sweep
+from clustersim.simulator.sweep.sweep_spec import load_sweep
+from clustersim.simulator.sweep.sweep_store import parts_dir, read_parts
 from tests.simulator.test_dask_sweep import free_port, start
 
 HERE = Path(__file__).resolve().parent

@@ -3,7 +3,7 @@
 A profile of the real single-rank step (``benchmarks/torch_step_profile.py``, 2 threads,
 near-quiet) found 1.4 ms in autograd nodes and 3.3 ms between ops that no op price covered, and
 the Adam loop running per parameter tensor. ``microbench.host_entry`` times the backend's GPT
-module tree at negligible arithmetic at two layer counts; ``fit.host_fit`` reads the per-layer
+module tree at negligible arithmetic at two layer counts; ``fit_compute.host_fit`` reads the per-layer
 slopes into ``CalibrationProfile.eager_layer_overhead``; the lowering adds, per layer and
 micro-batch, what the per-op ``kernel_overhead`` of the layer's priced ops leaves of the forward
 and backward figures, and the optimizer figure once per layer per step. Folders measured before
@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from clustersim.simulator.calibration.fit import fit_profile, host_fit
+from clustersim.simulator.calibration.fit import fit_profile
+from clustersim.simulator.calibration.fit_compute import host_fit
 from clustersim.simulator.calibration.torch_backend import check, micro_passes
 from clustersim.simulator.calibration.torch_backend.measure import SMALL_GPT, standard_plans
 from clustersim.simulator.calibration.torch_backend.specs import BackendPlan, StepRecord

@@ -14,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.fit import fit_profile, skew_fit
+from clustersim.simulator.calibration.fit import fit_profile
+from clustersim.simulator.calibration.fit_comm import skew_fit
 from clustersim.simulator.calibration.torch_backend.check import check
 from clustersim.simulator.calibration.torch_backend.measure import load_steps
 from clustersim.simulator.errors import CalibrationError

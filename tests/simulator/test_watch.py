@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from clustersim.simulator.calibration.runlogs import LogStep
+from clustersim.simulator.calibration.runlog_records import LogStep
 from clustersim.simulator.calibration.watch import (
     Prediction, WatchRules, assess, cause_of, detection_delay,
 )

@@ -19,7 +19,7 @@ from clustersim.simulator.calibration.imported_runs import ImportedRun, write_ru
 from clustersim.simulator.calibration.ranks import (
     detection_reports, parse_rank_times, parse_straggler_reports, slow_rank, slow_rank_from_straggler, slow_rank_from_timers,
 )
-from clustersim.simulator.calibration.runlogs import StepStats
+from clustersim.simulator.calibration.runlog_records import StepStats
 from clustersim.simulator.calibration.watch import Prediction, ScalePoint, WatchRules, assess, cause_of, scale_fit
 from clustersim.simulator.scenario import scenario_from_dict
 from clustersim.simulator.step.simulate import simulate

@@ -261,7 +261,7 @@ def host_entry(timing: TimingRecipe) -> dict[str, float]:
     forward with its loss (``fwd_*_s``), a whole step (zero_grad, forward, loss, backward, Adam
     step: ``step_*_s``) and the Adam step alone (``opt_*_s``), seconds per call (issue 21: the real
     single-rank step spent 1.4 ms in autograd nodes and 3.3 ms between ops that no op price
-    covers, and its Adam loop ran per parameter tensor; ``fit.host_fit`` reads the per-layer slopes)."""
+    covers, and its Adam loop ran per parameter tensor; ``fit_compute.host_fit`` reads the per-layer slopes)."""
     out: dict[str, float] = {}
     for label, layers in zip(("low", "high"), HOST_LAYERS):
         cfg = host_gpt(layers)

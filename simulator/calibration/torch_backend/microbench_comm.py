@@ -57,7 +57,7 @@ def collective_call(kind: str, size: int) -> Callable[[], object]:
 TP_CALL_SAMPLES = 45
 """Samples of each situation of the TP-call microbenchmark (``tp_call_entry``), interleaved (~25 ms
 a sample of all four on 2 ranks). 15 until the wait after compute was priced
-(``fit.blocking_call_wait``): in the six campaigns of three quiet rounds (/work/data/tb_final)
+(``fit_comm.blocking_call_wait``): in the six campaigns of three quiet rounds (/work/data/tb_final)
 the call after a chunk took either 0.4-1.0 ms or 3.0-4.7 ms (1 to 7 of 15 samples fast), so the
 median's 95 % bootstrap interval spanned up to 3.5 ms; 3x the samples narrow it ~1.7x."""
 
@@ -73,7 +73,7 @@ def tp_call_entry(size: int, samples: int = TP_CALL_SAMPLES) -> dict[str, Any]:
     the call issued asynchronously, the chunk, then its wait, less the chunk (a TP backward: the
     gradient reduced by gloo's threads on the core autograd computes on); ``chunk_s``, the chunk
     alone (2 GEMMs of 1024 x 512 x 256, ~0.54 GFLOP). ``after_s - b2b_s`` prices every TP call's
-    wait after compute (``fit.blocking_call_wait``, ``CalibrationProfile.blocking_call_wait``)."""
+    wait after compute (``fit_comm.blocking_call_wait``, ``CalibrationProfile.blocking_call_wait``)."""
     n = dist.get_world_size()
     msg = torch.ones(max(n, size // 4 // n * n), device=_dev())
     a, w = torch.randn(1024, 256, device=_dev()), torch.randn(512, 256, device=_dev())
