@@ -159,13 +159,21 @@ TUNED_MICRO_BATCHES: tuple[int, ...] = (1, 2, 4, 8)
 """Micro-batch sizes tried for a row that does not publish its micro-batch."""
 
 
+def recipe_precision(row: Mapping[str, Any]) -> str | None:
+    """The row's precision label as the recipe tables key it (``bf16`` when none is printed), or
+    None for a spelling the normaliser does not know (no recipe entry can match it)."""
+    try:
+        return precision_label(text(row, "precision")) if text(row, "precision") else "bf16"
+    except UnknownSpelling:
+        return None
+
+
 def recipe_recompute(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[int, int, int, int, int],
                      printed: tuple[bool, bool]) -> RecipeRecompute | None:
     """The row's ``recipe_plans.RECIPE_RECOMPUTE`` entry (framework, model, GPU, precision and degrees;
     ``printed``: whether the row prints its vpp and its micro-batch), or None."""
-    try:
-        label = precision_label(text(row, "precision")) if text(row, "precision") else "bf16"
-    except UnknownSpelling:
+    label = recipe_precision(row)
+    if label is None:
         return None
     return recipe_recompute_entry(framework=text(row, "framework"), model=model.name, gpu=text(row, "gpu_type"),
                                   precision=label, degrees=degrees, printed=printed)
@@ -256,9 +264,8 @@ def _moe_comm_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[
     ``moe_a2a_overlap`` too (``recipe_moe.recipe_release_a2a_overlap``)."""
     if not model.is_moe or degrees[3] <= 1:
         return {}
-    try:
-        label = precision_label(text(row, "precision")) if text(row, "precision") else "bf16"
-    except UnknownSpelling:
+    label = recipe_precision(row)
+    if label is None:
         return {}
     choice = recipe_moe_comm(
         framework=text(row, "framework").lower(), model=model.name, gpu=text(row, "gpu_type").upper(),
@@ -294,9 +301,8 @@ def _offload_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[i
         return {"cpu_offloading_num_layers": int(printed)}
     if settings != ("full", "none"):
         return {}
-    try:
-        label = precision_label(text(row, "precision")) if text(row, "precision") else "bf16"
-    except UnknownSpelling:
+    label = recipe_precision(row)
+    if label is None:
         return {}
     tp, pp, _, _, mb = degrees
     entry = recipe_cpu_offloading(framework=text(row, "framework"), model=model.name, gpu=text(row, "gpu_type"),
