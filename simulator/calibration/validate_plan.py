@@ -17,12 +17,13 @@ from typing import Any, Mapping
 from clustersim.simulator.calibration.recipe_moe import (
     recipe_fused_grouped_mlp, recipe_moe_comm, recipe_release_a2a_overlap,
 )
+from clustersim.simulator.calibration.recipe_layout import recipe_layout
 from clustersim.simulator.calibration.recipe_plans import (
     RecipeRecompute, recipe_cpu_offloading, recipe_grad_dtype, recipe_recompute_entry, recipe_split,
 )
 from clustersim.simulator.calibration.spellings import UnknownSpelling, precision_label, sharding
 from clustersim.simulator.calibration.validate_rules import SkipRow, framework_is_mcore, num, text
-from clustersim.simulator.plan import ParallelPlan, Recompute
+from clustersim.simulator.plan import ParallelPlan, Recompute, layout_split
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec
 from clustersim.workloads.training import AttentionKernel
@@ -181,8 +182,13 @@ def recipe_recompute(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[in
 
 def recipe_layer_split(row: Mapping[str, Any], model: ModelSpec, pp: int, vpp: int,
                        notes: list[str] | None = None) -> tuple[int, ...] | None:
-    """``plan.layer_split`` of the row's framework recipe (``recipe_plans.RECIPE_PIPELINE_SPLIT``)
-    at pp x vpp, or None."""
+    """``plan.layer_split`` of the row's framework recipe at pp x vpp: its pipeline layout
+    (``recipe_layout.RECIPE_PIPELINE_LAYOUT``), else its embedding/loss accounting
+    (``recipe_plans.RECIPE_PIPELINE_SPLIT``), else None."""
+    layout = recipe_layout(framework=text(row, "framework"), model=model.name, gpu=text(row, "gpu_type"),
+                           pp=pp, vpp=vpp, mtp_layers=model.mtp_layers, notes=notes)
+    if layout is not None:
+        return layout_split(layout, chunks=pp * vpp, mtp_layers=model.mtp_layers)
     return recipe_split(framework=text(row, "framework"), model=model.name, num_layers=model.num_layers,
                         pp=pp, vpp=vpp, notes=notes)
 

@@ -7,6 +7,7 @@ room import their siblings directly. ``__all__`` is what the other rooms use, so
 
 from clustersim.simulator.plan.checks import BUCKET_RANGE, check_plan
 from clustersim.simulator.plan.columns import FSDPS, PlanColumns, columns_valid, plan_columns
+from clustersim.simulator.plan.layout import layout_split, parse_layout
 from clustersim.simulator.plan.placement import Axis, Placement
 from clustersim.simulator.plan.plan import (
     RECOMPUTES,
@@ -56,10 +57,12 @@ __all__ = [
     "destination",
     "dualpipe_program",
     "lanes",
+    "layout_split",
     "model_chunk",
     "num_microbatches",
     "num_model_chunks",
     "pairs_forward_backward",
+    "parse_layout",
     "plan_columns",
     "plan_from_mapping",
     "program_ends",

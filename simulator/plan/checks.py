@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 from clustersim.simulator.errors import PlanError
+from clustersim.simulator.plan.layout import layout_split
 from clustersim.simulator.plan.plan import AXES, RECOMPUTES, SCHEDULES, ParallelPlan
 from clustersim.simulator.plan.schedules import num_model_chunks
 from clustersim.topologies import Cluster
@@ -194,6 +195,8 @@ def _check_pp(model: ModelSpec, plan: ParallelPlan) -> None:
         raise PlanError(f"plan.vpp = {plan.vpp} needs plan.schedule = interleaved (got {plan.schedule})")
     if plan.schedule == "interleaved" and plan.vpp < 2:
         raise PlanError("plan.schedule = interleaved needs plan.vpp >= 2 model chunks per stage")
+    if plan.pipeline_layout is not None:
+        layout_split(plan.pipeline_layout, chunks=chunks, mtp_layers=model.mtp_layers, num_layers=model.num_layers)
     if plan.layer_split is not None:
         split = list(plan.layer_split)
         if len(split) != chunks or sum(split) != model.num_layers or min(split) < 0 or min(split[1:-1] or [1]) < 1:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, fields
 from typing import Literal
 
 from clustersim.simulator.errors import PlanError
+from clustersim.simulator.plan.layout import layout_split
 from clustersim.workloads import RECOMPUTE_MODULES, TrainingSpec
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]
@@ -121,6 +122,19 @@ class ParallelPlan:
     layer_split: tuple[int, ...] | None = None
     """Layers of each model chunk (pp * vpp numbers summing to the layers), e.g. fewer layers on
     the first and last stage to balance embedding and loss; None splits evenly."""
+    pipeline_layout: str | None = None
+    """Megatron-Core's ``pipeline_model_parallel_layout`` string (``plan.layout``), e.g.
+    ``Et*4|(t*4|)*14tmL``: fixes ``layer_split`` (given both, they must agree)."""
+
+    def __post_init__(self) -> None:
+        if self.pipeline_layout is None:
+            return
+        split = layout_split(self.pipeline_layout)
+        if self.layer_split is None:
+            object.__setattr__(self, "layer_split", split)  # frozen: derived once, here
+        elif tuple(self.layer_split) != split:
+            raise PlanError(f"plan.layer_split = {list(self.layer_split)} and plan.pipeline_layout = "
+                            f"{self.pipeline_layout!r} (layers {list(split)}) disagree; give one of them")
 
     @property
     def recomputed_modules(self) -> tuple[str, ...]:
