@@ -50,6 +50,8 @@ MODEL_ALIASES: dict[str, str] = {
     "mixtral-8x7b-v0.1": "mixtral-8x7b",
     "mixtral-8x22b-v0.1": "mixtral-8x22b",
     "grok1": "grok-1",
+    "grok1-314b": "grok-1",  # DGX Cloud Benchmarking README tables: "Grok1 314b", "Grok 1 314b"
+    "grok-1-314b": "grok-1",
     "llama-4-scout": "llama4-scout",
     "llama4-scout-17b-16e": "llama4-scout",
     "llama3.3-70b": "llama3-70b",  # Llama 3.3 70B: the Llama 3.1 70B architecture (same config.json shape)

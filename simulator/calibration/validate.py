@@ -37,6 +37,10 @@ from clustersim.workloads import ModelSpec, TrainingSpec
 from clustersim.workloads.presets import DATA_DIR
 
 DATA_PATH = DATA_DIR / "published_runs.csv"
+COLLECTED_PATH = DATA_DIR / "published_runs_dgxc.csv"
+"""Published runs this project transcribed from sources outside the given table (row_id 1001 on;
+the columns of published_runs.csv plus ``etp``, the printed expert tensor-parallel degree), each
+with its source and locator: workloads/data/SOURCES.md. Part of the bundled data set."""
 ClusterKey = tuple[str, str, int, tuple[tuple[str, str], ...]]
 """A cluster cache key: (system, gpu, GPU count, the sorted overrides as (name, repr))."""
 """The bundled data set (sources: workloads/data/SOURCES.md)."""
@@ -75,8 +79,11 @@ class RowScenario:
 
 
 def load_runs(path: str | Path | None = None) -> pd.DataFrame:
-    """The published runs CSV (the bundled data set by default)."""
-    where = Path(path) if path is not None else DATA_PATH
+    """The published runs CSV (the bundled data set by default: the given table and the collected one)."""
+    if path is None:
+        frames = [pd.read_csv(DATA_PATH), pd.read_csv(COLLECTED_PATH)]
+        return pd.concat(frames, ignore_index=True)
+    where = Path(path)
     if not where.exists():
         raise ScenarioError(f"runs file {where} does not exist; pass a CSV with the columns of published_runs.csv")
     try:
@@ -327,11 +334,13 @@ FAMILIES: tuple[tuple[str, str], ...] = (
     ("sc21-", "sc21"),
     ("megatron-readme-", "megatron-lm-readme"),
     ("nemo-perf-", "nemo"),
+    ("dgxc-", "dgxc-benchmarking"),
 )
 """(``source_id`` prefix, publication family). A family is one publisher's series of one
 benchmark: every Megatron-Bridge release re-publishes the same recipes (25.09 ... 26.08), the
 Megatron-LM README tables (2021-01, 2021-04, 2024) are one README, the NeMo performance pages
-(24.07, long-sequence) one site. Cross-validation holds out a whole family at a time. A
+(24.07, long-sequence) one site, the DGX Cloud Benchmarking recipe READMEs (Grok-1, DeepSeek-V3)
+one repository. Cross-validation holds out a whole family at a time. A
 ``source_id`` matching no prefix is its own family."""
 
 

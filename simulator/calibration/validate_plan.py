@@ -356,11 +356,14 @@ def plan_for_row(row: Mapping[str, Any], model: ModelSpec, training: TrainingSpe
     mcore = framework_is_mcore(row)
     sp = tp > 1 and mcore and text(row, "sp").lower() != "off"
     ep = _degree(row, "ep") or 1
+    etp = (_degree(row, "etp") or 1) if model.is_moe else 1  # printed expert TP; missing: 1 (no expert TP)
+    if etp > 1:
+        notes.append(f"expert tensor parallel {etp} (printed)")
     degrees = (tp, pp, vpp, ep if model.is_moe else 1, mb)
     recompute = _recompute_settings(row, model, degrees, notes)
     shard = _sharding(row, cluster, (model.name, degrees), cp, notes)
     return ParallelPlan(
-        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, sp=sp, vpp=vpp, micro_batch=mb,
+        tp=tp, pp=pp, dp=dp, cp=cp, ep=ep if model.is_moe else 1, etp=etp, sp=sp, vpp=vpp, micro_batch=mb,
         schedule="interleaved" if vpp > 1 else "1f1b", layer_split=split,
         **recompute,
         **_moe_comm_settings(row, model, degrees, training.global_batch_size, notes),

@@ -46,6 +46,7 @@ def test_published_run_models_resolve_to_presets_of_the_same_shape() -> None:
     ("GPT3-175B", "gpt3-175b"), ("LLAMA2-7B", "llama2-7b"),
     ("DeepSeekV3 (tokendrop)", "deepseek-v3"),
     ("megatron-530b", "gpt-529.6b"), ("megatron-1t", "gpt-1008.0b"), ("Llama3.1-8B", "llama3-8b"),
+    ("Grok1 314b", "grok-1"), ("Grok 1 314b", "grok-1"), ("Deepseek V3", "deepseek-v3"),
 ])
 def test_aliases(alias: str, preset: str) -> None:
     assert resolve_model_name(alias) == preset
