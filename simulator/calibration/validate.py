@@ -40,7 +40,9 @@ DATA_PATH = DATA_DIR / "published_runs.csv"
 COLLECTED_PATH = DATA_DIR / "published_runs_dgxc.csv"
 """Published runs this project transcribed from sources outside the given table (row_id 1001 on;
 the columns of published_runs.csv plus ``etp``, the printed expert tensor-parallel degree), each
-with its source and locator: workloads/data/SOURCES.md. Part of the bundled data set."""
+with its source and locator: workloads/data/SOURCES.md. Not (yet) in the default data set: pass
+it as ``runs`` (``clustersim validate workloads/data/published_runs_dgxc.csv``); docs/VALIDATION.md
+"December's twelfth stop" says why."""
 ClusterKey = tuple[str, str, int, tuple[tuple[str, str], ...]]
 """A cluster cache key: (system, gpu, GPU count, the sorted overrides as (name, repr))."""
 """The bundled data set (sources: workloads/data/SOURCES.md)."""
@@ -79,11 +81,8 @@ class RowScenario:
 
 
 def load_runs(path: str | Path | None = None) -> pd.DataFrame:
-    """The published runs CSV (the bundled data set by default: the given table and the collected one)."""
-    if path is None:
-        frames = [pd.read_csv(DATA_PATH), pd.read_csv(COLLECTED_PATH)]
-        return pd.concat(frames, ignore_index=True)
-    where = Path(path)
+    """The published runs CSV (the given table by default)."""
+    where = Path(path) if path is not None else DATA_PATH
     if not where.exists():
         raise ScenarioError(f"runs file {where} does not exist; pass a CSV with the columns of published_runs.csv")
     try:
