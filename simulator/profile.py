@@ -173,7 +173,8 @@ class CalibrationProfile(BaseModel):
     the Hopper-specific ones the curve describes). 1.0 when a key is absent."""
     expert_efficiency: float = Field(default=1.0, gt=0, le=1)
     """Multiplier on the efficiency of routed-expert (grouped) GEMMs of MoE layers: token
-    permutation, padding and many small per-expert GEMMs keep them below a dense GEMM's rate."""
+    permutation, padding and many small per-expert GEMMs keep them below a dense GEMM's rate. Not
+    applied where a rank holds one expert or runs the fused grouped MLP (``step.compute.expert_path``)."""
     collective_laws: dict[str, tuple[float, float]] = Field(default={})
     """Measured (alpha seconds, bus bandwidth bytes/s) of each collective kind on the machine a
     profile was fitted on (``calibrate fit``: Theil-Sen fit of the collective sweep, e.g. gloo over

@@ -47,8 +47,19 @@ GROUP_DONORS: Mapping[str, tuple[str, ...]] = {
     "b200": ("b300", "gb200", "gb300", "h100"), "b300": ("b200", "gb300", "gb200", "h100"),
     "gb200": ("gb300", "b200", "b300", "h100"), "gb300": ("gb200", "b300", "b200", "h100")}
 """Where a GPU type with no training row in a fold takes its profile from: the first donor fitted
-in that fold (same generation first, then the previous one). Efficiencies are fractions of each
-part's own datasheet peak, so they carry over between parts."""
+in that fold on rows of at least ``DONOR_MIN_FAMILIES`` publication families (same generation first,
+then the previous one; where none has that many, the first one fitted). Efficiencies are fractions
+of each part's own datasheet peak, so they carry over between parts."""
+
+DONOR_MIN_FAMILIES = 2
+"""Publication families a fitted GPU type's training rows must span before its profile is carried to
+another part. A profile fitted on one family's rows also fits that family's software stack and
+measurement convention (its framework release, its kernels, how it times a step), which is what
+cross-validation by family holds out; on a part it never ran on, only what two independent families
+agree on is the part's. Found on the bundled set plus NVIDIA's DGX Cloud runs (docs/VALIDATION.md,
+December's thirteenth stop): without it, nine GB200 rows of one family, the only Blackwell rows of
+the Megatron-Bridge fold, became the donor of B200, B300 and GB300. The rule keys on the count of
+families, never on which ones."""
 
 PRIORS: Mapping[str, tuple[str, float]] = {
     "exp": ("expert_efficiency", GROUPED_GEMM_EFFICIENCY_PRIOR), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0)}
@@ -175,6 +186,8 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
     fitted: dict[str, CalibrationProfile] = {}
     counts: dict[str, int] = {}
     notes: list[str] = []
+    fam = ok.source_id.astype(str).map(family_of).to_numpy()
+    fams_of = {g: frozenset(fam[train & (pb.gi == i)]) for i, g in enumerate(pb.groups)}
     for i, g in enumerate(pb.groups):
         if not np.any(train & (pb.gi == i)):
             continue
@@ -194,7 +207,9 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
     for g in sorted(profiles):
         if g in out:
             continue
-        donor = next((d for d in GROUP_DONORS.get(g, ()) if d in fitted), None)
+        candidates = [d for d in GROUP_DONORS.get(g, ()) if d in fitted]
+        donor = next((d for d in candidates if len(fams_of.get(d, ())) >= DONOR_MIN_FAMILIES),
+                     candidates[0] if candidates else None)
         if donor is None:
             raise CalibrationError(f"fold without {family!r}: GPU type {g} has no training row and no fitted donor "
                                    f"(GROUP_DONORS[{g!r}] = {GROUP_DONORS.get(g, ())})")
@@ -203,7 +218,8 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
         out[g] = prof.replace(name=f"{g}-from-{donor}", source=f"fold without {family}: no {g} row, {donor} fitted values"
                               + (f", cited ratios ({how})" if transfer else ""))
         counts[g] = 0
-        notes.append(f"{g}: no training row, the fitted {donor} profile" + (f" x cited ratios: {how}" if transfer else ""))
+        notes.append(f"{g}: no training row, the fitted {donor} profile (rows of {len(fams_of[donor])} "
+                     f"families)" + (f" x cited ratios: {how}" if transfer else ""))
     return FoldFit(family=family, profiles=out, fitted_params=counts, notes=tuple(notes))
 
 

@@ -207,12 +207,17 @@ def expert_scales(op: Op, profile: CalibrationProfile, imbalance: float) -> tupl
     return (imbalance / profile.expert_efficiency if op.kind == "gemm" else imbalance), imbalance
 
 
-def expert_path(profile: CalibrationProfile, fused: bool) -> CalibrationProfile:
+def expert_path(profile: CalibrationProfile, fused: bool, local_experts: int = 0) -> CalibrationProfile:
     """The profile a plan's compute runs at: with a fused grouped MLP (``plan.moe_fused_grouped_mlp``)
     the routed-expert GEMMs run on the dense GEMM curve at one expert's shape (``expert_efficiency``
     1: NVIDIA's fused kernels are 1.3-2x faster than the unfused path the efficiency describes,
-    ``profile.GROUPED_GEMM_EFFICIENCY_PRIOR``); otherwise ``profile`` unchanged."""
-    return profile.replace(expert_efficiency=1.0) if fused and profile.expert_efficiency != 1.0 else profile
+    ``profile.GROUPED_GEMM_EFFICIENCY_PRIOR``); so do they where a rank holds one expert
+    (``local_experts`` 1): the unfused path's grouped GEMM is then one GEMM over one split
+    (Transformer Engine's ``GroupedLinear`` with ``num_gemms`` 1: one cuBLAS call on one stream, one
+    quantisation of one input), which is a dense ``Linear``, and the efficiency describes the grouping
+    of several. Otherwise (a dense model: 0) ``profile`` unchanged."""
+    lifted = fused or local_experts == 1
+    return profile.replace(expert_efficiency=1.0) if lifted and profile.expert_efficiency != 1.0 else profile
 
 
 def is_routed_expert(op: Op) -> bool:

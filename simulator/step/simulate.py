@@ -70,7 +70,7 @@ def simulate(
     prof = profile or default_profile(cluster.accelerator.name)
     placement = Placement(plan, cluster.gpus_per_node)
     pricer = CommPricer(cluster, placement, prof, fidelity)
-    costing = Costing(model, training, plan, cluster.accelerator, expert_path(prof, plan.moe_fused_grouped_mlp), pricer)
+    costing = Costing(model, training, plan, cluster.accelerator, expert_path(prof, plan.moe_fused_grouped_mlp, _local_experts(model, plan)), pricer)
     lowered = lower(costing, part)
     stages = lowered.stages
     flows = stream_transfers(pricer, stages, fabric_load or FabricLoad()) if fabric_sharing == "flows" else None
@@ -111,6 +111,11 @@ def scenario_labels(model: ModelSpec, training: TrainingSpec, cluster: Cluster, 
         "hbm_capacity_gib": cluster.accelerator.hbm_capacity / 2**30, "profile": prof.name,
         "profile_fit_date": prof.fit_date or "not recorded",
     }
+
+
+def _local_experts(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Routed experts one rank holds (0 for a dense model)."""
+    return model.num_experts // max(1, plan.ep) if model.is_moe else 0
 
 
 def _check_inputs(model: object, training: object, cluster: object, plan: object, mode: object) -> None:

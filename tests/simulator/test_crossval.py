@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clustersim.simulator.calibration.fit_crossval import PRIORS, at_bounds, fit_fold
+from clustersim.simulator.calibration.fit_crossval import DONOR_MIN_FAMILIES, GROUP_DONORS, PRIORS, at_bounds, fit_fold
 from clustersim.simulator.calibration.fit_first_order import row_weights
 from clustersim.simulator.calibration.fit_params import Bounds
 from clustersim.simulator.calibration.validate import FAMILIES, family_of, load_runs
@@ -83,6 +83,27 @@ def test_gpu_type_without_training_rows_takes_its_donor_and_priors() -> None:
     assert any("b200: no training row" in n for n in fold.notes)
     full = fit_fold(sens, PROFILES, np.ones(len(sens), bool), sweeps=1)
     assert full.profiles["h100"].expert_efficiency == pytest.approx(0.6 * 0.7, rel=0.05)
+
+
+@pytest.mark.parametrize("gb200_families", [1, 2])
+def test_a_donor_needs_rows_of_two_families(gb200_families: int) -> None:
+    # b200 has rows only in the held-out Bridge family; its first listed donor with a fit, gb200,
+    # rests on one family (dgxc) or two (dgxc and sc21); h100 on two (mosaicml and nemo). One family
+    # is not enough to carry a profile to another part: the next donor, h100, is taken instead
+    assert DONOR_MIN_FAMILIES == 2 and GROUP_DONORS["b200"].index("gb200") < GROUP_DONORS["b200"].index("h100")
+    sens = _families()
+    idx = np.arange(len(sens))
+    gb = (idx < 30) & (idx % 5 == 0)
+    sens.loc[gb, "group"], sens.loc[gb, "gpu_type"] = "gb200", "GB200"
+    sens.loc[gb, "source_id"] = np.where(idx[gb] % 10 == 0, "dgxc-grok1", "sc21-table2" if gb200_families == 2 else "dgxc-grok1")
+    sens.loc[(idx < 30) & (idx % 5 == 1), "source_id"] = "nemo-perf-24.07"
+    profiles = {**PROFILES, "gb200": BASE.replace(name="gb200")}
+    bridge = sens.source_id.str.startswith("megatron-bridge").to_numpy()
+    fold = fit_fold(sens, profiles, ~bridge, family="megatron-bridge", sweeps=1, transfer=False)
+    donor = "gb200" if gb200_families >= DONOR_MIN_FAMILIES else "h100"
+    assert fold.profiles["b200"].name == f"b200-from-{donor}"
+    assert fold.profiles["b200"].gemm_efficiency == fold.profiles[donor].gemm_efficiency
+    assert any(f"b200: no training row, the fitted {donor} profile (rows of 2 families)" in n for n in fold.notes)
 
 
 def test_expert_prior_is_the_cited_grouped_gemm_figure() -> None:

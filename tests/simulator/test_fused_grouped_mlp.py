@@ -85,6 +85,30 @@ def test_expert_path_lifts_only_the_expert_efficiency() -> None:
     assert lifted.expert_efficiency == 1.0 and lifted.replace(expert_efficiency=0.5) == prof
 
 
+def test_expert_path_lifts_the_efficiency_where_a_rank_holds_one_expert() -> None:
+    prof = default_profile("H100").replace(expert_efficiency=0.5)
+    assert expert_path(prof, False, 1).expert_efficiency == 1.0
+    assert expert_path(prof, False, 2) == prof and expert_path(prof, False, 0) == prof  # 0: a dense model
+
+
+@pytest.mark.parametrize("efficiency", [0.3, 0.62])
+def test_one_expert_per_rank_runs_at_the_dense_curve_several_do_not(efficiency: float) -> None:
+    # GroupedLinear over one split is one GEMM: with ep = num_experts the step does not depend on
+    # expert_efficiency and equals the step at efficiency 1; with two experts per rank a lower
+    # efficiency is strictly slower (four of Mixtral's layers, to fit on one node)
+    model = replace(get_model("mixtral-8x7b"), num_layers=4)
+    cluster = get_cluster("dgx-h100", 8)
+    training = TrainingSpec(seq_len=4096, global_batch_size=64, precision="bf16")
+    base = default_profile(cluster.accelerator.name)
+    one = ParallelPlan(dp=8, ep=8, micro_batch=1, zero=1)
+    two = ParallelPlan(dp=8, ep=4, micro_batch=1, zero=1)
+    def step(plan: ParallelPlan, eff: float) -> float:
+        return simulate(model, training, cluster, plan, profile=base.replace(expert_efficiency=eff),
+                        fidelity="analytic").step_time
+    assert step(one, efficiency) == step(one, 1.0)
+    assert step(two, efficiency) > step(two, 1.0)
+
+
 def test_the_fused_path_is_the_unfused_one_at_expert_efficiency_one_less_the_activation_reads() -> None:
     # the flag is "routed-expert GEMMs at the dense curve" with the SwiGLU in the GEMM epilogues: the
     # unfused plan's step under a profile whose expert_efficiency is 1, less the activation's HBM
