@@ -41,6 +41,8 @@ MODEL_ALIASES: dict[str, str] = {
     "kimi-k2-base": "kimi-k2",
     "nemotron4-340b": "nemotron-4-340b",
     "nemotron-340b": "nemotron-4-340b",
+    "nemotron4-15b": "nemotron-4-15b",  # DGX Cloud Benchmarking README tables: "Nemotron4 15b"
+    "nemotron-15b": "nemotron-4-15b",
     "gpt-3-175b": "gpt3-175b",
     "gpt-174.6b": "gpt3-175b",
     "megatron-175b": "gpt3-175b",

@@ -6,7 +6,9 @@ import pandas as pd
 import pytest
 import yaml
 
-from clustersim.workloads import MODEL_PRESETS, WorkloadError, get_model, load_model, resolve_model_name
+from clustersim.workloads import (
+    MODEL_PRESETS, TrainingSpec, WorkloadError, get_model, load_model, model_flops_per_step, resolve_model_name,
+)
 from clustersim.workloads.presets import MODEL_ALIASES, PRESET_DIR
 
 RUNS = Path(__file__).resolve().parents[2] / "workloads" / "data" / "published_runs.csv"
@@ -121,3 +123,12 @@ def test_presets_are_read_on_first_lookup_only(tmp_path: Path, monkeypatch: pyte
     assert list(bad) == ["wrong"]
     with pytest.raises(WorkloadError, match="wrong.yaml: name 'tiny' must equal the file stem"):
         bad["wrong"]
+
+
+def test_nemotron_4_15b_matches_its_report_and_the_printed_model_flops() -> None:
+    # 15.6B parameters (Parmar et al. 2024, abstract); NVIDIA's DGX Cloud Benchmarking README prints
+    # the model FLOPs of one 4096-token sequence as 3.85e14 (workloads/data/published_runs_dgxc.csv)
+    model = get_model("nemotron-4-15b")
+    assert model.num_params() == pytest.approx(15.6e9, rel=0.01)
+    flops = model_flops_per_step(model, TrainingSpec(seq_len=4096, global_batch_size=1, precision="bf16"))
+    assert flops == pytest.approx(3.85e14, rel=0.005)
