@@ -28,9 +28,8 @@ from __future__ import annotations
 
 import argparse
 import os
+import math
 import time
-
-import numpy as np
 from pathlib import Path
 
 from clustersim.simulator.profile import GPU_VARIABILITY_CV_MEASURED, CalibrationProfile, default_profile
@@ -127,11 +126,11 @@ def main() -> None:
     for ids in series:
         a, b = by_id[ids[0]], by_id[ids[-1]]
         cells, published = [], float("nan")
-        if any(np.isnan(_predict(r, values[0], cache, args)[0]) for r in (a, b)):
+        ends = [(_predict(a, cv, cache, args), _predict(b, cv, cache, args)) for cv in values]
+        if math.isnan(ends[0][0][0]) or math.isnan(ends[0][1][0]):
             skipped += 1  # an end the validator skips (no plan printed, no preset)
             continue
-        for cv in values:
-            (pa, ma), (pb, mb) = _predict(a, cv, cache, args), _predict(b, cv, cache, args)
+        for cv, ((pa, ma), (pb, mb)) in zip(values, ends):
             published, grow = (mb / ma - 1) * 100, (pb / pa - 1) * 100
             ok = grow > 0 and published / 2 <= grow <= published * 2
             within[cv] += ok

@@ -208,7 +208,7 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
         if g in out:
             continue
         candidates = [d for d in GROUP_DONORS.get(g, ()) if d in fitted]
-        donor = next((d for d in candidates if len(fams_of.get(d, ())) >= DONOR_MIN_FAMILIES),
+        donor = next((d for d in candidates if len(fams_of[d]) >= DONOR_MIN_FAMILIES),
                      candidates[0] if candidates else None)
         if donor is None:
             raise CalibrationError(f"fold without {family!r}: GPU type {g} has no training row and no fitted donor "

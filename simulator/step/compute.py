@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Iterable, Literal
 
+from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.topologies import AcceleratorSpec
 from clustersim.topologies.power import clock_fraction
-from clustersim.workloads import Op
+from clustersim.workloads import ModelSpec, Op
 
 Pass = Literal["fwd", "bwd", "bwd_input", "bwd_weight"]
 
@@ -218,6 +219,11 @@ def expert_path(profile: CalibrationProfile, fused: bool, local_experts: int = 0
     of several. Otherwise (a dense model: 0) ``profile`` unchanged."""
     lifted = fused or local_experts == 1
     return profile.replace(expert_efficiency=1.0) if lifted and profile.expert_efficiency != 1.0 else profile
+
+
+def local_experts(model: ModelSpec, plan: ParallelPlan) -> int:
+    """Routed experts one rank holds: ``num_experts / ep`` (0 for a dense model)."""
+    return model.num_experts // max(1, plan.ep) if model.is_moe else 0
 
 
 def is_routed_expert(op: Op) -> bool:

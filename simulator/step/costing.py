@@ -14,7 +14,7 @@ from typing import Sequence
 from clustersim.simulator.network import CommPricer
 from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.profile import CalibrationProfile
-from clustersim.simulator.step.compute import Pass, ops_time
+from clustersim.simulator.step.compute import Pass, local_experts, ops_time
 from clustersim.simulator.step.dispatch import expert_load
 from clustersim.simulator.step.host import HostExcess, eager_excess, host_excess
 from clustersim.topologies import AcceleratorSpec
@@ -42,7 +42,7 @@ class Costing:
 
     def host(self, per_layer: list[tuple[list[Op], bool]], recomputed: list[list[Op]]) -> HostExcess:
         """Seconds the host's kernel launches add to one micro-batch of a chunk (``step.host``)."""
-        local = max(1, self.model.num_experts // max(1, self.plan.ep))
+        local = max(1, local_experts(self.model, self.plan))
         layers = [ops for ops, _ in per_layer]
 
         def gpu(ops: Sequence[Op], which: Pass) -> float:

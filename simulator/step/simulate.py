@@ -26,7 +26,7 @@ from clustersim.simulator.plan import (
     num_microbatches,
 )
 from clustersim.simulator.network import CommPricer, FabricLoad, Fidelity
-from clustersim.simulator.step.compute import expert_path, peak_for
+from clustersim.simulator.step.compute import expert_path, local_experts, peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.jitter import pass_wait_fraction, sync_wait_fraction, variability_wait_fraction
 from clustersim.simulator.step.costs import StageCost
@@ -70,7 +70,7 @@ def simulate(
     prof = profile or default_profile(cluster.accelerator.name)
     placement = Placement(plan, cluster.gpus_per_node)
     pricer = CommPricer(cluster, placement, prof, fidelity)
-    costing = Costing(model, training, plan, cluster.accelerator, expert_path(prof, plan.moe_fused_grouped_mlp, _local_experts(model, plan)), pricer)
+    costing = Costing(model, training, plan, cluster.accelerator, expert_path(prof, plan.moe_fused_grouped_mlp, local_experts(model, plan)), pricer)
     lowered = lower(costing, part)
     stages = lowered.stages
     flows = stream_transfers(pricer, stages, fabric_load or FabricLoad()) if fabric_sharing == "flows" else None
@@ -111,11 +111,6 @@ def scenario_labels(model: ModelSpec, training: TrainingSpec, cluster: Cluster, 
         "hbm_capacity_gib": cluster.accelerator.hbm_capacity / 2**30, "profile": prof.name,
         "profile_fit_date": prof.fit_date or "not recorded",
     }
-
-
-def _local_experts(model: ModelSpec, plan: ParallelPlan) -> int:
-    """Routed experts one rank holds (0 for a dense model)."""
-    return model.num_experts // max(1, plan.ep) if model.is_moe else 0
 
 
 def _check_inputs(model: object, training: object, cluster: object, plan: object, mode: object) -> None:
