@@ -67,7 +67,13 @@ def _qwen3_moe(cfg: Config, where: str) -> dict[str, Any]:
     return {**_common(cfg, where), "num_experts": int(_req(cfg, "num_experts", where)),
             "top_k": int(_req(cfg, "num_experts_per_tok", where)),
             "moe_ffn_hidden_size": int(_req(cfg, "moe_intermediate_size", where)),
-            "moe_layer_freq": int(cfg.get("decoder_sparse_step", 1))}
+            **_sparse_step(int(cfg.get("decoder_sparse_step") or 1))}
+
+
+def _sparse_step(step: int) -> dict[str, int]:
+    """Hugging Face's every-``step``-th-layer MoE (Qwen2-MoE ``decoder_sparse_step``, Llama 4
+    ``interleave_moe_layer_step``): layer i is MoE when (i + 1) % step == 0."""
+    return {"moe_layer_freq": step, "moe_layer_offset": step - 1}
 
 
 def _deepseek(cfg: Config, where: str) -> dict[str, Any]:

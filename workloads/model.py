@@ -91,7 +91,12 @@ class ModelSpec:
     first_dense_layers: int = 0
     """The first k layers use a dense MLP of ffn_hidden_size (DeepSeek-V3: 3)."""
     moe_layer_freq: int = 1
-    """Layer i (past the dense prefix) is MoE when i % moe_layer_freq == 0 (Megatron convention)."""
+    """Layer i (past the dense prefix) is MoE when i % moe_layer_freq == moe_layer_offset."""
+    moe_layer_offset: int = 0
+    """Phase of the MoE layers, 0 <= offset < moe_layer_freq: 0 for Megatron's integer
+    ``moe_layer_freq`` and DeepSeek's config.json (layer 0 MoE); freq - 1 for Hugging Face's
+    ``interleave_moe_layer_step`` (Llama 4) and ``decoder_sparse_step`` (Qwen2-MoE), whose MoE layers
+    are those with (i + 1) % step == 0 (Llama 4 Maverick: the odd layers, Megatron list [0, 1] * 24)."""
     activation_clamp: float | None = None
     """Clamp of the routed experts' gated activation inputs (HF config.json ``swiglu_limit``; gpt-oss:
     7.0): the gate half clamped to at most this, the up half to [-limit, limit], before
@@ -173,7 +178,7 @@ class ModelSpec:
         _check_layer_index(self, i)
         if self.layer_pattern is not None:
             return self.layer_pattern[i] == "E"
-        return self.is_moe and i >= self.first_dense_layers and i % self.moe_layer_freq == 0
+        return self.is_moe and i >= self.first_dense_layers and i % self.moe_layer_freq == self.moe_layer_offset
 
     def layer_kind(self, i: int) -> LayerKind:
         """'transformer' (attention + MLP/MoE) without a pattern, else the pattern's kind."""
@@ -432,10 +437,12 @@ def _check_moe(m: ModelSpec) -> None:
         raise WorkloadError(
             f"{m.name}: moe_ffn_hidden_size = {m.moe_ffn_hidden_size}: MoE needs a positive value"
         )
-    if not 0 <= m.first_dense_layers <= m.num_layers or m.moe_layer_freq < 1:
+    if not 0 <= m.first_dense_layers <= m.num_layers or m.moe_layer_freq < 1 \
+            or not 0 <= m.moe_layer_offset < m.moe_layer_freq:
         raise WorkloadError(
             f"{m.name}: first_dense_layers = {m.first_dense_layers}, moe_layer_freq = "
-            f"{m.moe_layer_freq}: need 0 <= first_dense_layers <= {m.num_layers}, freq >= 1"
+            f"{m.moe_layer_freq}, moe_layer_offset = {m.moe_layer_offset}: need 0 <= first_dense_layers "
+            f"<= {m.num_layers}, freq >= 1 and 0 <= offset < freq"
         )
     if m.expert_groups < 0 or not 0 <= m.expert_groups_per_token <= m.expert_groups \
             or (m.expert_groups and m.num_experts % m.expert_groups):

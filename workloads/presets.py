@@ -56,6 +56,8 @@ MODEL_ALIASES: dict[str, str] = {
     "grok-1-314b": "grok-1",
     "llama-4-scout": "llama4-scout",
     "llama4-scout-17b-16e": "llama4-scout",
+    "llama4-maverick-400b": "llama4-maverick",  # DGX Cloud Benchmarking README tables: "LLAMA4 maverick 400b"
+    "llama4-maverick-17b-128e": "llama4-maverick",  # hub id meta-llama/Llama-4-Maverick-17B-128E(-Instruct)
     "llama3.3-70b": "llama3-70b",  # Llama 3.3 70B: the Llama 3.1 70B architecture (same config.json shape)
     "olmo-2-0425-1b": "olmo2-1b",
     "olmo2-0425-1b": "olmo2-1b",

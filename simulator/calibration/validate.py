@@ -11,6 +11,7 @@ It does not fit the profiles (they are data in ``simulator/profiles``) nor print
 from __future__ import annotations
 
 import math
+import re
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -319,7 +320,14 @@ def summarise(results: pd.DataFrame) -> dict[str, Any]:
     skipped = results[results.status != "ok"]
     return {"simulated": int(len(ok)), "skipped": int(len(skipped)), "overall": error_stats(ok.error_pct),
             "by_source": by["source_id"], "by_gpu": by["gpu_type"],
-            "skip_reasons": skipped.reason.str.replace(r"\d[\d.,]*", "#", regex=True).value_counts()}
+            "skip_reasons": skipped.reason.map(reason_group).value_counts()}
+
+
+def reason_group(reason: str) -> str:
+    """A skip reason with its numbers written as '#' so that rows skipped for one cause count
+    together, except inside quotes: a quoted value ('LLAMA4 maverick 400b') is the fact named."""
+    parts = re.split(r"('[^']*')", reason)
+    return "".join(p if p.startswith("'") else re.sub(r"\d[\d.,]*", "#", p) for p in parts)
 
 
 MEGATRON_LM_FRAMEWORKS: tuple[str, ...] = ("Megatron-LM", "Megatron-Core")

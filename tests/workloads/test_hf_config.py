@@ -71,6 +71,15 @@ def test_unknown_model_type_and_inexpressible_features_are_named(tmp_path: Path)
     assert dataclasses.is_dataclass(model_from_hf_config(cfg))
 
 
+def test_sparse_step_puts_moe_on_every_step_th_layer_counted_from_one() -> None:
+    # transformers Qwen2-MoE / Qwen3-MoE: layer i is sparse when (i + 1) % decoder_sparse_step == 0
+    cfg = json.loads((DATA / "Qwen3-30B-A3B" / "config.json").read_text())
+    every = model_from_hf_config(cfg)
+    assert all(every.is_moe_layer(i) for i in range(every.num_layers))
+    third = model_from_hf_config({**cfg, "decoder_sparse_step": 3})
+    assert [third.is_moe_layer(i) for i in range(6)] == [False, False, True, False, False, True]
+
+
 def test_new_family_features_are_read_not_assumed() -> None:
     oss = model_from_hf_config(DATA / "gpt-oss-20b" / "config.json")
     assert (oss.num_experts, oss.top_k, oss.moe_ffn_hidden_size, oss.linear_bias, oss.attn_head_dim) == (32, 4, 2880, True, 64)

@@ -18,6 +18,7 @@ PUBLISHED_SIZES = [
     ("qwen3-235b-a22b", 235e9, 22e9, "Qwen3 Technical Report, Table 2"),
     ("nemotron-4-340b", 341e9, None, "Nemotron-4 340B Technical Report, Table 1 (341B)"),
     ("llama4-scout", 109e9, 17e9, "Meta Llama 4 model card: 17B active, 109B total"),
+    ("llama4-maverick", 400e9, 17e9, "Meta Llama 4 model card: 17B active, 400B total"),
     ("kimi-k2", 1.04e12, None, "moonshotai Kimi-K2 model card / tech report: 1.04T total"),
 ]
 
@@ -80,6 +81,17 @@ def test_moe_layer_pattern_respects_dense_prefix_and_frequency() -> None:
     assert [m.is_moe_layer(i) for i in range(5)] == [False, False, False, True, True]
     every_other = dataclasses.replace(m, first_dense_layers=0, moe_layer_freq=2)
     assert every_other.num_moe_layers == (m.num_layers + 1) // 2
+    odd = dataclasses.replace(every_other, moe_layer_offset=1)  # Hugging Face's interleave step 2
+    assert [odd.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+    assert odd.num_moe_layers == m.num_layers // 2
+    assert odd.num_params() == every_other.num_params() - (m.num_layers % 2) * (
+        every_other.layer_params(0) - odd.layer_params(0))
+
+
+def test_llama4_maverick_alternates_dense_and_moe_layers_from_the_second() -> None:
+    # NeMo Llama4Experts128Config: moe_layer_freq = [0, 1] * 24
+    m = get_model("llama4-maverick")
+    assert [m.is_moe_layer(i) for i in range(m.num_layers)] == [False, True] * 24
 
 
 def _base(**overrides: object) -> dict[str, object]:
@@ -99,6 +111,8 @@ def _base(**overrides: object) -> dict[str, object]:
     ({"attention": "mla", "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 4},
      "v_head_dim"),
     ({"learned_position_embeddings": True}, "max_seq_len"),
+    ({"num_experts": 4, "top_k": 1, "moe_ffn_hidden_size": 32, "moe_layer_freq": 2, "moe_layer_offset": 2},
+     "moe_layer_offset"),
 ])
 def test_invalid_specs_name_the_field(overrides: dict[str, object], field: str) -> None:
     with pytest.raises(WorkloadError, match=field):

@@ -25,7 +25,9 @@ from clustersim.workloads.presets import resolve_model_name
     ("mosaicml/mpt-7b", "mpt-7b"), ("MPT-70b", "mpt-70b"),
     ("mistralai/Mixtral-8x22B-v0.1", "mixtral-8x22b"), ("Mixtral 8x22B", "mixtral-8x22b"), ("xai-org/grok-1", "grok-1"),
     ("Grok 1", "grok-1"), ("databricks/dbrx-base", "dbrx"), ("databricks/dbrx-instruct", "dbrx"), ("DBRX", "dbrx"),
-    ("DBRX Instruct", "dbrx"), ("DBRX-132B", "dbrx"),
+    ("DBRX Instruct", "dbrx"), ("DBRX-132B", "dbrx"), ("LLAMA4 maverick 400b", "llama4-maverick"),
+    ("meta-llama/Llama-4-Maverick-17B-128E-Instruct", "llama4-maverick"), ("Llama 4 Maverick", "llama4-maverick"),
+    ("meta-llama/Llama-4-Scout-17B-16E", "llama4-scout"),
 ])
 def test_model_spelling(text: str, preset: str) -> None:
     assert resolve_model_name(text) == preset
