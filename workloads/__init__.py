@@ -4,6 +4,7 @@ or reports/."""
 
 from clustersim.workloads.activations import (
     RECOMPUTE_MODULES,
+    SAVED_OUTPUTS,
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
@@ -21,6 +22,7 @@ __all__ = [
     "ModelSpec",
     "RECOMPUTE_MODULES",
     "Op",
+    "SAVED_OUTPUTS",
     "TrainingSpec",
     "WorkloadError",
     "embedding_activation_bytes",

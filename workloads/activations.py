@@ -53,6 +53,10 @@ Recompute = Literal["none", "selective", "full"]
 RECOMPUTE_MODULES: tuple[str, ...] = ("core_attn", "mla_up_proj", "layernorm", "mlp", "moe", "moe_act",
                                       "shared_experts")
 """Megatron-Core ``recompute_modules`` choices modelled here (transformer_config.py, module docstring)."""
+SAVED_OUTPUTS: dict[str, tuple[str, ...]] = {"qkv_proj": ("query", "key", "value")}
+"""Outputs a full recompute may keep (``recompute_saved``; JAX ``jax.checkpoint_policies.
+save_only_these_names``, MaxText ``remat_policy``: 'save_qkv_proj' saves query_proj, key_proj,
+value_proj, i.e. the QKV projection's output) -> the activation terms that stay on the device."""
 Sharding = Literal["tp", "sp", "device"]
 MASK_BYTES = 1  # dropout masks are stored as bytes (Korthikanti et al. 2022, sec. 4.1)
 FP32_BYTES = 4
@@ -118,17 +122,21 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: i
                            recompute: Recompute = "none", dtype_bytes: int = 2, ep: int = 1,
                            etp: int = 1, flash_attention: bool = True,
                            gemm_input_bytes: int | None = None,
-                           recompute_modules: tuple[str, ...] = ()) -> float:
+                           recompute_modules: tuple[str, ...] = (),
+                           recompute_saved: tuple[str, ...] = ()) -> float:
     """Bytes of activations layer `layer_index` keeps on one device for one micro-batch.
 
     ``gemm_input_bytes`` (default ``dtype_bytes``): bytes per element of the tensors saved only as
     a linear layer's input (1 in FP8 runs, ``TrainingSpec.gemm_input_bytes``).
     ``recompute_modules``: Megatron-Core modules recomputed in backward (``RECOMPUTE_MODULES``);
-    their tensors are not kept (module docstring)."""
+    their tensors are not kept (module docstring).
+    ``recompute_saved``: with full recompute, the outputs kept besides the layer input
+    (``SAVED_OUTPUTS``: 'qkv_proj' keeps Q, K and V, as MaxText's remat policy save_qkv_proj)."""
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes)
     if recompute == "full":
-        return dtype_bytes * shape.tokens * model.hidden_size / (tp if sp else 1)
+        layer_input = dtype_bytes * shape.tokens * model.hidden_size / (tp if sp else 1)
+        return layer_input + _saved_bytes(model, layer_index, shape, flash_attention, recompute_saved)
     terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention)
     kept = [t for t in terms if not _recomputed(t, recompute, recompute_modules)]
     narrow = 1.0 if gemm_input_bytes is None else gemm_input_bytes / dtype_bytes
@@ -174,6 +182,19 @@ def moe_dispatch_buffer_bytes(model: ModelSpec, *, micro_batch: int, seq_len: in
     pairs = micro_batch * seq_len / cp / tp * etp * model.top_k
     narrow = gemm_input_bytes is not None and gemm_input_bytes < dtype_bytes
     return (2.0 if narrow else 1.0) * dtype_bytes * pairs * model.hidden_size
+
+
+def _saved_bytes(model: ModelSpec, layer_index: int, shape: LocalShape, flash_attention: bool,
+                 saved: tuple[str, ...]) -> float:
+    """Bytes of the ``SAVED_OUTPUTS`` a full recompute keeps on one device."""
+    unknown = [s for s in saved if s not in SAVED_OUTPUTS]
+    if unknown:
+        raise WorkloadError(f"recompute_saved = {list(saved)}: unknown {unknown}; choose from {list(SAVED_OUTPUTS)}")
+    if not saved:
+        return 0.0
+    names = {n for s in saved for n in SAVED_OUTPUTS[s]}
+    terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention)
+    return sum(_per_device(t, shape.tp, shape.sp) for t in terms if t.name in names)
 
 
 def _per_device(term: ActivationTerm, tp: int, sp: bool) -> float:

@@ -114,7 +114,7 @@ def mha_ops(model: ModelSpec, shape: LocalShape, window: int | None = None) -> t
     qkv_bias = n_qkv if model.linear_bias else 0
     out_bias = h if model.linear_bias else 0  # row-parallel bias is replicated on tp ranks
     return (
-        gemm_op("qkv", shape.tokens, n_qkv, h, dt, params=h * n_qkv + qkv_bias),
+        gemm_op("qkv", shape.tokens, n_qkv, h, dt, params=h * n_qkv + qkv_bias, role="qkv_proj"),
         *attention_core_ops(model, shape, heads, kv, window),
         gemm_op("attn_out", shape.tokens, h, heads * d, dt, params=heads * d * h + out_bias),
     )

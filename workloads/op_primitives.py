@@ -25,7 +25,7 @@ weight gradient); 'attention': a fused attention kernel (FlashAttention); the re
 
 OpRole = Literal["", "attention_core", "ssm_scan", "router", "permute", "dispatch", "routed_expert",
                  "combine", "unpermute", "shared_expert", "input_norm", "mla_up_proj", "dense_mlp",
-                 "expert_sort"]
+                 "expert_sort", "qkv_proj"]
 """What an op is for in its layer, for the simulator to select ops by (never by name):
 'attention_core' the attention kernel (fused, or the score/context GEMMs of the unfused path);
 'ssm_scan' the Mamba-2 SSD scan; the MoE path in order: 'router' (gate GEMM and top-k),
@@ -35,8 +35,9 @@ OpRole = Literal["", "attention_core", "ssm_scan", "router", "permute", "dispatc
 (the all-to-all dispatcher's sort of the received tokens by local expert and the unsort before the
 combine, ``blocks.expert_sort_ops``);
 'input_norm' a layer's pre-attention or pre-MLP norm; 'mla_up_proj' MLA's query and key/value
-up-projections; 'dense_mlp' a dense MLP's GEMMs and activation; '' none. Megatron-Core's
-``recompute_modules`` select by these roles (``simulator.step.lower``)."""
+up-projections; 'dense_mlp' a dense MLP's GEMMs and activation; 'qkv_proj' the fused QKV
+projection of MHA/GQA/MQA; '' none. Megatron-Core's ``recompute_modules`` and the outputs a full
+recompute keeps (``ParallelPlan.recompute_saved``) select by these roles (``simulator.step.lower``)."""
 
 
 @dataclass(frozen=True, kw_only=True)

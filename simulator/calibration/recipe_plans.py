@@ -1,10 +1,10 @@
 """What framework recipes set about recompute and the pipeline split, for runs that do not print it.
 
-Owns four tables read from the framework sources named in each entry: the per-module recompute
+Owns five tables read from the framework sources named in each entry: the per-module recompute
 of the MoE performance recipes (``RECIPE_RECOMPUTE``), the embedding/loss accounting of the
 pipeline split (``RECIPE_PIPELINE_SPLIT``), the gradient dtype of the NeMo 1.x launcher recipes
-(``RECIPE_GRAD_DTYPE``) and the activation CPU offloading of the Llama 3 Megatron-FSDP recipes
-(``RECIPE_CPU_OFFLOADING``), with their lookups by framework string, model preset,
+(``RECIPE_GRAD_DTYPE``), the activation CPU offloading of the Llama 3 Megatron-FSDP recipes
+(``RECIPE_CPU_OFFLOADING``) and the remat policy of the MaxText recipes (``RECIPE_REMAT``), with their lookups by framework string, model preset,
 GPU type, precision label and degrees. It does not read rows (``validate_rules`` does) nor price
 anything; the MoE dispatcher and grouped-MLP recipes are ``recipe_moe``'s.
 """
@@ -254,5 +254,41 @@ def recipe_cpu_offloading(*, framework: str, model: str, gpu: str, precision: st
         same = degrees[:2] == entry.degrees[:2] and (not micro_batch_printed or degrees[2] == entry.degrees[2])
         if (any(f in fw for f in entry.frameworks) and model in entry.models and gpu == entry.gpu
                 and precision in entry.precisions and same):
+            return entry
+    return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecipeRemat:
+    """The remat policy one JAX framework recipe sets (MaxText ``remat_policy``), as a full recompute
+    that keeps the named outputs (``ParallelPlan.recompute_saved``). It applies to a row of one of
+    ``frameworks`` that runs one of ``models`` (preset names), at any degrees and precision."""
+
+    frameworks: tuple[str, ...]
+    models: tuple[str, ...]
+    policy: str
+    recompute_saved: tuple[str, ...]
+    locator: str
+
+
+RECIPE_REMAT: tuple[RecipeRemat, ...] = (
+    RecipeRemat(
+        frameworks=("maxtext (jax), dgx cloud benchmarking recipe",), models=("llama3-70b", "llama2-70b"),
+        policy="save_qkv_proj", recompute_saved=("qkv_proj",),
+        locator="github NVIDIA/dgxc-benchmarking maxtext/configure.sh @ 741c886025a7665a1d690c05ff12ac29c1be7252 "
+                "(the commit of README_70b.md's tables; POLICY=\"save_qkv_proj\" passed as remat_policy for every "
+                "DTYPE and node count, as in the stored copy @ 0b71cfda); github AI-Hypercomputer/maxtext "
+                "MaxText/layers/decoders.py @ 8b8c399098a70e9c6e2a19bb0efaf608c7471ef4 (save_qkv_proj = "
+                "jax.checkpoint_policies.save_only_these_names('query_proj', 'value_proj', 'key_proj', 'qkv_proj'))"),
+)
+"""Framework recipe -> remat policy, for rows that do not print their recompute. MaxText's own
+default (``remat_policy: full`` in its base.yml) is not assumed for other MaxText rows."""
+
+
+def recipe_remat(*, framework: str, model: str) -> RecipeRemat | None:
+    """The ``RECIPE_REMAT`` entry for this framework string and model preset, or None."""
+    fw = framework.lower()
+    for entry in RECIPE_REMAT:
+        if any(f in fw for f in entry.frameworks) and model in entry.models:
             return entry
     return None

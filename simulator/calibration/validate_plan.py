@@ -19,7 +19,7 @@ from clustersim.simulator.calibration.recipe_moe import (
 )
 from clustersim.simulator.calibration.recipe_layout import recipe_layout
 from clustersim.simulator.calibration.recipe_plans import (
-    RecipeRecompute, recipe_cpu_offloading, recipe_grad_dtype, recipe_recompute_entry, recipe_split,
+    RecipeRecompute, recipe_cpu_offloading, recipe_grad_dtype, recipe_recompute_entry, recipe_remat, recipe_split,
 )
 from clustersim.simulator.calibration.spellings import UnknownSpelling, precision_label, sharding
 from clustersim.simulator.calibration.validate_rules import SkipRow, framework_is_mcore, num, text
@@ -248,8 +248,8 @@ def attention_kernel(row: Mapping[str, Any], notes: list[str]) -> AttentionKerne
 
 def _recompute_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[int, int, int, int, int],
                         notes: list[str]) -> dict[str, Any]:
-    """``recompute`` (and ``recompute_modules``): printed, else the framework recipe's
-    (``recipe_plans.RECIPE_RECOMPUTE``), else the era's rule (``_recompute``)."""
+    """``recompute`` (and ``recompute_modules`` or ``recompute_saved``): printed, else the framework
+    recipe's (``recipe_plans.RECIPE_RECOMPUTE``, ``RECIPE_REMAT``), else the era's rule (``_recompute``)."""
     if not text(row, "recompute"):
         printed = (_degree(row, "vpp") is not None, _degree(row, "micro_batch") is not None)
         entry = recipe_recompute(row, model, degrees, printed)
@@ -258,6 +258,11 @@ def _recompute_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple
             if entry.modules:
                 return {"recompute": "selective", "recompute_modules": entry.modules}
             return {"recompute": "none"}
+        remat = recipe_remat(framework=text(row, "framework"), model=model.name)
+        if remat is not None:
+            notes.append(f"recompute: full keeping {list(remat.recompute_saved)} (remat_policy {remat.policy}, not "
+                         f"printed; framework recipe {remat.locator})")
+            return {"recompute": "full", "recompute_saved": remat.recompute_saved}
     return {"recompute": _recompute(row, notes)}
 
 

@@ -14,7 +14,7 @@ from clustersim.simulator.plan.layout import layout_split
 from clustersim.simulator.plan.plan import AXES, RECOMPUTES, SCHEDULES, ParallelPlan
 from clustersim.simulator.plan.schedules import num_model_chunks
 from clustersim.topologies import Cluster
-from clustersim.workloads import RECOMPUTE_MODULES, ModelSpec, TrainingSpec
+from clustersim.workloads import RECOMPUTE_MODULES, SAVED_OUTPUTS, ModelSpec, TrainingSpec
 
 
 def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan: ParallelPlan) -> None:
@@ -23,6 +23,7 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
     _check_values(plan)
     _check_recompute(model, plan)
     _check_recompute_modules(model, plan)
+    _check_recompute_saved(model, plan)
     _check_offloading(model, plan)
     _check_host_link(plan, cluster)
     _check_world(plan, cluster)
@@ -98,6 +99,25 @@ def _check_recompute_modules(model: ModelSpec, plan: ParallelPlan) -> None:
                         "moe_act and shared_experts")
     if model.attention != "mla" and "mla_up_proj" in mods:
         raise PlanError(f"plan.recompute_modules = {list(mods)}: {model.name} has no MLA attention; drop mla_up_proj")
+
+
+def _check_recompute_saved(model: ModelSpec, plan: ParallelPlan) -> None:
+    """The outputs a full recompute keeps (``recompute_saved``): known names, once each, full
+    recompute, a model whose layers have the projection named."""
+    saved = plan.recompute_saved
+    if not (isinstance(saved, (list, tuple)) and all(isinstance(s, str) for s in saved)):
+        raise PlanError(f"plan.recompute_saved = {saved!r} must be a list of output names from {list(SAVED_OUTPUTS)}")
+    unknown = [s for s in saved if s not in SAVED_OUTPUTS]
+    if unknown:
+        raise PlanError(f"plan.recompute_saved = {list(saved)}: unknown {unknown}; choose from {list(SAVED_OUTPUTS)}")
+    if len(set(saved)) != len(saved):
+        raise PlanError(f"plan.recompute_saved = {list(saved)} names an output twice; list each once")
+    if saved and plan.recompute != "full":
+        raise PlanError(f"plan.recompute_saved = {list(saved)} needs plan.recompute = full (got {plan.recompute!r}): "
+                        "it names what a full recompute keeps")
+    if saved and (model.attention == "mla" or model.layer_pattern is not None):
+        raise PlanError(f"plan.recompute_saved = {list(saved)}: {model.name} has no fused QKV projection in every "
+                        "layer (MLA or a hybrid stack); drop it")
 
 
 def _check_offloading(model: ModelSpec, plan: ParallelPlan) -> None:

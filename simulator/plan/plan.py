@@ -59,6 +59,11 @@ class ParallelPlan:
     core_attn, mla_up_proj, layernorm, mlp, moe, moe_act, shared_experts (``workloads.activations``
     says what each frees). Empty: Megatron's default, core_attn. Each costs the forward of the
     modules it recomputes ('moe' also repeats the layer's dispatch and combine)."""
+    recompute_saved: tuple[str, ...] = ()
+    """With ``recompute = full``: outputs each layer keeps so that backward does not compute them
+    again (JAX ``jax.checkpoint_policies.save_only_these_names``; MaxText's ``remat_policy``). 'qkv_proj':
+    the QKV projection's output (MaxText ``save_qkv_proj``: query_proj, key_proj, value_proj) stays on
+    the device and the recompute skips the QKV GEMM. MHA/GQA/MQA layers only."""
     cpu_offloading_num_layers: int = 0
     """Layers whose activations go to host memory during forward and come back for backward
     (Megatron-Core ``cpu_offloading_num_layers``, ``--cpu-offloading-num-layers``; Transformer
@@ -195,6 +200,8 @@ class ParallelPlan:
             parts.append(f"rc-{self.recompute}")
         if self.recompute_modules:
             parts.append("rc:" + "+".join(self.recompute_modules))
+        if self.recompute_saved:
+            parts.append("keep:" + "+".join(self.recompute_saved))
         if self.cpu_offloading_num_layers:
             parts.append(f"offload{self.cpu_offloading_num_layers}")
         if self.fsdp != "none":
@@ -210,7 +217,7 @@ def plan_from_mapping(data: dict[str, object]) -> ParallelPlan:
     unknown = sorted(set(data) - valid)
     if unknown:
         raise PlanError(f"plan: unknown field(s) {unknown}; valid fields: {sorted(valid)}")
-    for key in ("layer_split", "recompute_modules"):
+    for key in ("layer_split", "recompute_modules", "recompute_saved"):
         value = data.get(key)
         if isinstance(value, list):
             data = {**data, key: tuple(value)}

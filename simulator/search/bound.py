@@ -65,6 +65,8 @@ class PassTimes:
     bwd_weight: float
     selective: float
     """Forward of the ops selective recompute repeats (the attention core)."""
+    qkv_proj: float
+    """Forward of the QKV projection (what a full recompute keeping 'qkv_proj' does not repeat)."""
     params: float
     expert_params: float
 
@@ -102,6 +104,7 @@ class StepBound:
         expert = sum(o.params for o in ops if is_routed_expert(o))
         return PassTimes(fwd=t(ops, "fwd"), bwd_input=t(ops, "bwd_input"), bwd_weight=t(ops, "bwd_weight"),
                          selective=t([o for o in ops if o.recompute_selective], "fwd"),
+                         qkv_proj=t([o for o in ops if o.role == "qkv_proj"], "fwd"),
                          params=float(sum(o.params for o in ops)), expert_params=float(expert))
 
     def layer(self, i: int, plan: ParallelPlan) -> PassTimes:
@@ -143,7 +146,7 @@ class StepBound:
         one = self._tp_block(plan) * (1.0 - plan.tp_comm_overlap)
         last = num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1
         shard = (tuple(op_kwargs(plan, self.training).values()), plan.expert_imbalance, one, plan.recompute,
-                 plan.recompute_layers)
+                 plan.recompute_layers, plan.recompute_saved)
         out = []
         for chunks in stage_chunks(plan, self.model.num_layers):
             row = []
@@ -167,7 +170,8 @@ class StepBound:
             first = rep.setdefault((self.model.layer_kind(i), self.model.is_moe_layer(i)), lt)
             full = plan.recompute == "full" and j < n_full
             tp = (2 if self.model.layer_kind(i) == "transformer" else 1) * one
-            rec = first.fwd if full else first.selective if plan.recompute == "selective" else 0.0
+            kept = first.qkv_proj if "qkv_proj" in plan.recompute_saved else 0.0
+            rec = first.fwd - kept if full else first.selective if plan.recompute == "selective" else 0.0
             fwd += lt.fwd + tp
             bwd += lt.bwd_input + lt.bwd_weight + rec + tp * (2 if full else 1)
         for e in ends:

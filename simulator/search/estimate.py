@@ -89,13 +89,15 @@ class Estimator:
         expert = sum(o.params for o in ops if is_routed_expert(o))
         return {"fwd": t(ops, "fwd"), "bi": t(ops, "bwd_input"), "bw": t(ops, "bwd_weight"),
                 "sel": t([o for o in ops if o.recompute_selective], "fwd"), "attn_f": t(attn, "fwd"),
+                "qkv_f": t([o for o in ops if o.role == "qkv_proj"], "fwd"),
                 "attn_b": t(attn, "bwd"), "ring": ring, "params": float(sum(o.params for o in ops)), "expert": float(expert)}
 
-    def _layer_act(self, i: int, mb: int, tp: int, cp: int, sp: bool, rc: Recompute, ep: int, etp: int) -> float:
+    def _layer_act(self, i: int, mb: int, tp: int, cp: int, sp: bool, rc: Recompute, ep: int, etp: int,
+                   saved: tuple[str, ...] = ()) -> float:
         return layer_activation_bytes(self.model, i, micro_batch=mb, seq_len=self.training.seq_len, tp=tp, cp=cp,
                                       sp=sp, recompute=rc, dtype_bytes=self.training.activation_bytes, ep=ep, etp=etp,
                                       flash_attention=self.training.flash_attention,
-                                      gemm_input_bytes=self.training.gemm_input_bytes)
+                                      gemm_input_bytes=self.training.gemm_input_bytes, recompute_saved=saved)
 
     def _collective(self, kind: str, size: float, n: int, per_domain: int) -> float:
         shape = GroupShape(size=n, per_domain=max(1, min(per_domain, n)))
@@ -157,7 +159,8 @@ class Estimator:
             lt = self._times(i, plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp,
                                expert_load(plan.expert_imbalance, self.model.capacity_factor))
             cf, cb = self._layer_comm(plan, i, lt)
-            rec = lt["fwd"] if plan.recompute == "full" else lt["sel"] if plan.recompute == "selective" else 0.0
+            kept = lt["qkv_f"] if "qkv_proj" in plan.recompute_saved else 0.0  # what full recompute keeps
+            rec = lt["fwd"] - kept if plan.recompute == "full" else lt["sel"] if plan.recompute == "selective" else 0.0
             f += n * (lt["fwd"] + cf)
             b += n * (lt["bi"] + rec + cb)
             w += n * lt["bw"]
@@ -285,7 +288,8 @@ class Estimator:
         acts = 0.0
         for i, n in groups:
             if n:
-                acts += n * self._acts(i, plan.micro_batch, plan.tp, plan.cp, plan.sp, plan.recompute, plan.ep, plan.etp)
+                acts += n * self._acts(i, plan.micro_batch, plan.tp, plan.cp, plan.sp, plan.recompute, plan.ep, plan.etp,
+                                       plan.recompute_saved)
         inflight = _in_flight(plan, m)
         head = head_activation_bytes(self.model, micro_batch=plan.micro_batch, seq_len=t.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
         head *= 1 if plan.pp > 1 else inflight

@@ -233,7 +233,7 @@ class _Shards:
         fields = _SHARD_FIELDS(p)
         if fields not in self._by_fields:
             one = self.tp_block(p)
-            key = (tuple(op_kwargs(p, self.sb.training).values()), p.expert_imbalance, one, p.recompute)
+            key = (tuple(op_kwargs(p, self.sb.training).values()), p.expert_imbalance, one, p.recompute, p.recompute_saved)
             if key not in self._rows:
                 self._rows[key] = len(self._built)
                 self._built.append(self._build(p, one))
@@ -259,7 +259,9 @@ class _Shards:
             return np.concatenate([[0.0], np.cumsum(x)])
 
         full = p.recompute == "full"
-        rec = per_layer(lambda t: t.fwd if full else t.selective if p.recompute == "selective" else 0.0)
+        keep_qkv = "qkv_proj" in p.recompute_saved
+        rec = per_layer(lambda t: t.fwd - (t.qkv_proj if keep_qkv else 0.0) if full
+                        else t.selective if p.recompute == "selective" else 0.0)
         tp = self._blocks * one
         f = per_layer(lambda t: t.fwd) + tp
         b = per_layer(lambda t: t.bwd_input) + per_layer(lambda t: t.bwd_weight) + rec + tp * (2 if full else 1)

@@ -27,7 +27,7 @@ from clustersim.simulator.step.dispatch import dispatch_time, ep_shape
 from clustersim.simulator.step.offload import chunk_offload
 from clustersim.simulator.step.lower_dp import fsdp_calls, fsdp_exposed, grad_buckets, param_gathers, unit_tensors
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
-from clustersim.simulator.step.recompute import moe_recomputes_dispatch, recomputed_ops
+from clustersim.simulator.step.recompute import full_recompute_ops, moe_recomputes_dispatch, recomputed_ops
 from clustersim.workloads import Op
 from clustersim.workloads.mamba import mamba_cp_alltoall_bytes
 
@@ -226,7 +226,7 @@ def _recomputed(c: Costing, per_layer: list[tuple[list[Op], bool]], n_full: int)
     recompute, the plan's modules under selective (``step.recompute``), none otherwise."""
     match c.plan.recompute:
         case "full":
-            return [ops for j, (ops, _) in enumerate(per_layer) if j < n_full]
+            return [full_recompute_ops(ops, c.plan.recompute_saved) for j, (ops, _) in enumerate(per_layer) if j < n_full]
         case "selective":
             mla, modules = c.model.attention == "mla", c.plan.recomputed_modules
             return [recomputed_ops(ops, moe, mla, modules) for ops, moe in per_layer]

@@ -217,7 +217,8 @@ def layer_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, la
     return layer_activation_bytes(model, layer, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
                                   ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention,
                                   gemm_input_bytes=training.gemm_input_bytes,
-                                  recompute_modules=plan.recompute_modules, **shard)
+                                  recompute_modules=plan.recompute_modules, recompute_saved=plan.recompute_saved,
+                                  **shard)
 
 
 def kept_layer_bytes(per_layer: list[float], offloaded: int) -> float:

@@ -1,6 +1,6 @@
 """Which ops a layer runs again in backward under Megatron-Core's per-module recompute.
 
-Owns ``recomputed_ops``: for a plan's ``recompute_modules`` (selective recompute; Megatron-Core
+Owns ``recomputed_ops`` and ``full_recompute_ops``: for a plan's ``recompute_modules`` (selective recompute; Megatron-Core
 ``TransformerConfig.recompute_modules``, megatron/core/transformer/transformer_config.py) the ops
 of one layer each module repeats before its backward, selected by ``Op.role`` (never by name):
 
@@ -64,6 +64,18 @@ def recomputed_ops(ops: list[Op], moe: bool, mla: bool, modules: tuple[str, ...]
     """The ops of one layer that ``modules`` recompute, each once, in layer order."""
     chosen = {id(o) for m in modules for o in _module_ops(m, ops, moe, mla)}
     return [o for o in ops if id(o) in chosen]
+
+
+SAVED_ROLES: dict[str, str] = {"qkv_proj": "qkv_proj"}
+"""``ParallelPlan.recompute_saved`` output -> the role of the op producing it, which a full
+recompute then does not run again (its output is kept: ``workloads.activations.SAVED_OUTPUTS``)."""
+
+
+def full_recompute_ops(ops: list[Op], saved: tuple[str, ...]) -> list[Op]:
+    """The ops of one layer a full recompute runs again: all of them but those whose outputs are
+    kept (``saved``)."""
+    skip = {SAVED_ROLES[s] for s in saved}
+    return [o for o in ops if o.role not in skip]
 
 
 def moe_recomputes_dispatch(moe: bool, modules: tuple[str, ...]) -> bool:
