@@ -7,7 +7,7 @@ config shares (``num_hidden_layers``, ``hidden_size``, ``num_attention_heads``,
 GeGLU vs plain MLP, LayerNorm and biases, sliding-window layers from ``layer_types``; DBRX's
 nested ``attn_config`` / ``ffn_config``). An unknown ``model_type`` or a
 feature the ModelSpec cannot express (Qwen3-MoE ``mlp_only_layers``) is an error naming it, never a
-fallback. What is knowingly left out is said per family (``NOT_MODELLED``). It reads files and
+fallback; Llama 4 reads its decoder from ``text_config``. What is knowingly left out is said per family (``NOT_MODELLED``). It reads files and
 builds a ModelSpec; it simulates nothing.
 """
 
@@ -231,11 +231,31 @@ def _dbrx(cfg: Config, where: str) -> dict[str, Any]:
     return out
 
 
+def _llama4(cfg: Config, where: str) -> dict[str, Any]:
+    """Llama 4 (``llama4``: the image-text wrapper, decoder fields in ``text_config``; ``llama4_text``):
+    routed experts of ``intermediate_size`` (``num_local_experts``, ``num_experts_per_tok``) plus one
+    shared expert of the same width on every ``interleave_moe_layer_step``-th layer counted from one
+    (transformers' default ``moe_layers``), dense MLPs of ``intermediate_size_mlp`` on the others."""
+    text = _block(cfg, "text_config", where) if cfg.get("model_type") == "llama4" else cfg
+    step = int(text.get("interleave_moe_layer_step") or 1)
+    layers = int(_req(text, "num_hidden_layers", where))
+    listed = text.get("moe_layers")
+    if listed is not None and list(listed) != list(range(step - 1, layers, step)):
+        raise WorkloadError(f"hf_config {where}: moe_layers = {list(listed)} is not every {step}-th layer "
+                            "(interleave_moe_layer_step); MoE layers at chosen positions cannot be expressed")
+    expert = int(_req(text, "intermediate_size", where))
+    out = _common(text, where)
+    return {**out, "ffn_hidden_size": int(text.get("intermediate_size_mlp") or expert),
+            "num_experts": int(_req(text, "num_local_experts", where)),
+            "top_k": int(_req(text, "num_experts_per_tok", where)), "moe_ffn_hidden_size": expert,
+            "num_shared_experts": 1, **_sparse_step(step)}
+
+
 ARCHITECTURES: Mapping[str, Callable[[Config, str], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama, "mixtral": _mixtral,
     "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen3_moe, "deepseek_v3": _deepseek, "deepseek_v2": _deepseek,
     "gpt_neox": _gpt_neox, "gemma2": _gemma2, "gpt_oss": _gpt_oss, "olmo2": _olmo2, "phi3": _phi3, "falcon": _falcon,
-    "gemma3": _gemma3, "gemma3_text": _gemma3, "dbrx": _dbrx,
+    "gemma3": _gemma3, "gemma3_text": _gemma3, "dbrx": _dbrx, "llama4": _llama4, "llama4_text": _llama4,
 }
 """``model_type`` -> field mapping."""
 
@@ -251,6 +271,11 @@ NOT_MODELLED: Mapping[str, str] = {
     "falcon": "the parallel attention+MLP block and its second LayerNorm (new_decoder_architecture); ALiBi",
     "gemma3": "the vision tower of the image-text wrapper (text decoder only), query/key norms, pre/post feed-forward norms",
     "gemma3_text": "query/key norms and the pre/post feed-forward norms' extra elementwise passes",
+    "llama4": ("the vision tower of the image-text wrapper (text decoder only); chunked attention "
+               "(attention_chunk_size) and the NoPE layers (taken as full attention: the same for sequences up to "
+               "the chunk); query/key L2 norms"),
+    "llama4_text": ("chunked attention (attention_chunk_size) and the NoPE layers (taken as full attention: the "
+                    "same for sequences up to the chunk); query/key L2 norms"),
     "dbrx": ("the QKV clamp (attn_config.clip_qkv, one elementwise pass); its LayerNorms have no bias, "
              "counted with one (2 x d_model per layer, < 0.001 % of the parameters)"),
 }

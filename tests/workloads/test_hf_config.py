@@ -116,3 +116,30 @@ def test_layer_schedules_modelspec_cannot_express_are_named() -> None:
     # Falcon-7B's older layout: one KV head (multi_query) without the new decoder architecture
     seven = model_from_hf_config({**falcon, "new_decoder_architecture": False, "multi_query": True})
     assert seven.num_kv_heads == 1
+
+
+def _llama4_text(**overrides: object) -> dict[str, object]:
+    """A Llama 4 Maverick text_config written from the NeMo Llama4Experts128Config values the
+    llama4-maverick preset cites (Hugging Face field names; not a shipped file)."""
+    text: dict[str, object] = {
+        "model_type": "llama4_text", "num_hidden_layers": 48, "hidden_size": 5120, "num_attention_heads": 40,
+        "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 8192, "intermediate_size_mlp": 16384,
+        "num_local_experts": 128, "num_experts_per_tok": 1, "interleave_moe_layer_step": 2, "vocab_size": 202048,
+        "max_position_embeddings": 8192, "tie_word_embeddings": False}
+    text.update(overrides)
+    return text
+
+
+def test_llama4_reads_its_decoder_from_text_config_and_matches_the_preset() -> None:
+    preset = get_model("llama4-maverick")
+    for cfg in (_llama4_text(), {"model_type": "llama4", "text_config": _llama4_text()}):
+        m = model_from_hf_config(cfg, name="llama4-maverick")
+        assert m.num_params() == preset.num_params() and m.num_active_params() == preset.num_active_params()
+        assert [m.is_moe_layer(i) for i in range(4)] == [False, True, False, True]
+        assert (m.ffn_hidden_size, m.moe_ffn_hidden_size, m.num_shared_experts) == (16384, 8192, 1)
+    scout = model_from_hf_config(_llama4_text(num_local_experts=16, interleave_moe_layer_step=1))
+    assert scout.num_moe_layers == 48
+    with pytest.raises(WorkloadError, match="moe_layers"):
+        model_from_hf_config(_llama4_text(moe_layers=[0, 2]))
+    with pytest.raises(WorkloadError, match="'text_config'"):
+        model_from_hf_config({"model_type": "llama4"})
