@@ -80,17 +80,21 @@ def _check_recompute(model: ModelSpec, plan: ParallelPlan) -> None:
                         "(layers per stage that recompute; omit it for all)")
 
 
+def _check_names(field: str, names: object, known: tuple[str, ...], what: str) -> None:
+    """``plan.<field>``: a list of names from ``known``, each once."""
+    if not (isinstance(names, (list, tuple)) and all(isinstance(n, str) for n in names)):
+        raise PlanError(f"plan.{field} = {names!r} must be a list of {what} names from {list(known)}")
+    unknown = [n for n in names if n not in known]
+    if unknown:
+        raise PlanError(f"plan.{field} = {list(names)}: unknown {unknown}; choose from {list(known)}")
+    if len(set(names)) != len(names):
+        raise PlanError(f"plan.{field} = {list(names)} names a {what} twice; list each once")
+
+
 def _check_recompute_modules(model: ModelSpec, plan: ParallelPlan) -> None:
     """Megatron-Core's ``recompute_modules``: known names, once each, under selective recompute."""
     mods = plan.recompute_modules
-    if not (isinstance(mods, (list, tuple)) and all(isinstance(m, str) for m in mods)):
-        raise PlanError(f"plan.recompute_modules = {mods!r} must be a list of module names from "
-                        f"{list(RECOMPUTE_MODULES)}")
-    unknown = [m for m in mods if m not in RECOMPUTE_MODULES]
-    if unknown:
-        raise PlanError(f"plan.recompute_modules = {list(mods)}: unknown {unknown}; choose from {list(RECOMPUTE_MODULES)}")
-    if len(set(mods)) != len(mods):
-        raise PlanError(f"plan.recompute_modules = {list(mods)} names a module twice; list each once")
+    _check_names("recompute_modules", mods, tuple(RECOMPUTE_MODULES), "module")
     if mods and plan.recompute != "selective":
         raise PlanError(f"plan.recompute_modules = {list(mods)} needs plan.recompute = selective (got "
                         f"{plan.recompute!r}; Megatron-Core reads them only with recompute_granularity selective)")
@@ -105,13 +109,7 @@ def _check_recompute_saved(model: ModelSpec, plan: ParallelPlan) -> None:
     """The outputs a full recompute keeps (``recompute_saved``): known names, once each, full
     recompute, a model whose layers have the projection named."""
     saved = plan.recompute_saved
-    if not (isinstance(saved, (list, tuple)) and all(isinstance(s, str) for s in saved)):
-        raise PlanError(f"plan.recompute_saved = {saved!r} must be a list of output names from {list(SAVED_OUTPUTS)}")
-    unknown = [s for s in saved if s not in SAVED_OUTPUTS]
-    if unknown:
-        raise PlanError(f"plan.recompute_saved = {list(saved)}: unknown {unknown}; choose from {list(SAVED_OUTPUTS)}")
-    if len(set(saved)) != len(saved):
-        raise PlanError(f"plan.recompute_saved = {list(saved)} names an output twice; list each once")
+    _check_names("recompute_saved", saved, tuple(SAVED_OUTPUTS), "output")
     if saved and plan.recompute != "full":
         raise PlanError(f"plan.recompute_saved = {list(saved)} needs plan.recompute = full (got {plan.recompute!r}): "
                         "it names what a full recompute keeps")
