@@ -90,6 +90,8 @@ PLAN = [
     _sim("plan.recompute_layers too many", ["plan.recompute=full", "plan.recompute_layers=1000"], r"recompute_layers"),
     _sim("plan.grad_dtype_bytes zero", ["plan.grad_dtype_bytes=0"], r"grad_dtype_bytes"),
     _sim("plan.grad_dtype_bytes three", ["plan.grad_dtype_bytes=3"], r"grad_dtype_bytes"),
+    _sim("plan.recompute_saved without full", ["plan.recompute_saved=[qkv_proj]"], r"recompute_saved"),
+    _sim("plan.recompute_saved unknown", ["plan.recompute=full", "plan.recompute_saved=[mlp]"], r"recompute_saved"),
     _sim("plan.sp string", ['plan.sp="yes"'], r"\bsp\b"),
     _sim("plan.overlap_grad_reduce string", ['plan.overlap_grad_reduce="no"'], r"overlap_grad_reduce"),
     _sim("plan.bucket_size one byte", ["plan.bucket_size=1"], r"bucket_size"),
@@ -123,6 +125,9 @@ TRAINING = [
     _sim("training.global_batch_size 1e30", ["training.global_batch_size=1e30"], r"global_batch_size"),
     _sim("training.global_batch_size bool", ["training.global_batch_size=true"], r"global_batch_size"),
     _sim("training.precision unknown", ["training.precision=fp4"], r"precision"),
+    _sim("training.optimizer_state_dtype_bytes three", ["training.optimizer_state_dtype_bytes=3"],
+         r"optimizer_state_dtype_bytes"),
+    _sim("training.master_param_dtype_bytes one", ["training.master_param_dtype_bytes=1"], r"master_param_dtype_bytes"),
     _sim("training.bogus key", ["training.bogus=1"], r"bogus"),
 ]
 

@@ -32,6 +32,14 @@ class TrainingSpec:
     """Compute precision of the GEMMs; fp8 keeps bf16 weights/activations and FP8 GEMM inputs."""
     optimizer: Optimizer = "adam"
     """Optimizer whose state is kept per parameter."""
+    optimizer_state_dtype_bytes: int = 4
+    """Bytes per element of each optimizer moment: 4 fp32 (default), 2 bf16/fp16, 1 fp8 (Megatron-Core
+    ``exp_avg_dtype`` / ``exp_avg_sq_dtype`` with ``use_precision_aware_optimizer``; Apex
+    ``DistributedFusedAdam(dtype=...)``, NeMo 1 ``optim.dtype``)."""
+    master_param_dtype_bytes: int = 4
+    """Bytes per main (master) parameter the optimizer keeps in mixed precision: 4 fp32 (default), 2
+    (Megatron-Core ``main_params_dtype`` fp16; Apex ``DistributedFusedAdam`` keeps its parameter shard
+    in its state ``dtype``)."""
     attention_kernel: AttentionKernel = "flash3"
     """How attention runs. 'flash3': today's fused kernels (FlashAttention-3, cuDNN fused attention
     through Transformer Engine), the profile's attention curve. 'flash2': fused kernels before the
@@ -49,6 +57,11 @@ class TrainingSpec:
             raise WorkloadError(f"attention_kernel = {self.attention_kernel!r}: use one of {', '.join(ATTENTION_KERNELS)}")
         if self.optimizer not in ("adam", "sgd"):
             raise WorkloadError(f"optimizer = {self.optimizer!r}: use one of adam, sgd")
+        for name, allowed in (("optimizer_state_dtype_bytes", (1, 2, 4)), ("master_param_dtype_bytes", (2, 4))):
+            value = getattr(self, name)
+            if isinstance(value, bool) or value not in allowed:
+                raise WorkloadError(f"{name} = {value!r}: use one of {', '.join(map(str, allowed))} "
+                                    "(bytes per element: 4 fp32, 2 bf16/fp16, 1 fp8)")
 
     @property
     def flash_attention(self) -> bool:
@@ -72,17 +85,19 @@ class TrainingSpec:
 
     @property
     def master_param_bytes(self) -> int:
-        """Bytes per fp32 master weight kept by the optimizer in mixed precision (0 when fp32)."""
-        return 0 if self.precision == "fp32" else 4
+        """Bytes per master weight kept by the optimizer in mixed precision (``master_param_dtype_bytes``;
+        0 when training in fp32, where the weights are the master copy)."""
+        return 0 if self.precision == "fp32" else self.master_param_dtype_bytes
 
     @property
     def optimizer_state_bytes(self) -> int:
-        """Optimizer state bytes per parameter: Adam two fp32 moments (8), SGD one momentum (4).
+        """Optimizer state bytes per parameter: Adam two moments (8 in fp32), SGD one momentum (4),
+        each of ``optimizer_state_dtype_bytes``.
 
         Source: Rajbhandari et al. 2020 (ZeRO), section 3.1: mixed-precision Adam holds 16 bytes per
         parameter = 2 (fp16 weights) + 2 (fp16 grads) + 12 (fp32 weights, momentum, variance).
         """
-        return 8 if self.optimizer == "adam" else 4
+        return (2 if self.optimizer == "adam" else 1) * self.optimizer_state_dtype_bytes
 
     @property
     def gemm_input_bytes(self) -> int:

@@ -92,6 +92,12 @@ RECIPE_RECOMPUTE: tuple[RecipeRecompute, ...] = (
        _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2, _FP8_MX_V2"),
     _r(("gpt-oss-120b",), "H100", ("bf16", "fp8"), (1, 4, 1, 8, 1), ("layernorm", "moe_act"),
        _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1, _V2, _FP8_CS_V1, _FP8_CS_V2"),
+    # DGX Cloud Benchmarking's NeMo 1 Nemotron-4 340B recipe (a dense model)
+    RecipeRecompute(frameworks=("dgx cloud benchmarking recipe; 2024-2025 (gsw recipes; table label 24.11)",),
+                    models=("nemotron-4-340b",), gpu="H100",
+                    precisions=("bf16", "fp8"), degrees=(8, 8, 12, 1, 1), modules=("core_attn",),
+                    locator="github NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml (stored copy @ "
+                            "8f5cbb3799ea8cc031ed2c2cee1cbdbc15b240ad): activations_checkpoint_granularity: selective"),
 )
 """Framework recipe -> per-module recompute, for rows that do not print their recompute: the
 Megatron-Bridge performance recipes of the MoE models of the bundled table, from the stored copies
@@ -166,6 +172,9 @@ class RecipeGradDtype:
     """tp, pp, vpp, micro_batch of the recipe."""
     grad_dtype_bytes: int
     locator: str
+    optimizer_dtype_bytes: int | None = None
+    """Apex ``DistributedFusedAdam``'s state ``dtype`` where the recipe sets one (NeMo 1 ``optim.dtype``):
+    the optimizer's parameter shard and both moments in it; None keeps fp32."""
 
 
 _LAUNCHER = "NVIDIA/NeMo-Framework-Launcher launcher_scripts/conf/training/"
@@ -178,6 +187,13 @@ RECIPE_GRAD_DTYPE: tuple[RecipeGradDtype, ...] = (
                 "DistributedDataParallelConfig(grad_reduce_in_fp32 = grad_sync_dtype == 'fp32') "
                 "(NVIDIA/NeMo nemo/collections/nlp/models/language_modeling/megatron_gpt_model.py, "
                 "setup_mcore_distributed_parallel)"),
+    RecipeGradDtype(
+        frameworks=("dgx cloud benchmarking recipe; 2024-2025 (gsw recipes; table label 24.11)",),
+        models=("nemotron-4-340b",), degrees=(8, 8, 12, 1), grad_dtype_bytes=2, optimizer_dtype_bytes=2,
+        locator="github NVIDIA/dgxc-benchmarking nemotron/nemotron4-340b-synth.yaml (the stored copy @ "
+                "8f5cbb3799ea8cc031ed2c2cee1cbdbc15b240ad; nemotron/configure.sh @ 35a9aecc8d5b17d99d80f52f38c75ade0dbab7ae "
+                "runs megatron_gpt_pretraining.py with --config-name ${MODEL}-${MODEL_SIZE}-synth at TP 8, PP 8, VP 12, "
+                "MBS 1): optim distributed_fused_adam with grad_sync_dtype: bf16 and dtype: bf16"),
 )
 """Framework recipe -> gradient dtype, for rows of the NeMo 1.x launcher era (NeMo 24.x containers)
 that do not print it. Only recipes that set ``grad_sync_dtype`` have an entry; the others keep

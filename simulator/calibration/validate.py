@@ -28,7 +28,7 @@ from clustersim.simulator.errors import OutOfMemoryError, ScenarioError
 from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.calibration.spellings import UnknownSpelling, nic_gbps_per_gpu
 from clustersim.simulator.calibration.validate_plan import (
-    attention_kernel, batch_consistent, plan_for_row, tuning_candidates,
+    attention_kernel, batch_consistent, optimizer_state_bytes, plan_for_row, tuning_candidates,
 )
 from clustersim.simulator.calibration.validate_rules import SkipRow, measured_step_time, model_for_row, precision_of, text, num
 from clustersim.topologies import Cluster, get_cluster
@@ -203,6 +203,9 @@ def scenario_for_row(row: Mapping[str, Any], cache: dict[ClusterKey, Cluster] | 
                             attention_kernel=attention_kernel(row, notes))
     cluster = cluster_for_row(row, label, notes, cache, profile)
     plan = plan_for_row(row, model, training, cluster, notes)
+    state = optimizer_state_bytes(row, model, plan, notes)
+    if state is not None:
+        training = replace(training, optimizer_state_dtype_bytes=state, master_param_dtype_bytes=state)
     candidates = tuning_candidates(row, model, training, plan)
     return RowScenario(row_id=int(row["row_id"]), model=model, training=training, cluster=cluster, plan=plan,
                        measured_step_time=measured, measured_from=measured_from, inferred=tuple(notes),

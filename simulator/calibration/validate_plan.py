@@ -144,8 +144,8 @@ def _grad_bytes(row: Mapping[str, Any], recipe: tuple[str, tuple[int, int, int, 
     model and degrees, else 4 (fp32 main grads, Megatron's and FSDP's default)."""
     if "pure" in text(row, "precision").lower():
         return 2
-    fw = text(row, "framework").lower()
-    if any(k in fw for k in BF16_GRAD_FRAMEWORKS):
+    fw = recipe_framework(row)
+    if any(k in text(row, "framework").lower() for k in BF16_GRAD_FRAMEWORKS):
         notes.append("gradients bf16 (Megatron-Bridge performance recipes: grad_reduce_in_fp32 = False)")
         return 2
     tp, pp, vpp, _, mb = recipe[1]
@@ -176,8 +176,28 @@ def recipe_recompute(row: Mapping[str, Any], model: ModelSpec, degrees: tuple[in
     label = recipe_precision(row)
     if label is None:
         return None
-    return recipe_recompute_entry(framework=text(row, "framework"), model=model.name, gpu=text(row, "gpu_type"),
+    return recipe_recompute_entry(framework=recipe_framework(row), model=model.name, gpu=text(row, "gpu_type"),
                                   precision=label, degrees=degrees, printed=printed)
+
+
+def recipe_framework(row: Mapping[str, Any]) -> str:
+    """What the recipe tables match a row's framework recipe on: its ``framework`` and, after a
+    semicolon, its ``source_date`` (where a publisher prints its recipe generation and container label,
+    e.g. 'GSW recipes; table label 24.11')."""
+    return f"{text(row, 'framework')}; {text(row, 'source_date')}".lower()
+
+
+def optimizer_state_bytes(row: Mapping[str, Any], model: ModelSpec, plan: ParallelPlan, notes: list[str]) -> int | None:
+    """Bytes per element of the optimizer's parameter shard and moments where the row's
+    ``recipe_plans.RECIPE_GRAD_DTYPE`` recipe sets them (Apex DistributedFusedAdam ``dtype``), else
+    None (fp32, ``TrainingSpec``'s default)."""
+    entry = recipe_grad_dtype(framework=recipe_framework(row), model=model.name,
+                              degrees=(plan.tp, plan.pp, plan.vpp, plan.micro_batch))
+    if entry is None or entry.optimizer_dtype_bytes is None:
+        return None
+    notes.append(f"optimizer state {entry.optimizer_dtype_bytes * 8}-bit (parameter shard and moments; "
+                 f"framework recipe {entry.locator})")
+    return entry.optimizer_dtype_bytes
 
 
 def recipe_layer_split(row: Mapping[str, Any], model: ModelSpec, pp: int, vpp: int,

@@ -26,7 +26,8 @@ def test_the_lookup_matches_framework_model_and_degrees() -> None:
     assert recipe_grad_dtype(framework=NEMO, model="llama3-70b", degrees=(8, 8, 12, 1)) is None
     assert recipe_grad_dtype(framework=NEMO, model="nemotron-4-340b", degrees=(8, 8, 1, 1)) is None
     for e in RECIPE_GRAD_DTYPE:  # every entry says where it comes from and sets a real dtype
-        assert e.grad_dtype_bytes in (2, 4) and "NeMo-Framework-Launcher" in e.locator
+        assert e.grad_dtype_bytes in (2, 4) and e.optimizer_dtype_bytes in (None, 2, 4)
+        assert "NeMo-Framework-Launcher" in e.locator or "github NVIDIA/dgxc-benchmarking" in e.locator
 
 
 def test_the_recipe_dtype_lets_the_published_plan_fit() -> None:
