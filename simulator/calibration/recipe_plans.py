@@ -42,6 +42,10 @@ _MB = ("megatron-bridge",)
 _DSV3_MID = _CFG + "deepseek/deepseek_workload_base_configs.py (later copy, stored copy 67566028990) "
 _KIMI_OLD = _CFG + "kimi/kimi_workload_base_configs.py (earlier copy, stored copy 55843530975) "
 _ALL = ("bf16", "fp8", "mxfp8", "nvfp4")
+_DGXC_DSV3 = ("github NVIDIA/dgxc-benchmarking deepseek_v3/pretraining/launch.sh @ 1f6d9f40e4117d7c71b726f86074ac01c29f87f5 "
+              "(the commit of the README's tables): RM='mla_up_proj' on h100 (TP 2, PP 8 at 512 GPUs else 16, EP 64), "
+              "RM='core_attn' on gb200 (TP 2, PP 4, EP 32 at 128 GPUs else 64), VP 1, MBS 1, DTYPE bf16, passed as "
+              "--recompute_modules to NeMo's scripts.performance.llm.pretrain_deepseek_v3")
 
 
 def _r(models: tuple[str, ...], gpu: str, precisions: tuple[str, ...], degrees: tuple[int, int, int, int, int],
@@ -92,6 +96,11 @@ RECIPE_RECOMPUTE: tuple[RecipeRecompute, ...] = (
        _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_B200_BF16_V2, _FP8_MX_V2"),
     _r(("gpt-oss-120b",), "H100", ("bf16", "fp8"), (1, 4, 1, 8, 1), ("layernorm", "moe_act"),
        _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_H100_BF16_V1, _V2, _FP8_CS_V1, _FP8_CS_V2"),
+    # DGX Cloud Benchmarking's LLMB DeepSeek-V3 recipe (NeMo 2 scripts.performance, --recompute_modules)
+    *(RecipeRecompute(frameworks=("dgx cloud benchmarking llmb recipe",), models=_DSV3, gpu=gpu, precisions=("bf16",),
+                      degrees=degrees, modules=modules, locator=_DGXC_DSV3)
+      for gpu, degrees, modules in (("H100", (2, 8, 1, 64, 1), ("mla_up_proj",)), ("H100", (2, 16, 1, 64, 1), ("mla_up_proj",)),
+                                    ("GB200", (2, 4, 1, 32, 1), ("core_attn",)), ("GB200", (2, 4, 1, 64, 1), ("core_attn",)))),
     # DGX Cloud Benchmarking's NeMo 1 Nemotron-4 340B recipe (a dense model)
     RecipeRecompute(frameworks=("dgx cloud benchmarking recipe; 2024-2025 (gsw recipes; table label 24.11)",),
                     models=("nemotron-4-340b",), gpu="H100",

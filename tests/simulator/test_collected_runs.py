@@ -102,3 +102,14 @@ def test_skip_reasons_count_together_but_keep_the_quoted_value() -> None:
     a = reason_group("degrees disagree: tp4*pp2*cp1*dp8 != num_gpus 128 (source quirk)")
     assert a == reason_group("degrees disagree: tp8*pp1*cp1*dp4 != num_gpus 64 (source quirk)")
     assert reason_group("model 'DeepSeekV4 Flash': MoE without a preset") == "model 'DeepSeekV4 Flash': MoE without a preset"
+
+
+def test_the_deepseek_v3_llmb_rows_read_their_recompute_modules(collected: pd.DataFrame) -> None:
+    # deepseek_v3/pretraining/launch.sh at the README's commit: mla_up_proj on H100, core_attn on GB200
+    rows = {r["row_id"]: r for r in load_runs(COLLECTED_PATH).to_dict("records")}
+    expected = {1027: ("mla_up_proj",), 1028: ("mla_up_proj",), 1029: ("core_attn",), 1031: ("core_attn",)}
+    for rid, modules in expected.items():
+        sc = scenario_for_row(rows[rid])
+        assert (sc.plan.recompute, sc.plan.recompute_modules) == ("selective", modules), rid
+    out = validate_row(rows[1028])                         # 1,024 H100, PP 16: fits with the recipe's recompute
+    assert out["status"] == "ok" and "memory check lifted" not in out["inferred"]
