@@ -278,7 +278,7 @@ def _recompute_settings(row: Mapping[str, Any], model: ModelSpec, degrees: tuple
             if entry.modules:
                 return {"recompute": "selective", "recompute_modules": entry.modules}
             return {"recompute": "none"}
-        remat = recipe_remat(framework=text(row, "framework"), model=model.name)
+        remat = recipe_remat(framework=recipe_framework(row), model=model.name)
         if remat is not None:
             notes.append(f"recompute: full keeping {list(remat.recompute_saved)} (remat_policy {remat.policy}, not "
                          f"printed; framework recipe {remat.locator})")

@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 from dataclasses import dataclass, field
+from typing import Mapping
 
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.network import CommPricer
@@ -39,11 +40,13 @@ from clustersim.simulator.step import (
     LayerSignature,
     Pass,
     expert_load,
+    full_recompute_time,
     is_routed_expert,
     layer_signature,
     op_kwargs,
     ops_time,
     optimizer_time,
+    saved_forward,
     stage_chunks,
 )
 from clustersim.topologies import Cluster
@@ -65,8 +68,8 @@ class PassTimes:
     bwd_weight: float
     selective: float
     """Forward of the ops selective recompute repeats (the attention core)."""
-    qkv_proj: float
-    """Forward of the QKV projection (what a full recompute keeping 'qkv_proj' does not repeat)."""
+    kept: Mapping[str, float]
+    """Forward of the ops producing each output a full recompute may keep (``step.saved_forward``)."""
     params: float
     expert_params: float
 
@@ -104,7 +107,7 @@ class StepBound:
         expert = sum(o.params for o in ops if is_routed_expert(o))
         return PassTimes(fwd=t(ops, "fwd"), bwd_input=t(ops, "bwd_input"), bwd_weight=t(ops, "bwd_weight"),
                          selective=t([o for o in ops if o.recompute_selective], "fwd"),
-                         qkv_proj=t([o for o in ops if o.role == "qkv_proj"], "fwd"),
+                         kept=saved_forward(ops, lambda sel: t(sel, "fwd")),
                          params=float(sum(o.params for o in ops)), expert_params=float(expert))
 
     def layer(self, i: int, plan: ParallelPlan) -> PassTimes:
@@ -170,8 +173,8 @@ class StepBound:
             first = rep.setdefault((self.model.layer_kind(i), self.model.is_moe_layer(i)), lt)
             full = plan.recompute == "full" and j < n_full
             tp = (2 if self.model.layer_kind(i) == "transformer" else 1) * one
-            kept = first.qkv_proj if "qkv_proj" in plan.recompute_saved else 0.0
-            rec = first.fwd - kept if full else first.selective if plan.recompute == "selective" else 0.0
+            rec = (full_recompute_time(first.fwd, first.kept, plan.recompute_saved) if full
+                   else first.selective if plan.recompute == "selective" else 0.0)
             fwd += lt.fwd + tp
             bwd += lt.bwd_input + lt.bwd_weight + rec + tp * (2 if full else 1)
         for e in ends:

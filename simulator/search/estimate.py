@@ -22,10 +22,12 @@ from clustersim.simulator.step import (
     dispatch_time,
     expert_load,
     flow_shop,
+    full_recompute_time,
     is_routed_expert,
     ops_time,
     optimizer_time,
     peak_for,
+    saved_forward,
 )
 from clustersim.simulator.plan import ParallelPlan, Recompute, pairs_forward_backward
 from clustersim.topologies import Cluster
@@ -66,6 +68,7 @@ class Estimator:
     def __post_init__(self) -> None:
         self._ops = lru_cache(maxsize=None)(self._layer_ops)
         self._times = lru_cache(maxsize=None)(self._layer_times)
+        self._saved = lru_cache(maxsize=None)(self._layer_saved)
         self._acts = lru_cache(maxsize=None)(self._layer_act)
         self._comm = lru_cache(maxsize=None)(self._collective)
         self.model_flops = model_flops_per_step(self.model, self.training)
@@ -89,8 +92,13 @@ class Estimator:
         expert = sum(o.params for o in ops if is_routed_expert(o))
         return {"fwd": t(ops, "fwd"), "bi": t(ops, "bwd_input"), "bw": t(ops, "bwd_weight"),
                 "sel": t([o for o in ops if o.recompute_selective], "fwd"), "attn_f": t(attn, "fwd"),
-                "qkv_f": t([o for o in ops if o.role == "qkv_proj"], "fwd"),
                 "attn_b": t(attn, "bwd"), "ring": ring, "params": float(sum(o.params for o in ops)), "expert": float(expert)}
+
+    def _layer_saved(self, i: int, mb: int, tp: int, cp: int, ep: int, etp: int, sp: bool, imbalance: float) -> dict[str, float]:
+        """Forward seconds of the ops whose outputs a full recompute may keep (``step.saved_forward``)."""
+        acc, prof, prec = self.cluster.accelerator, self.profile, self.training.precision
+        return saved_forward(self._ops(i, mb, tp, cp, ep, etp, sp),
+                             lambda sel: ops_time(sel, acc, prof, prec, "fwd", imbalance))
 
     def _layer_act(self, i: int, mb: int, tp: int, cp: int, sp: bool, rc: Recompute, ep: int, etp: int,
                    saved: tuple[str, ...] = ()) -> float:
@@ -156,11 +164,12 @@ class Estimator:
         """Forward, backward-input(+recompute), weight-grad seconds of the busiest stage, and comm in them."""
         f = b = w = comm = 0.0
         for i, n in groups:
-            lt = self._times(i, plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp,
-                               expert_load(plan.expert_imbalance, self.model.capacity_factor))
+            shard = (i, plan.micro_batch, plan.tp, plan.cp, plan.ep, plan.etp, plan.sp,
+                     expert_load(plan.expert_imbalance, self.model.capacity_factor))
+            lt = self._times(*shard)
             cf, cb = self._layer_comm(plan, i, lt)
-            kept = lt["qkv_f"] if "qkv_proj" in plan.recompute_saved else 0.0  # what full recompute keeps
-            rec = lt["fwd"] - kept if plan.recompute == "full" else lt["sel"] if plan.recompute == "selective" else 0.0
+            rec = (full_recompute_time(lt["fwd"], self._saved(*shard), plan.recompute_saved) if plan.recompute == "full"
+                   else lt["sel"] if plan.recompute == "selective" else 0.0)
             f += n * (lt["fwd"] + cf)
             b += n * (lt["bi"] + rec + cb)
             w += n * lt["bw"]

@@ -32,7 +32,7 @@ import numpy as np
 
 from clustersim.simulator.plan import FSDPS, ParallelPlan, PlanColumns, num_model_chunks
 from clustersim.simulator.search.bound import SAFETY, PassTimes, StepBound
-from clustersim.simulator.step import ADAM_BYTES_PER_PARAM, RESERVED_BYTES, op_kwargs, stage_chunks
+from clustersim.simulator.step import ADAM_BYTES_PER_PARAM, RESERVED_BYTES, full_recompute_time, op_kwargs, stage_chunks
 
 Layout = tuple[str, int, int, tuple[int, ...] | None]
 """What fixes which layers each stage holds: (schedule, pp, vpp, layer_split)."""
@@ -259,8 +259,7 @@ class _Shards:
             return np.concatenate([[0.0], np.cumsum(x)])
 
         full = p.recompute == "full"
-        keep_qkv = "qkv_proj" in p.recompute_saved
-        rec = per_layer(lambda t: t.fwd - (t.qkv_proj if keep_qkv else 0.0) if full
+        rec = per_layer(lambda t: full_recompute_time(t.fwd, t.kept, p.recompute_saved) if full
                         else t.selective if p.recompute == "selective" else 0.0)
         tp = self._blocks * one
         f = per_layer(lambda t: t.fwd) + tp

@@ -42,6 +42,7 @@ from clustersim.simulator.step.partition import (
     pipeline_split,
     stage_chunks,
 )
+from clustersim.simulator.step.recompute import full_recompute_time, saved_forward
 from clustersim.simulator.step.result import CATEGORIES, Result
 from clustersim.simulator.step.simulate import simulate as simulate_step
 from clustersim.simulator.step.streams import FabricSharing
@@ -66,6 +67,7 @@ __all__ = [
     "expert_load",
     "floor_w",
     "flow_shop",
+    "full_recompute_time",
     "is_routed_expert",
     "layer_signature",
     "money",
@@ -77,6 +79,7 @@ __all__ = [
     "peak_for",
     "pipeline_split",
     "rental_price",
+    "saved_forward",
     "simulate_step",
     "stage_chunks",
     "step_calls",

@@ -1,6 +1,7 @@
 """Which ops a layer runs again in backward under Megatron-Core's per-module recompute.
 
-Owns ``recomputed_ops`` and ``full_recompute_ops``: for a plan's ``recompute_modules`` (selective recompute; Megatron-Core
+Owns ``recomputed_ops``, and ``full_recompute_ops`` with the search's ``saved_forward`` /
+``full_recompute_time`` for a full recompute that keeps outputs (``ParallelPlan.recompute_saved``): for a plan's ``recompute_modules`` (selective recompute; Megatron-Core
 ``TransformerConfig.recompute_modules``, megatron/core/transformer/transformer_config.py) the ops
 of one layer each module repeats before its backward, selected by ``Op.role`` (never by name):
 
@@ -18,6 +19,8 @@ The memory each module frees is ``workloads.activations``' business; timing the 
 """
 
 from __future__ import annotations
+
+from typing import Callable, Mapping, Sequence
 
 from clustersim.workloads import Op
 
@@ -71,11 +74,23 @@ SAVED_ROLES: dict[str, str] = {"qkv_proj": "qkv_proj"}
 recompute then does not run again (its output is kept: ``workloads.activations.SAVED_OUTPUTS``)."""
 
 
-def full_recompute_ops(ops: list[Op], saved: tuple[str, ...]) -> list[Op]:
+def full_recompute_ops(ops: Sequence[Op], saved: tuple[str, ...]) -> list[Op]:
     """The ops of one layer a full recompute runs again: all of them but those whose outputs are
     kept (``saved``)."""
     skip = {SAVED_ROLES[s] for s in saved}
     return [o for o in ops if o.role not in skip]
+
+
+def saved_forward(ops: Sequence[Op], time_fwd: Callable[[list[Op]], float]) -> dict[str, float]:
+    """Forward seconds (``time_fwd`` of a list of ops) of the ops producing each ``SAVED_ROLES``
+    output: what a full recompute keeping it does not run again."""
+    return {s: time_fwd([o for o in ops if o.role == role]) for s, role in SAVED_ROLES.items()}
+
+
+def full_recompute_time(fwd: float, kept: Mapping[str, float], saved: tuple[str, ...]) -> float:
+    """Seconds a full recompute of a layer of forward ``fwd`` repeats when it keeps ``saved``
+    (``kept``: ``saved_forward`` of the layer)."""
+    return fwd - sum(kept[s] for s in saved)
 
 
 def moe_recomputes_dispatch(moe: bool, modules: tuple[str, ...]) -> bool:
