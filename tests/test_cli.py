@@ -159,3 +159,35 @@ def test_simulate_with_flows_prints_the_fabric_report(tmp_path: Path) -> None:
 def test_bad_fabric_options_fail_in_one_line(args: list[str], needle: str) -> None:
     p = cli("simulate", str(EXAMPLE), "--set", "plan.micro_batch=1", *args)
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+JOB = """name: {name}
+model: llama3-8b
+training: {{seq_len: 2048, global_batch_size: 32, precision: bf16}}
+cluster: {{preset: dgx-h100, num_gpus: 32, oversubscription: 4, rail_optimized: false, hosts_per_leaf: {leaf}}}
+plan: {{tp: 1, pp: 1, dp: 32, zero: 1, recompute: full}}
+"""
+
+
+def test_colocate_prints_each_jobs_slowdown_and_writes_json(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(JOB.format(name=name, leaf=32))
+    out = tmp_path / "co.json"
+    p = cli("colocate", "a.yaml", "b.yaml", "--placement", "interleaved", "--json", str(out), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "2 jobs on 64 GPUs" in p.stdout and "links the jobs share" in p.stdout and "leaf0->spine0" in p.stdout
+    doc = json.loads(out.read_text())
+    assert doc["placement"] == "interleaved" and doc["converged"]
+    assert [j["name"] for j in doc["jobs"]] == ["a", "b"] and all(j["slowdown"] > 0 for j in doc["jobs"])
+    assert all(j["step_time_shared_s"] > j["step_time_alone_s"] for j in doc["jobs"])
+
+
+@pytest.mark.parametrize("b_leaf,args,needle", [
+    (16, [], "b.yaml: cluster.hosts_per_leaf = 16 but a.yaml has 32"),
+    (32, ["--placement", "scattered"], "--placement 'scattered' is not a choice"),
+])
+def test_bad_colocations_fail_in_one_line(tmp_path: Path, b_leaf: int, args: list[str], needle: str) -> None:
+    (tmp_path / "a.yaml").write_text(JOB.format(name="a", leaf=32))
+    (tmp_path / "b.yaml").write_text(JOB.format(name="b", leaf=b_leaf))
+    p = cli("colocate", "a.yaml", "b.yaml", *args, cwd=tmp_path)
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -249,3 +249,15 @@ def ensure_valid(cluster: Cluster) -> None:
         return
     validate_cluster(cluster)
     _VALIDATED[target] = key
+
+
+def register_view(view: Cluster, joint: Cluster) -> None:
+    """Mark ``view`` valid: one job's view of ``joint`` (``topologies.colocate.job_views``), its
+    wiring ``joint``'s with the devices renamed, whose graph holds more devices than the job's
+    ``num_gpus`` (the other jobs'). ``joint`` is checked; the renaming keeps every edge and gives
+    the job's devices the attributes the contract asks of ``gpu0 .. gpu{num_gpus-1}``."""
+    ensure_valid(joint)
+    if view.wiring is None or len(view.wiring.src) != len(joint.columns().src):
+        raise TopologyError(f"cluster {view.name!r} is not a view of {joint.name!r}: its edges differ")
+    _check_nodes(view, view.wiring)
+    _VALIDATED[view.wiring] = (view.num_gpus, len(view.wiring.nodes), len(view.wiring.src))

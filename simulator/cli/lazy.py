@@ -27,6 +27,7 @@ COMMANDS: Mapping[str, tuple[str, str]] = {
     "simulate": ("simulate", "Simulate one training step of a scenario."),
     "scale": ("scale", "Scaling-efficiency report (strong scaling: fixed global batch): the best plan at every scale "
                        "vs naive DP replicas."),
+    "colocate": ("colocate", "Jobs side by side on one cluster: each one's step alone and with the others' traffic."),
     "presets": ("presets", "List the model, accelerator and cluster presets."),
     "sweep": ("sweep", "Evaluate a grid of scenarios into OUT/results.parquet and OUT/results.csv."),
     "search": ("search", "The engine's best plan, proven: every valid plan bounded, the engine prices best bound "

@@ -84,6 +84,9 @@ class FabricLoad:
     degraded: Mapping[str, float] = field(default_factory=dict)
     """Directed link ``"u->v"`` -> fraction of its capacity left, in (0, 1] (a slow or flapping link;
     a failed NIC is its links at a tiny fraction)."""
+    taken: np.ndarray | None = field(default=None, compare=False)
+    """Per directed link id: the fraction of its capacity other jobs on the same cluster take, time
+    averaged, in [0, 1) (``clustersim.simulator.step.colocate`` sets it)."""
 
     def capacity(self, capacity: np.ndarray, link_class: np.ndarray, edge_id: Mapping[tuple[str, str], int]) -> np.ndarray:
         """``capacity`` with the background load and the degradations applied (a new array)."""
@@ -102,6 +105,12 @@ class FabricLoad:
             if not 0.0 < left <= 1.0:
                 raise FabricLoadError(f"degraded link {name}: {left}; use the fraction of capacity left, in (0, 1]")
             out[edge_id[(u, v)]] *= left
+        if self.taken is not None:
+            taken = np.asarray(self.taken, dtype=float)
+            if taken.shape != out.shape or not np.all((taken >= 0) & (taken < 1)):
+                raise FabricLoadError(f"taken: {taken.shape[0] if taken.ndim else 0} fractions in [0, 1) for a "
+                                      f"fabric of {len(out)} links; give one per link id")
+            out *= 1.0 - taken
         return out
 
 

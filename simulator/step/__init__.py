@@ -8,6 +8,7 @@ room import their siblings directly. ``__all__`` is what the other rooms use, so
 ``step.simulate``.
 """
 
+from clustersim.simulator.step.colocate import Colocation, Job, colocate as colocate_jobs
 from clustersim.simulator.step.compute import (
     ADAM_BYTES_PER_PARAM,
     Pass,
@@ -53,13 +54,16 @@ __all__ = [
     "CATEGORIES",
     "J_PER_KWH",
     "RESERVED_BYTES",
+    "Colocation",
     "Costing",
     "EpShape",
     "FabricSharing",
+    "Job",
     "LayerSignature",
     "Pass",
     "Result",
     "StepEnergy",
+    "colocate_jobs",
     "compute_mix",
     "dispatch_time",
     "energy_per_token",

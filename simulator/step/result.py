@@ -17,6 +17,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+import numpy as np
+
 from clustersim.units import GIB
 from clustersim.simulator.step.engine import Interval
 from clustersim.simulator.step.partition import StageMemory
@@ -97,6 +99,10 @@ class Result:
     """With ``fabric_sharing="flows"``: seconds each traffic class lost to sharing and the hottest
     links with their time-averaged utilisation (``step.streams.fabric_report``); empty otherwise."""
     intervals: tuple[Interval, ...] = field(default=(), repr=False, compare=False)
+    link_rates: np.ndarray | None = field(default=None, repr=False, compare=False)
+    """With ``fabric_sharing="flows"``: bytes/s the streams put on each directed link (by link id of
+    the cluster's fabric), averaged over the step: what this job takes from a neighbour on the same
+    links (``step.colocate``); None otherwise. Not in ``to_dict``."""
 
     @property
     def tokens_per_s(self) -> float:

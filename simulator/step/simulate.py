@@ -34,7 +34,7 @@ from clustersim.simulator.step.costing import Costing
 from clustersim.simulator.step.lower import compute_parts, lower
 from clustersim.simulator.step.partition import StageMemory, partition
 from clustersim.simulator.step.result import Result, breakdowns, critical_unit
-from clustersim.simulator.step.streams import FabricSharing, fabric_report, send_counts, stream_transfers
+from clustersim.simulator.step.streams import FabricSharing, fabric_report, link_volume, send_counts, stream_transfers
 from clustersim.simulator.errors import PlanError
 from clustersim.topologies import Cluster, ensure_valid
 from clustersim.workloads import ModelSpec, TrainingSpec, model_flops_per_step
@@ -94,10 +94,11 @@ def simulate(
     scale = float(unit_scale[crit[0], crit[1]])  # a straggling unit's compute runs at its scale
     stage_parts = compute_parts(costing, part)
     parts = {k: v * scale for k, v in stage_parts[crit[1]].items()}
-    fabric = {} if flows is None else fabric_report(
-        flows, send_counts(plan.schedule, plan.pp, m, inp.vpp), intervals, step, microbatches=m)
+    sends = send_counts(plan.schedule, plan.pp, m, inp.vpp) if flows is not None else None
+    fabric = {} if flows is None or sends is None else fabric_report(flows, sends, intervals, step, microbatches=m)
+    rates = None if flows is None or sends is None else link_volume(flows, sends, m) / step
     return dataclasses.replace(result, collectives=lowered.collectives, compute_breakdown=parts, fabric=fabric,
-                               stage_compute_breakdowns=stage_parts,
+                               stage_compute_breakdowns=stage_parts, link_rates=rates,
                                labels={**result.labels, **scenario_labels(model, training, cluster, prof)})
 
 

@@ -127,6 +127,20 @@ SHARED = {"p2p_shared": "pp", "dp_shared": "dp", "ep_shared": "ep"}
 """Interval category of the time a call lost to sharing -> its traffic class in the report."""
 
 
+def link_volume(flows: StreamTransfers, sends: Counter[tuple[int, str]], microbatches: int) -> np.ndarray:
+    """Bytes the streams put on each directed link in one step (every concurrent group's): each
+    message, bucket and gather once and the EP flows of ``microbatches`` forward and backward
+    passes of every chunk."""
+    volume = np.zeros(len(flows.capacity))
+    calls = [(tr, float(sends[key])) for key, tr in flows.p2p.items()]
+    calls += [(tr, 1.0) for tr in (*flows.buckets.values(), *flows.gathers.values())]
+    calls += [(tr, float(microbatches)) for tr in flows.ep.values()]
+    for tr, count in calls:
+        for ph in tr.phases:
+            np.add.at(volume, ph.edges, count * ph.load * ph.work)
+    return volume
+
+
 def fabric_report(flows: StreamTransfers, sends: Counter[tuple[int, str]], intervals: list[Interval],
                   step_time: float, top: int = 10, microbatches: int = 0) -> dict[str, Any]:
     """What the streams' traffic did to the fabric in one step: seconds each traffic class lost to
@@ -141,13 +155,7 @@ def fabric_report(flows: StreamTransfers, sends: Counter[tuple[int, str]], inter
     for iv in intervals:
         if iv.category in SHARED:
             lost[SHARED[iv.category]] += iv.end - iv.start
-    volume = np.zeros(len(flows.capacity))
-    calls = [(tr, float(sends[key])) for key, tr in flows.p2p.items()]
-    calls += [(tr, 1.0) for tr in (*flows.buckets.values(), *flows.gathers.values())]
-    calls += [(tr, float(microbatches)) for tr in flows.ep.values()]
-    for tr, count in calls:
-        for ph in tr.phases:
-            np.add.at(volume, ph.edges, count * ph.load * ph.work)
+    volume = link_volume(flows, sends, microbatches)
     util = volume / (flows.capacity * max(step_time, 1e-30))
     hot = np.argsort(-util, kind="stable")[:top]
     links = [{"link": flows.edge_name(int(e)), "utilisation": float(util[e]), "bytes": float(volume[e])}

@@ -1,0 +1,53 @@
+"""Two jobs on one cluster (``clustersim colocate``): slowdown by placement and fabric, and its cost.
+
+    .venv/bin/python benchmarks/colocate.py [--gpus 256] [--model llama3-8b] [--seqs-per-gpu 1]
+
+Two copies of one data-parallel job (ZeRO-1, full recompute, ``--seqs-per-gpu`` sequences of 2,048
+tokens per GPU per step: gradient traffic is a large part of the step) side by side on DGX H100 servers: packed (each job's servers together) and interleaved (one server of
+each in turn), on the rail-optimised non-blocking fabric and on a top-of-rack fat tree with 4:1
+oversubscribed leaf uplinks (four servers per leaf). Prints each case's step alone and shared, the
+slowdown, the fixed point's iterations and the wall time of the whole ``colocate`` call (two
+flows runs alone plus two per iteration). Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from clustersim.simulator.plan import ParallelPlan
+from clustersim.simulator.step import Job, colocate_jobs
+from clustersim.topologies import get_cluster
+from clustersim.workloads import TrainingSpec, get_model
+
+FABRICS = {
+    "rail-optimised, non-blocking": {},
+    "top-of-rack, 4:1 uplinks": {"rail_optimized": False, "hosts_per_leaf": 32, "oversubscription": 4.0},
+}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--gpus", type=int, default=256, help="GPUs per job")
+    ap.add_argument("--model", default="llama3-8b")
+    ap.add_argument("--seqs-per-gpu", type=int, default=1)
+    args = ap.parse_args()
+    model = get_model(args.model)
+    plan = ParallelPlan(tp=1, pp=1, dp=args.gpus, zero=1, recompute="full")
+    training = TrainingSpec(seq_len=2048, global_batch_size=args.seqs_per_gpu * args.gpus, precision="bf16")
+    jobs = [Job(name=n, model=model, training=training, plan=plan) for n in ("a", "b")]
+    print(f"two jobs of {args.gpus} GPUs each: {model.name}, {plan.describe()}, GBS {training.global_batch_size}")
+    print(f"{'fabric':32} {'placement':12} {'alone s':>9} {'shared s':>9} {'slowdown':>9} {'iters':>5} {'wall s':>7}")
+    for label, fabric in FABRICS.items():
+        cluster = get_cluster("dgx-h100", 2 * args.gpus, **fabric)  # type: ignore[arg-type]
+        for placement in ("packed", "interleaved"):
+            t0 = time.perf_counter()
+            out = colocate_jobs(jobs, cluster, placement)  # type: ignore[arg-type]
+            wall = time.perf_counter() - t0
+            a = out.jobs[0]
+            print(f"{label:32} {placement:12} {a.alone.step_time:9.4f} {a.shared.step_time:9.4f} "
+                  f"{a.slowdown * 100:+8.2f}% {out.iterations:5d} {wall:7.2f}")
+
+
+if __name__ == "__main__":
+    main()
