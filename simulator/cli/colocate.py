@@ -56,12 +56,14 @@ def colocation_table(result: Colocation, plans: Mapping[str, str]) -> Grid:
     """Each job's step alone and beside the others, and what each traffic class lost."""
     table = Grid(title=f"{len(result.jobs)} jobs on {result.num_gpus} GPUs of {result.cluster} ({result.placement}; "
                        f"{result.iterations} iterations{'' if result.converged else ', NOT converged'})", show_header=True)
-    for col in ("job", "GPUs", "plan", "step alone", "step shared", "slowdown", "lost to sharing pp / dp / ep"):
+    for col in ("job", "GPUs", "plan", "step alone", "step shared", "slowdown", "if bursts align",
+                "lost to sharing pp / dp / ep"):
         table.add_column(col, justify="left" if col in ("job", "plan") else "right")
     for o in result.jobs:
         lost = o.shared.fabric.get("lost_to_sharing_s", {})
         table.add_row(o.name, str(o.alone.num_gpus), plans[o.name], f"{o.alone.step_time:.4f} s", f"{o.shared.step_time:.4f} s",
-                      f"{o.slowdown * 100:+.2f}%", " / ".join(f"{lost.get(k, 0.0):.4f}" for k in ("pp", "dp", "ep")) + " s")
+                      f"{o.slowdown * 100:+.2f}%", f"{o.aligned.step_time:.4f} s ({o.slowdown_aligned * 100:+.2f}%)",
+                      " / ".join(f"{lost.get(k, 0.0):.4f}" for k in ("pp", "dp", "ep")) + " s")
     return table
 
 

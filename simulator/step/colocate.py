@@ -7,7 +7,9 @@ with the capacity the others take away (``FabricLoad.taken``, per link id): on e
 others' streams' bytes per second averaged over their steps (``Result.link_rates``), taking at
 most the share max-min fairness leaves them while this job also sends, 1 - 1 / (1 + others using
 the link). Their rates are re-read from the shared runs and averaged with the previous ones (a
-damped fixed point) until no step time moves by more than ``tolerance``.
+damped fixed point) until no step time moves by more than ``tolerance``. The other end of the
+band: each job again with every link the others use held at the fair share whenever it sends
+(``aligned``: their bursts always coincide with its own), an upper bound of the shared step.
 
 The approximation: a neighbour is a steady stream at its mean rate, not its bursts (the fluid
 model of ``clustersim.simulator.network.sharing`` between the jobs' time averages); a job's TP, CP and
@@ -55,11 +57,19 @@ class JobOutcome:
     name: str
     alone: Result
     shared: Result
+    """Beside the others' time-averaged traffic (the fixed point)."""
+    aligned: Result
+    """With the others' bursts always on its own: every link they use at the fair share."""
 
     @property
     def slowdown(self) -> float:
         """Shared step time over alone, minus 1."""
         return self.shared.step_time / self.alone.step_time - 1.0
+
+    @property
+    def slowdown_aligned(self) -> float:
+        """Aligned step time over alone, minus 1 (the band's upper end)."""
+        return self.aligned.step_time / self.alone.step_time - 1.0
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,6 +90,7 @@ class Colocation:
                 "iterations": self.iterations, "converged": self.converged,
                 "jobs": [{"name": o.name, "num_gpus": o.alone.num_gpus, "step_time_alone_s": o.alone.step_time,
                           "step_time_shared_s": o.shared.step_time, "slowdown": o.slowdown,
+                          "step_time_aligned_s": o.aligned.step_time, "slowdown_aligned": o.slowdown_aligned,
                           "lost_to_sharing_s": dict(o.shared.fabric.get("lost_to_sharing_s", {}))}
                          for o in self.jobs],
                 "shared_links": [dict(x) for x in self.shared_links]}
@@ -115,7 +126,10 @@ def colocate(jobs: Sequence[Job], cluster: Cluster, placement: JobPlacement = "p
         if moved <= tolerance:
             converged = True
             break
-    outcomes = tuple(JobOutcome(name=j.name, alone=a, shared=s) for j, a, s in zip(jobs, alone, shared))
+    used = [_rates(a) for a in alone]
+    aligned = [run(i, FabricLoad(taken=fair_share_taken(used, i))) for i in range(len(jobs))]
+    outcomes = tuple(JobOutcome(name=j.name, alone=a, shared=s, aligned=w)
+                     for j, a, s, w in zip(jobs, alone, shared, aligned))
     wiring = cluster.columns()
 
     def names(e: int) -> str:  # the physical names (every view renames the devices)
@@ -139,6 +153,14 @@ def taken_by_others(rates: Sequence[np.ndarray], i: int, capacity: np.ndarray) -
     load = np.sum(others, axis=0) / capacity
     users = np.sum([r > 0 for r in others], axis=0)
     taken: np.ndarray = np.minimum(load, 1.0 - 1.0 / (1.0 + users))
+    return taken
+
+
+def fair_share_taken(rates: Sequence[np.ndarray], i: int) -> np.ndarray:
+    """What the others take from job ``i`` if they always send while it does: 1 - 1 / (1 + k) of
+    every link k of them use, nothing elsewhere."""
+    users = np.sum([r > 0 for k, r in enumerate(rates) if k != i], axis=0)
+    taken: np.ndarray = 1.0 - 1.0 / (1.0 + users)
     return taken
 
 

@@ -36,6 +36,7 @@ def test_nothing_shared_is_the_alone_step_exactly() -> None:
     assert not out.shared_links and out.converged
     for o in out.jobs:
         assert o.shared.step_time == o.alone.step_time and o.slowdown == 0.0
+        assert o.aligned.step_time == o.alone.step_time
 
 
 def test_shared_uplinks_slow_both_jobs_alike_within_the_fair_share_bound() -> None:
@@ -51,6 +52,7 @@ def test_shared_uplinks_slow_both_jobs_alike_within_the_fair_share_bound() -> No
     worst = simulate(MODEL, _job("a").training, view, PLAN, fabric_sharing="flows",
                      fabric_load=FabricLoad(taken=half))
     assert a.alone.step_time < a.shared.step_time <= worst.step_time * (1 + 1e-9)
+    assert a.aligned.step_time == worst.step_time and a.slowdown_aligned >= a.slowdown  # the band's upper end
 
 
 def test_a_busier_neighbour_slows_a_job_more() -> None:
