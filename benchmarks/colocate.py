@@ -1,6 +1,10 @@
 """Two jobs on one cluster (``clustersim colocate``): slowdown by placement and fabric, and its cost.
 
     .venv/bin/python benchmarks/colocate.py [--gpus 256] [--model llama3-8b] [--seqs-per-gpu 1]
+    .venv/bin/python benchmarks/colocate.py --large
+
+``--large``: two llama3-405b jobs of 8,192 H100 (tp8 pp16 dp64, GBS 1,024 x 8,192, full recompute)
+interleaved on the rail-optimised 16,384-GPU cluster: the call's wall time and peak memory.
 
 Two copies of one data-parallel job (ZeRO-1, full recompute, ``--seqs-per-gpu`` sequences of 2,048
 tokens per GPU per step: gradient traffic is a large part of the step) side by side on DGX H100 servers: packed (each job's servers together) and interleaved (one server of
@@ -13,6 +17,7 @@ flows runs alone plus two per iteration). Not part of the test run.
 from __future__ import annotations
 
 import argparse
+import resource
 import time
 
 from clustersim.simulator.plan import ParallelPlan
@@ -31,7 +36,11 @@ def main() -> None:
     ap.add_argument("--gpus", type=int, default=256, help="GPUs per job")
     ap.add_argument("--model", default="llama3-8b")
     ap.add_argument("--seqs-per-gpu", type=int, default=1)
+    ap.add_argument("--large", action="store_true", help="two 405b jobs of 8,192 H100 instead")
     args = ap.parse_args()
+    if args.large:
+        large()
+        return
     model = get_model(args.model)
     plan = ParallelPlan(tp=1, pp=1, dp=args.gpus, zero=1, recompute="full")
     training = TrainingSpec(seq_len=2048, global_batch_size=args.seqs_per_gpu * args.gpus, precision="bf16")
@@ -47,6 +56,20 @@ def main() -> None:
             a = out.jobs[0]
             print(f"{label:32} {placement:12} {a.alone.step_time:9.4f} {a.shared.step_time:9.4f} "
                   f"{a.slowdown * 100:+8.2f}% {a.slowdown_aligned * 100:+8.2f}% {out.iterations:5d} {wall:7.2f}")
+
+
+def large() -> None:
+    plan = ParallelPlan(tp=8, pp=16, dp=64, sp=True, zero=1, recompute="full", micro_batch=1)
+    job = Job(name="405b", model=get_model("llama3-405b"), plan=plan,
+              training=TrainingSpec(seq_len=8192, global_batch_size=1024, precision="bf16"))
+    cluster = get_cluster("dgx-h100", 16384)
+    t0 = time.perf_counter()
+    out = colocate_jobs([job, job], cluster, "interleaved")
+    wall = time.perf_counter() - t0
+    a = out.jobs[0]
+    print(f"two llama3-405b jobs of 8,192 H100 interleaved: alone {a.alone.step_time:.4f} s, shared "
+          f"{a.slowdown * 100:+.2f}%, aligned {a.slowdown_aligned * 100:+.2f}%, {out.iterations} iterations; "
+          f"{wall:.2f} s, peak {resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024:.0f} MB")
 
 
 if __name__ == "__main__":
