@@ -191,3 +191,17 @@ def test_bad_colocations_fail_in_one_line(tmp_path: Path, b_leaf: int, args: lis
     (tmp_path / "b.yaml").write_text(JOB.format(name="b", leaf=b_leaf))
     p = cli("colocate", "a.yaml", "b.yaml", *args, cwd=tmp_path)
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
+def test_simulate_beside_a_co_tenant(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / f"{name}.yaml").write_text(JOB.format(name=name, leaf=32))
+    out = tmp_path / "r.json"
+    p = cli("simulate", "a.yaml", "--co-tenant", "b.yaml", "--job-placement", "interleaved", "--json", str(out), cwd=tmp_path)
+    assert p.returncode == 0, p.stderr
+    assert "beside b (interleaved on 64 GPUs" in p.stdout and "bursts aligned" in p.stdout
+    doc = json.loads(out.read_text())
+    alone = cli("simulate", "a.yaml", "--fabric-sharing", "flows", "--json", "-", cwd=tmp_path)
+    assert doc["fabric"]["sharing"] == "flows" and doc["step_time_s"] > json.loads(alone.stdout)["step_time_s"]
+    bad = cli("simulate", "a.yaml", "--co-tenant", "b.yaml", "--background", "nic=0.2", cwd=tmp_path)
+    assert bad.returncode == 2 and "drop --background" in bad.stderr and "Traceback" not in bad.stderr

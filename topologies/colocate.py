@@ -110,3 +110,11 @@ def renamed(wiring: Wiring, devices: np.ndarray, gpus_per_node: int) -> Wiring:
         nodes.append((name, attrs))
     return Wiring(name=wiring.name, nodes=nodes, src=wiring.src, dst=wiring.dst, bandwidth=wiring.bandwidth,
                   latency=wiring.latency, link_class=wiring.link_class)
+
+
+def physical_link(view: Cluster, link: str) -> str:
+    """A ``"u->v"`` link name of ``view`` with its devices named as on the shared cluster."""
+    names = {n: str(a["physical"]) for n, a in (view.wiring.nodes if view.wiring is not None else [])
+             if a.get("kind") == "gpu" and "physical" in a}
+    u, sep, v = link.partition("->")
+    return f"{names.get(u, u)}{sep}{names.get(v, v)}"

@@ -8,6 +8,7 @@ every other scenario must describe the same cluster (its ``num_gpus`` aside). Th
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 from typing import Any, Mapping, Optional
@@ -18,7 +19,8 @@ from clustersim.simulator.cli import output
 from clustersim.simulator.cli.options import OptionError, choice, output_file
 from clustersim.simulator.cli.plain import Grid, Printer
 from clustersim.simulator.scenario import Scenario, apply_overrides, load_scenario, read_yaml
-from clustersim.simulator.step import Colocation, Job, colocate_jobs
+from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.step import Colocation, Job, Result, colocate_jobs
 from clustersim.topologies import Cluster, load_cluster
 from clustersim.topologies.colocate import JobPlacement, job_block, joint_size
 
@@ -78,6 +80,26 @@ def shared_links_table(result: Colocation) -> Grid:
     if not result.shared_links:
         table.add_row("(none: no link carries two jobs' stream traffic)", *("" for _ in result.jobs))
     return table
+
+
+def beside(main: tuple[Path, Scenario], others: list[Path], overrides: list[str], placement: JobPlacement,
+           profile: CalibrationProfile | None, force: bool) -> tuple[Result, str]:
+    """``main``'s step beside the jobs of ``others`` on one cluster (``simulate --co-tenant``):
+    its shared Result and a line with its step alone, shared and with the bursts aligned."""
+    path, sc = main
+    loaded = [dataclasses.replace(sc, profile=profile or sc.profile),
+              *(load_scenario(p, overrides, force=force) for p in others)]
+    sections = [(p, cluster_section(p, overrides)) for p in (path, *others)]
+    for other in sections[1:]:
+        same_cluster(sections[0], other)
+    joint = shared_cluster(sections[0][1], [s.plan.world_size for s in loaded])
+    out = colocate_jobs(_jobs(loaded), joint, placement)
+    me = out.jobs[0]
+    line = (f"beside {', '.join(o.name for o in out.jobs[1:])} ({placement} on {out.num_gpus} GPUs, {out.iterations} "
+            f"iterations{'' if out.converged else ', NOT converged'}): alone {me.alone.step_time:.4f} s, shared "
+            f"{me.shared.step_time:.4f} s ({me.slowdown * 100:+.2f}%), bursts aligned {me.aligned.step_time:.4f} s "
+            f"({me.slowdown_aligned * 100:+.2f}%)")
+    return me.shared, line
 
 
 def _jobs(scenarios: list[Scenario]) -> list[Job]:

@@ -28,6 +28,7 @@ from clustersim.simulator.step import (
 from clustersim.simulator.profile import load_profile
 from clustersim.simulator.plan import Placement
 from clustersim.simulator.scenario import ScenarioMode, load_scenario
+from clustersim.topologies.colocate import JobPlacement
 
 console = Printer(width=None if sys.stdout.isatty() else 140)  # plain text where rich's would be (cli.plain)
 
@@ -143,21 +144,37 @@ def register(app: typer.Typer) -> None:
                                            "e.g. 'gpu0->nic0=0.25' (quoted: the shell reads >; needs --fabric-sharing flows)."),
         fabric_report: bool = typer.Option(False, "--fabric-report", help="Print the hottest links and the time each "
                                            "traffic class lost to sharing (needs --fabric-sharing flows)."),
+        co_tenants: list[Path] = typer.Option([], "--co-tenant", help="Another job's scenario on the same cluster "
+                                              "(repeatable): this step beside it, its traffic on the shared links "
+                                              "(implies --fabric-sharing flows; clustersim colocate)."),
+        job_placement: str = typer.Option("packed", "--job-placement", help="With --co-tenant: packed (each job's "
+                                          "servers together) or interleaved (one server of each in turn)."),
     ) -> None:
         """Simulate one training step of a scenario."""
         modes: tuple[ScenarioMode, ...] = ("symmetric", "full")
         chosen = choice("--mode", mode, modes) if mode is not None else None
         sharings: tuple[FabricSharing, ...] = ("static", "flows")
-        shared = choice("--fabric-sharing", sharing, sharings) if sharing is not None else "static"
+        shared = choice("--fabric-sharing", sharing, sharings) if sharing is not None else "flows" if co_tenants else "static"
+        placements: tuple[JobPlacement, ...] = ("packed", "interleaved")
+        placement = choice("--job-placement", job_placement, placements)
         load = fabric_load_option(background, degraded)
+        if co_tenants and (load is not None or shared != "flows" or chosen == "full"):
+            output.fail(ValueError("--co-tenant runs the flows of the symmetric engine with the other jobs as the load: "
+                                   "drop --background, --degraded, --fabric-sharing static and --mode full"))
         if (load is not None or fabric_report) and shared != "flows":
             output.fail(ValueError("--background, --degraded and --fabric-report need --fabric-sharing flows"))
         for option, path in (("--json", json_out), ("--trace", trace), ("--plot", plot)):
             output_file(option, path)
         sc = load_scenario(scenario, set_, force=force)
         profile = load_profile(calibration) if calibration else sc.profile
-        result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
-                          mode=chosen or sc.mode, seed=sc.seed, fabric_sharing=shared, fabric_load=load)
+        beside_line = None
+        if co_tenants:
+            from clustersim.simulator.cli.colocate import beside  # the colocation machinery only when asked
+
+            result, beside_line = beside((scenario, sc), list(co_tenants), set_, placement, profile, force)
+        else:
+            result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
+                              mode=chosen or sc.mode, seed=sc.seed, fabric_sharing=shared, fabric_load=load)
         title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
         energy = step_energy(result, sc.cluster)
         to_stdout = json_out is not None and str(json_out) == output.STDOUT
@@ -168,6 +185,8 @@ def register(app: typer.Typer) -> None:
         fitted = fitted_interval_text(fitted_json) if fitted_json else None
         if not to_stdout:
             console.print(result_table(result, title, energy))
+            if beside_line:
+                console.print(beside_line)
             if fitted is not None:
                 console.print(fitted)
             elif iv is not None:

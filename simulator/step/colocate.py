@@ -20,6 +20,7 @@ alone step exactly (a test).
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -32,7 +33,7 @@ from clustersim.simulator.profile import CalibrationProfile, default_profile
 from clustersim.simulator.step.result import Result
 from clustersim.simulator.step.simulate import simulate
 from clustersim.topologies import Cluster
-from clustersim.topologies.colocate import JobPlacement, job_views
+from clustersim.topologies.colocate import JobPlacement, job_views, physical_link
 from clustersim.workloads import ModelSpec, TrainingSpec
 
 DAMPING: float = 0.5
@@ -128,8 +129,8 @@ def colocate(jobs: Sequence[Job], cluster: Cluster, placement: JobPlacement = "p
             break
     used = [_rates(a) for a in alone]
     aligned = [run(i, FabricLoad(taken=fair_share_taken(used, i))) for i in range(len(jobs))]
-    outcomes = tuple(JobOutcome(name=j.name, alone=a, shared=s, aligned=w)
-                     for j, a, s, w in zip(jobs, alone, shared, aligned))
+    outcomes = tuple(JobOutcome(name=j.name, alone=physical(a, v), shared=physical(s, v), aligned=physical(w, v))
+                     for j, v, a, s, w in zip(jobs, views, alone, shared, aligned))
     wiring = cluster.columns()
 
     def names(e: int) -> str:  # the physical names (every view renames the devices)
@@ -138,6 +139,17 @@ def colocate(jobs: Sequence[Job], cluster: Cluster, placement: JobPlacement = "p
     return Colocation(cluster=cluster.name, num_gpus=cluster.num_gpus, placement=placement, jobs=outcomes,
                       iterations=it, converged=converged,
                       shared_links=shared_links([_rates(s) for s in shared], capacity, names, [j.name for j in jobs], top))
+
+
+def physical(result: Result, view: Cluster) -> Result:
+    """``result`` with the links its fabric report and collectives name as on the shared cluster
+    (a view names the job's devices ``gpu0 ..``)."""
+    fabric = dict(result.fabric)
+    if "hottest_links" in fabric:
+        fabric["hottest_links"] = [{**x, "link": physical_link(view, x["link"])} for x in fabric["hottest_links"]]
+    collectives = tuple({**c, "busiest_link": physical_link(view, c["busiest_link"])} if c.get("busiest_link") else c
+                        for c in result.collectives)
+    return dataclasses.replace(result, fabric=fabric, collectives=collectives)
 
 
 def _rates(result: Result) -> np.ndarray:

@@ -50,3 +50,11 @@ def test_bad_job_layouts_name_the_fix() -> None:
         job_devices([8, 8], 8, "scattered")  # type: ignore[arg-type]
     with pytest.raises(TopologyError, match="job 2: 0 devices"):
         job_devices([8, 0], 8)
+
+
+def test_link_names_read_back_as_on_the_shared_cluster() -> None:
+    from clustersim.topologies.colocate import physical_link
+
+    second = job_views(get_cluster("dgx-h100", 32), [8, 8], "interleaved")[1]  # devices 8..15
+    assert physical_link(second, "gpu0->nvsw1") == "gpu8->nvsw1"
+    assert physical_link(second, "leaf0->spine0") == "leaf0->spine0"
