@@ -203,5 +203,7 @@ def test_simulate_beside_a_co_tenant(tmp_path: Path) -> None:
     doc = json.loads(out.read_text())
     alone = cli("simulate", "a.yaml", "--fabric-sharing", "flows", "--json", "-", cwd=tmp_path)
     assert doc["fabric"]["sharing"] == "flows" and doc["step_time_s"] > json.loads(alone.stdout)["step_time_s"]
+    assert [j["name"] for j in doc["colocation"]["jobs"]] == ["a", "b"]
+    assert doc["colocation"]["jobs"][0]["step_time_shared_s"] == doc["step_time_s"]
     bad = cli("simulate", "a.yaml", "--co-tenant", "b.yaml", "--background", "nic=0.2", cwd=tmp_path)
     assert bad.returncode == 2 and "drop --background" in bad.stderr and "Traceback" not in bad.stderr

@@ -83,9 +83,10 @@ def shared_links_table(result: Colocation) -> Grid:
 
 
 def beside(main: tuple[Path, Scenario], others: list[Path], overrides: list[str], placement: JobPlacement,
-           profile: CalibrationProfile | None, force: bool) -> tuple[Result, str]:
+           profile: CalibrationProfile | None, force: bool) -> tuple[Result, str, dict[str, Any]]:
     """``main``'s step beside the jobs of ``others`` on one cluster (``simulate --co-tenant``):
-    its shared Result and a line with its step alone, shared and with the bursts aligned."""
+    its shared Result, a line with its step alone, shared and with the bursts aligned, and the
+    whole colocation as JSON."""
     path, sc = main
     loaded = [dataclasses.replace(sc, profile=profile or sc.profile),
               *(load_scenario(p, overrides, force=force) for p in others)]
@@ -99,7 +100,7 @@ def beside(main: tuple[Path, Scenario], others: list[Path], overrides: list[str]
             f"iterations{'' if out.converged else ', NOT converged'}): alone {me.alone.step_time:.4f} s, shared "
             f"{me.shared.step_time:.4f} s ({me.slowdown * 100:+.2f}%), bursts aligned {me.aligned.step_time:.4f} s "
             f"({me.slowdown_aligned * 100:+.2f}%)")
-    return me.shared, line
+    return me.shared, line, out.to_dict()
 
 
 def _jobs(scenarios: list[Scenario]) -> list[Job]:

@@ -25,6 +25,7 @@ from clustersim.simulator.step import (
     simulate_step as simulate,
     step_energy,
 )
+from clustersim.simulator.network import FabricLoad
 from clustersim.simulator.profile import load_profile
 from clustersim.simulator.plan import Placement
 from clustersim.simulator.scenario import ScenarioMode, load_scenario
@@ -122,6 +123,26 @@ def placement_table(sc: Any) -> Grid:
     return table
 
 
+def run_options(mode: str | None, sharing: str | None, background: list[str], degraded: list[str], fabric_report: bool,
+                co_tenants: bool, job_placement: str) -> tuple[ScenarioMode | None, FabricSharing, JobPlacement,
+                                                                FabricLoad | None]:
+    """The engine mode, fabric sharing, job placement and fabric load the options ask for, checked
+    together (a co-tenant implies the flows of the symmetric engine, with the other jobs as the load)."""
+    modes: tuple[ScenarioMode, ...] = ("symmetric", "full")
+    chosen = choice("--mode", mode, modes) if mode is not None else None
+    sharings: tuple[FabricSharing, ...] = ("static", "flows")
+    shared = choice("--fabric-sharing", sharing, sharings) if sharing is not None else "flows" if co_tenants else "static"
+    placements: tuple[JobPlacement, ...] = ("packed", "interleaved")
+    placement = choice("--job-placement", job_placement, placements)
+    load = fabric_load_option(background, degraded)
+    if co_tenants and (load is not None or shared != "flows" or chosen == "full"):
+        output.fail(ValueError("--co-tenant runs the flows of the symmetric engine with the other jobs as the load: "
+                               "drop --background, --degraded, --fabric-sharing static and --mode full"))
+    if (load is not None or fabric_report) and shared != "flows":
+        output.fail(ValueError("--background, --degraded and --fabric-report need --fabric-sharing flows"))
+    return chosen, shared, placement, load
+
+
 def register(app: typer.Typer) -> None:
     """Add ``simulate`` to ``app``."""
 
@@ -151,27 +172,17 @@ def register(app: typer.Typer) -> None:
                                           "servers together) or interleaved (one server of each in turn)."),
     ) -> None:
         """Simulate one training step of a scenario."""
-        modes: tuple[ScenarioMode, ...] = ("symmetric", "full")
-        chosen = choice("--mode", mode, modes) if mode is not None else None
-        sharings: tuple[FabricSharing, ...] = ("static", "flows")
-        shared = choice("--fabric-sharing", sharing, sharings) if sharing is not None else "flows" if co_tenants else "static"
-        placements: tuple[JobPlacement, ...] = ("packed", "interleaved")
-        placement = choice("--job-placement", job_placement, placements)
-        load = fabric_load_option(background, degraded)
-        if co_tenants and (load is not None or shared != "flows" or chosen == "full"):
-            output.fail(ValueError("--co-tenant runs the flows of the symmetric engine with the other jobs as the load: "
-                                   "drop --background, --degraded, --fabric-sharing static and --mode full"))
-        if (load is not None or fabric_report) and shared != "flows":
-            output.fail(ValueError("--background, --degraded and --fabric-report need --fabric-sharing flows"))
+        chosen, shared, placement, load = run_options(mode, sharing, background, degraded, fabric_report,
+                                                      bool(co_tenants), job_placement)
         for option, path in (("--json", json_out), ("--trace", trace), ("--plot", plot)):
             output_file(option, path)
         sc = load_scenario(scenario, set_, force=force)
         profile = load_profile(calibration) if calibration else sc.profile
-        beside_line = None
+        beside_line, colocation = None, None
         if co_tenants:
             from clustersim.simulator.cli.colocate import beside  # the colocation machinery only when asked
 
-            result, beside_line = beside((scenario, sc), list(co_tenants), set_, placement, profile, force)
+            result, beside_line, colocation = beside((scenario, sc), list(co_tenants), set_, placement, profile, force)
         else:
             result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
                               mode=chosen or sc.mode, seed=sc.seed, fabric_sharing=shared, fabric_load=load)
@@ -202,7 +213,8 @@ def register(app: typer.Typer) -> None:
         if json_out:
             output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict(),
                                              **({"interval": dataclasses.asdict(iv)} if iv else {}),
-                                             **({"fitted_interval": fitted_json} if fitted_json else {})}), json_out, say())
+                                             **({"fitted_interval": fitted_json} if fitted_json else {}),
+                                             **({"colocation": colocation} if colocation else {})}), json_out, say())
         if plot:
             from clustersim.reports.waterfall import write_waterfall  # matplotlib: only when plotting
 
