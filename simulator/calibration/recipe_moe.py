@@ -262,12 +262,23 @@ RECIPE_FUSED_GROUPED_MLP: tuple[RecipeFusedMlp, ...] = (
         "variants (FP8 CS, NVFP4, BF16, non-GB300 hardware) are intentionally untouched')"), a2a_overlap=(
         _PRS + "3983 (description: 'Enable DSV3 GB300 MXFP8 full-iteration CUDA graph + MoE A2A overlap + "
         "cuTeDSL fused-grouped-MLP')")),
+    RecipeFusedMlp(models=_DSV3, gpus=("GB200",), precisions=_MX, first_release=(26, 6), locator=(
+        _PRS + "4226 (merged; 2026-06-09, the day pull request 4249 ran its r26.06 pipeline: 'DSV3 GB200 MXFP8 "
+        "full-iter CG recipe', mirroring pull request 3983 on GB200 with recompute_modules ['mla_up_proj']: "
+        "DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1 sets cutedsl_fused_grouped_mlp and moe_a2a_overlap, as the "
+        "stored copy 56610329550 of deepseek_workload_base_configs.py reads); " + _PRS + "4666 (2026-07-06: 'the "
+        "r0.5.0 MXFP8 recipes already carry the validated GB300/GB200 parallel mappings and common plumbing for "
+        "CuTeDSL fusion and full-iteration CUDA graph capture'); r0.5.0 is the release branch of the 26.06 "
+        "containers (" + _PRS + "5168: 'r0.5.0 rel branch as the corresponding 26.06.01 container'; "
+        "docs/releases/software-versions.md: NeMo 26.02 ships Megatron-Bridge 0.3.0, 26.04 ships 0.4.0)"),
+        a2a_overlap=_PRS + "4226 (DEEPSEEK_V3_PRETRAIN_CONFIG_GB200_FP8_MX_V1: 'moe_a2a_overlap=True')"),
 )
 """Framework recipe -> fused grouped MLP, for Megatron-Bridge MoE rows (which never print it). Left
 out for want of a release-dated recipe change: the Qwen3 B200/B300 MXFP8 recipes (pull request 4606,
 2026-06-30, release branch r0.5.0: the first release it reached is not stored), GPT-OSS (NVIDIA's
-blog of 2026-06-15 reports the fused kernels' 93 % on GPT-OSS but names no recipe) and DeepSeek-V3
-on GB200."""
+blog of 2026-06-15 reports the fused kernels' 93 % on GPT-OSS but names no recipe), DeepSeek-V3 on
+B300 (pull request 4458, 2026-06-23, changes the plan too: vpp 2, micro-batch 1, which the 26.06 rows do
+not print) and the NVFP4 recipes (pull request 4666, open)."""
 
 
 def framework_release(framework: str) -> tuple[int, int] | None:

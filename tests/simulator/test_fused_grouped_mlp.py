@@ -45,7 +45,10 @@ def test_the_rule_keys_on_release_model_gpu_and_precision() -> None:
     assert not fused("26.04.01")  # the release before the recipe change
     assert not fused("26.06", precision="bf16")  # the change is for the MXFP8 recipes only
     assert not fused("26.06", gpu="B300")  # Qwen3 B200/B300: no release-dated change stored
-    assert fused("26.06", model="deepseek-v3", gpu="GB300") and not fused("26.06", model="deepseek-v3", gpu="GB200")
+    assert fused("26.06", model="deepseek-v3", gpu="GB300") and fused("26.06.01", model="deepseek-v3", gpu="GB200")
+    assert not fused("26.04.01", model="deepseek-v3", gpu="GB200")  # pull request 4226 came with 26.06
+    assert not fused("26.06", model="deepseek-v3", gpu="GB200", precision="nvfp4")  # pull request 4666: open
+    assert not fused("26.06", model="deepseek-v3", gpu="B300")
     assert not fused("26.06", model="gpt-oss-120b")
     assert not fused("26.06", framework="Megatron-LM (NeMo 26.06)")
     ok, notes = recipe_fused_grouped_mlp(framework=_fw("26.06"), model="qwen3-235b-a22b", gpu="GB300", precision="mxfp8")
@@ -145,7 +148,8 @@ def test_the_release_change_that_fuses_also_overlaps_the_all_to_all() -> None:
     assert overlap("26.06") and overlap("26.08") and overlap("26.06", model="qwen3-30b-a3b", gpu="GB200")
     assert overlap("26.06", model="deepseek-v3", gpu="GB300")
     assert not overlap("26.04.01") and not overlap("26.06", precision="bf16") and not overlap("26.06", gpu="B300")
-    assert not overlap("26.06", model="deepseek-v3", gpu="GB200") and not overlap("26.06", model="gpt-oss-120b")
+    assert overlap("26.08", model="deepseek-v3", gpu="GB200") and not overlap("26.04.01", model="deepseek-v3", gpu="GB200")
+    assert not overlap("26.06", model="gpt-oss-120b")
     for e in RECIPE_FUSED_GROUPED_MLP:  # every overlap claim names its pull request
         assert not e.a2a_overlap or "pull request" in e.a2a_overlap
     # the plan: the 26.06 row overlaps (its stored recipe copy, older, says no), the 26.04 row does not
@@ -157,3 +161,23 @@ def test_the_release_change_that_fuses_also_overlaps_the_all_to_all() -> None:
     assert new.ep_overlap and not old.ep_overlap
     assert any("moe_a2a_overlap = True" in n and "4606" in n for n in notes)
     assert replace(old, moe_fused_grouped_mlp=True, ep_overlap=True) == new
+
+
+def test_deepseek_v3_on_gb200_fuses_and_overlaps_from_the_26_06_recipe() -> None:
+    """Pull request 4226 (26.06, release branch r0.5.0): the GB200 MXFP8 recipe of DeepSeek-V3 runs the
+    fused grouped MLP and the all-to-all overlap; the row's printed plan is otherwise unchanged, and the
+    step is shorter by the fused experts and the hidden dispatch."""
+    model, cluster = get_model("deepseek-v3"), get_cluster("gb200-nvl72", 256)
+    training = TrainingSpec(seq_len=4096, global_batch_size=2048, precision="fp8")
+    cells = {"model": "DeepSeekV3", "gpu_type": "GB200", "pp": 4, "vpp": 4, "ep": 64, "micro_batch": 1,
+             "global_batch_seqs": 2048}
+    notes: list[str] = []
+    new = plan_for_row(_row(**cells), model, training, cluster, notes)
+    old = plan_for_row(_row(**cells, framework=_fw("26.04.01")), model, training, cluster, [])
+    assert new.moe_fused_grouped_mlp and new.ep_overlap and not old.moe_fused_grouped_mlp
+    assert any("4226" in n for n in notes)
+    assert replace(old, moe_fused_grouped_mlp=True, ep_overlap=True) == new
+    prior = default_profile("gb200")
+    t_old, t_new = (simulate(model, training, cluster, p, profile=prior, fidelity="analytic").step_time
+                    for p in (old, new))
+    assert t_new < t_old
