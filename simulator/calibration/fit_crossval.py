@@ -34,32 +34,14 @@ from clustersim.simulator.calibration.fit_params import (
     GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, PER_GROUP, Bounds, with_cited_constants,
 )
 from clustersim.simulator.calibration.fit_pooling import choose_strength, evidence, fit_pooled
-from clustersim.simulator.calibration.fit_transfer import transfer_profile
+from clustersim.simulator.calibration.fit_identify import cited_ties
+from clustersim.simulator.calibration.fit_transfer import DONOR_MIN_FAMILIES, GROUP_DONORS, transfer_profile
 from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, CalibrationProfile
 from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.network import Fidelity
 from clustersim.topologies import Cluster
-
-GROUP_DONORS: Mapping[str, tuple[str, ...]] = {
-    "a100": ("h100",), "h100": ("h200", "a100"), "h200": ("h100", "a100"),
-    "b200": ("b300", "gb200", "gb300", "h100"), "b300": ("b200", "gb300", "gb200", "h100"),
-    "gb200": ("gb300", "b200", "b300", "h100"), "gb300": ("gb200", "b300", "b200", "h100")}
-"""Where a GPU type with no training row in a fold takes its profile from: the first donor fitted
-in that fold on rows of at least ``DONOR_MIN_FAMILIES`` publication families (same generation first,
-then the previous one; where none has that many, the first one fitted). Efficiencies are fractions
-of each part's own datasheet peak, so they carry over between parts."""
-
-DONOR_MIN_FAMILIES = 2
-"""Publication families a fitted GPU type's training rows must span before its profile is carried to
-another part. A profile fitted on one family's rows also fits that family's software stack and
-measurement convention (its framework release, its kernels, how it times a step), which is what
-cross-validation by family holds out; on a part it never ran on, only what two independent families
-agree on is the part's. Found on the bundled set plus NVIDIA's DGX Cloud runs (docs/VALIDATION.md,
-December's thirteenth stop): without it, nine GB200 rows of one family, the only Blackwell rows of
-the Megatron-Bridge fold, became the donor of B200, B300 and GB300. The rule keys on the count of
-families, never on which ones."""
 
 PRIORS: Mapping[str, tuple[str, float]] = {
     "exp": ("expert_efficiency", GROUPED_GEMM_EFFICIENCY_PRIOR), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0)}
@@ -176,16 +158,20 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
 def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], train: np.ndarray, *,
              family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4, transfer: bool = True) -> FoldFit:
     """The default fold fit: each GPU type on its own rows; priors and donors (``GROUP_DONORS``, with
-    ``transfer`` the donor's values times the cited ratios of ``fit_transfer``) for the rest."""
+    ``transfer`` the donor's values times the cited ratios of ``fit_transfer``) for the rest; the GEMM
+    level and FP8 factor of a type whose rows do not identify them held at its donor's times the
+    cited ratio (``fit_identify.cited_ties``), the fit redone around them."""
     ok = sens[sens.status == "ok"]
     pb = first_order_problem(ok, profiles)
     meas, w = measured_times(ok, None), row_weights(ok)
     x, _ = fit_scales(pb, meas, w, bounds=bounds, sweeps=sweeps, mask=train)
+    holds, tied, notes = cited_ties(pb, x, train, bounds=bounds)
+    if holds:
+        x, _ = fit_scales(pb, meas, w, bounds=bounds, sweeps=sweeps, mask=train, frozen=holds)
     moved = evidence(pb, train)
     host_moved = host_evidence(pb, train)
     fitted: dict[str, CalibrationProfile] = {}
     counts: dict[str, int] = {}
-    notes: list[str] = []
     fam = ok.source_id.astype(str).map(family_of).to_numpy()
     fams_of = {g: frozenset(fam[train & (pb.gi == i)]) for i, g in enumerate(pb.groups)}
     for i, g in enumerate(pb.groups):
@@ -197,7 +183,7 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
             if p not in have:
                 prof = _set_prior(prof, p)
                 notes.append(f"{g} {p}: no training row moves it, prior {PRIORS[p][1]}")
-        counts[g] = len(have) + int(bool(host_moved[i]))
+        counts[g] = sum(i not in tied.get(p, frozenset()) for p in have) + int(bool(host_moved[i]))
         notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
         fitted[g] = prof

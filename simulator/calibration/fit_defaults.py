@@ -26,13 +26,14 @@ from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.network import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
-    apply_scales, first_order_errors, first_order_problem, fit_scales, held_out_folds, measured_times,
+    _initial, _Problem, apply_scales, first_order_errors, first_order_problem, fit_scales, held_out_folds, measured_times,
     row_weights,
 )
 from clustersim.simulator.calibration.fit_params import (
-    HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, Bounds,
-    with_cited_constants,
+    HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PER_GROUP, PER_GROUP_SECONDS, PERTURB_FACTOR,
+    Bounds, with_cited_constants,
 )
+from clustersim.simulator.calibration.fit_identify import cited_ties
 from clustersim.simulator.calibration.fit_transfer import transfer_profile
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row
 from clustersim.topologies import Cluster
@@ -220,8 +221,11 @@ class FitOutcome:
 
 
 def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, CalibrationProfile],
-              sens: pd.DataFrame) -> dict[str, CalibrationProfile]:
+              sens: pd.DataFrame, only: Sequence[str] | None = None) -> dict[str, CalibrationProfile]:
     """Merge fitted profiles into ``current``; copies and expert donors applied; sources updated."""
+    held = "" if only is None else (
+        f"; only {', '.join(s.upper() for s in sorted(only))} refitted (--fit-only), the other GPU types and the "
+        "shared curve shape, kernel overhead and memory efficiency held at the starting profiles")
     out = {**current, **fitted}
     for stem, donor in EXPERT_DONORS.items():
         if stem in fitted and donor in out and not (sens.loc[sens.group == stem, "exp"] != sens.loc[sens.group == stem, "base"]).any():
@@ -231,7 +235,8 @@ def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, Ca
         rows = sens[(sens.group == stem) & (sens.status == "ok")]
         out[stem] = out[stem].replace(name=f"{stem}-published-runs", source=(
             f"fitted by clustersim validate --fit-profiles on workloads/data/published_runs.csv ({len(rows)} "
-            f"{stem.upper()} rows: {', '.join(sorted(rows.source_id.unique()))}); one profile for every row of the GPU type"))
+            f"{stem.upper()} rows: {', '.join(sorted(rows.source_id.unique()))}); one profile for every row of the GPU type"
+            + held))
     for stem, donor in COPIES.items():
         if stem in current and donor in fitted:
             prof, ratios = transfer_profile(out[donor], donor, stem)
@@ -247,12 +252,48 @@ def _group_mape(group: pd.Series, err: np.ndarray) -> dict[str, float]:
     return {**{str(k): v for k, v in a.groupby(group).mean().items()}, "all": float(a.mean())}
 
 
+def held_fixed(pb: _Problem, only: Sequence[str]) -> dict[str, dict[int, float]]:
+    """The scales ``fit_scales(frozen=)`` holds so that only the GPU types in ``only`` move: every
+    other type's own scales and the shared ones (curve shape, kernel overhead, memory, jitter) at
+    their starting values, i.e. the starting profiles."""
+    x0 = _initial(pb)
+    keep = [i for i, g in enumerate(pb.groups) if g not in only]
+    names = (*PER_GROUP, *[k for k in PER_GROUP_SECONDS if k in x0])
+    hold = {name: {i: float(x0[name][i]) for i in keep} for name in names}
+    for name in ("curve", "kern", "mem", "jit"):
+        hold[name] = {i: float(v) for i, v in enumerate(x0[name])}
+    return hold
+
+
+def _fit_round(pb: _Problem, measured: np.ndarray, weights: np.ndarray, only: Sequence[str] | None) -> dict[str, np.ndarray]:
+    """One fit of the scales: every type (``only`` None) or only those listed, the rest held
+    (``held_fixed``); a type whose rows do not identify its GEMM level or FP8 factor held at its
+    donor's times the cited ratio (``fit_identify.cited_ties``) and the fit redone."""
+    hold = held_fixed(pb, only) if only is not None else {}
+    x, _ = fit_scales(pb, measured, weights, frozen=hold)
+    ties, tied, _ = cited_ties(pb, x, np.ones(len(pb.t0), bool))
+    if any(only is None or pb.groups[i] in only for t in tied.values() for i in t):
+        # what ``only`` holds wins: a tied type outside it keeps its starting scale
+        frozen = {name: {**ties.get(name, {}), **hold.get(name, {})} for name in set(ties) | set(hold)}
+        x, _ = fit_scales(pb, measured, weights, frozen=frozen)
+    return x
+
+
 def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *, rounds: int = 1,
                          folds: int = 2, rng: np.random.Generator | None = None, fidelity: Fidelity = "analytic",
-                         workers: int = 2, progress: Callable[[str, int, int], None] | None = None) -> FitOutcome:
-    """Rounds of (sensitivities, cross-validation, fit) from ``profiles``, then a full re-simulation."""
+                         workers: int = 2, progress: Callable[[str, int, int], None] | None = None,
+                         only: Sequence[str] | None = None) -> FitOutcome:
+    """Rounds of (sensitivities, cross-validation, fit) from ``profiles``, then a full re-simulation.
+
+    ``only``: refit just these profile stems; every other profile and the shared curve shape,
+    kernel overhead and memory efficiency stay as given (``held_fixed``)."""
     if rounds < 1:
         raise CalibrationError(f"fit rounds = {rounds}; use 1 or more")
+    if only is not None:
+        unknown = sorted(set(only) - set(profiles))
+        if unknown or not only:
+            raise CalibrationError(f"fit only {', '.join(unknown) or '(none)'}: not a profile stem; use some of "
+                                   f"{', '.join(sorted(profiles))}")
     gen = rng if rng is not None else np.random.default_rng(0)
     current = dict(profiles)
     tell = (lambda label: (lambda d, t: progress(label, d, t))) if progress else (lambda label: None)  # noqa: E731
@@ -263,11 +304,11 @@ def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationP
         before = before if before is not None else _group_mape(ok.group, first_order_errors(sens, profiles=current))
         folds_table, held_abs = held_out_folds(sens, folds, gen, current, Bounds(), 4)
         pb = first_order_problem(sens, current)
-        x, _ = fit_scales(pb, measured_times(sens, None), row_weights(sens))
-        fitted = {g: apply_scales(current[g], i, x) for i, g in enumerate(pb.groups)}
+        x = _fit_round(pb, measured_times(sens, None), row_weights(sens), only)
+        fitted = {g: apply_scales(current[g], i, x) for i, g in enumerate(pb.groups) if only is None or g in only}
         first = _group_mape(ok.group, first_order_errors(sens, x, profiles=current))
         held = _group_mape(ok.group, held_abs)
-        current = _complete(current, fitted, sens)
+        current = _complete(current, fitted, sens, only)
     if before is None or first is None or held is None or folds_table is None:  # set by every round
         raise CalibrationError(f"fit rounds = {rounds}; use 1 or more")
     check = sensitivities(runs, current, (), fidelity=fidelity, workers=workers, progress=tell("check"))

@@ -186,10 +186,13 @@ def _host_candidates(v: float, step: float | None, bounds: Bounds) -> np.ndarray
 
 
 def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.ndarray]], float],
-           best: float, step: float | None, bounds: Bounds) -> float:
-    """One pass over every coordinate; keeps a candidate only if feasible and strictly better."""
+           best: float, step: float | None, bounds: Bounds, frozen: Mapping[str, Mapping[int, float]]) -> float:
+    """One pass over every coordinate but the ``frozen`` ones; keeps a candidate only if feasible
+    and strictly better."""
     for name in (*PER_GROUP, *[k for k in PER_GROUP_SECONDS if k in x], "curve", "kern", "mem", "jit"):
         for i in range(len(x[name])):
+            if i in frozen.get(name, {}):
+                continue
             start = x[name][i]
             cands = (_kernel_candidates(start, step, bounds) if name == "kern" else
                      _host_candidates(start, step, bounds) if name == "host" else _candidates(start, step, name))
@@ -205,11 +208,17 @@ def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.n
 
 def fit_scales(pb: _Problem, measured: np.ndarray, weights: np.ndarray, *, bounds: Bounds = Bounds(),
                sweeps: int = 4, mask: np.ndarray | None = None,
-               penalty: Callable[[Mapping[str, np.ndarray]], float] | None = None) -> tuple[dict[str, np.ndarray], float]:
+               penalty: Callable[[Mapping[str, np.ndarray]], float] | None = None,
+               frozen: Mapping[str, Mapping[int, float]] | None = None) -> tuple[dict[str, np.ndarray], float]:
     """Scales minimising the weighted MAPE of the rows in ``mask`` (all by default) plus
-    ``penalty(scales)`` (in MAPE percent points; none by default), and that objective."""
+    ``penalty(scales)`` (in MAPE percent points; none by default), and that objective.
+    ``frozen``: scale name -> {group index: value} held at that value (not searched)."""
     m = np.ones(len(measured), bool) if mask is None else mask
+    hold = frozen or {}
     x = _initial(pb, bounds)
+    for name, values in hold.items():
+        for i, v in values.items():
+            x[name][i] = v
     if not feasible(pb, x, bounds):
         raise CalibrationError("fit: the starting profiles (scales 1, sync_jitter_cv moved into Bounds.jitter) violate "
                                f"the fit's bounds {bounds}; no move of the search could be accepted. Fix: start "
@@ -222,7 +231,7 @@ def fit_scales(pb: _Problem, measured: np.ndarray, weights: np.ndarray, *, bound
         best = obj(x)
         for step in ([None] * sweeps if i == 0 else []) + [0.02, 0.005, 0.001]:
             for _ in range(MAX_LOCAL_SWEEPS):
-                before, best = best, _sweep(pb, x, obj, best, step, bounds)
+                before, best = best, _sweep(pb, x, obj, best, step, bounds, hold)
                 if step is None or best > before - 1e-7:
                     break
     return x, best

@@ -6,7 +6,7 @@ speed-up of one part over another at the same shapes), the levels they give (``l
 fraction of the part's own datasheet peak, ``topologies.accelerators``; a level no benchmark
 measured is the same-die sibling's, ``SAME_DIE``) and the transfer (``transfer_profile``): a GPU
 type ``g`` without training rows takes the fitted profile of its donor ``d``
-(``fit_crossval.GROUP_DONORS``) with every parameter that has a level on both parts scaled by
+(``GROUP_DONORS``, the order the folds pick donors in: ``fit_crossval``) with every parameter that has a level on both parts scaled by
 level[g] / level[d]; a parameter without a level on both parts keeps the donor's value (ratio 1).
 The same rule for every part, every parameter and every fold: no ratio is fitted, nothing is read
 from a held-out row (the donor is fitted on the fold's training rows only, the ratios are
@@ -174,6 +174,26 @@ def transfer_profile(profile: CalibrationProfile, donor: str, target: str,
         out = out.replace(precision_efficiency={**profile.precision_efficiency, "fp8": _r3(new)})
         applied["fp8"] = new / v
     return out, applied
+
+
+GROUP_DONORS: Mapping[str, tuple[str, ...]] = {
+    "a100": ("h100",), "h100": ("h200", "a100"), "h200": ("h100", "a100"),
+    "b200": ("b300", "gb200", "gb300", "h100"), "b300": ("b200", "gb300", "gb200", "h100"),
+    "gb200": ("gb300", "b200", "b300", "h100"), "gb300": ("gb200", "b300", "b200", "h100")}
+"""Where a GPU type with no training row in a fold takes its profile from: the first donor fitted
+in that fold on rows of at least ``DONOR_MIN_FAMILIES`` publication families (same generation first,
+then the previous one; where none has that many, the first one fitted). Efficiencies are fractions
+of each part's own datasheet peak, so they carry over between parts."""
+
+DONOR_MIN_FAMILIES = 2
+"""Publication families a fitted GPU type's training rows must span before its profile is carried to
+another part. A profile fitted on one family's rows also fits that family's software stack and
+measurement convention (its framework release, its kernels, how it times a step), which is what
+cross-validation by family holds out; on a part it never ran on, only what two independent families
+agree on is the part's. Found on the bundled set plus NVIDIA's DGX Cloud runs (docs/VALIDATION.md,
+December's thirteenth stop): without it, nine GB200 rows of one family, the only Blackwell rows of
+the Megatron-Bridge fold, became the donor of B200, B300 and GB300. The rule keys on the count of
+families, never on which ones."""
 
 
 def _r3(v: float) -> float:

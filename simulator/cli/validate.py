@@ -86,6 +86,9 @@ def validate_command(
         "--fit-profiles", help="Refit the default profiles on the runs from the bundled ones and write them, "
         "with fit_report.csv, fit_folds.csv, fit_rows.csv and fit_sensitivities.csv, into this directory.")] = None,
     fit_rounds: Annotated[int, typer.Option(help="With --fit-profiles: rounds of simulate-and-fit.", min=1)] = 1,
+    fit_only: Annotated[str | None, typer.Option(
+        "--fit-only", help="With --fit-profiles: refit only these profiles (comma-separated stems, e.g. b300,gb300); "
+        "the others and the shared curve shape, kernel overhead and memory efficiency stay as bundled.")] = None,
     workers: Annotated[int, typer.Option(help="With --fit-profiles or --cross-validate: simulation processes.", min=1)] = 2,
     cross_validate: Annotated[str | None, typer.Option(
         "--cross-validate", help="family: leave-one-publication-family-out, the profile fit redone in each fold; "
@@ -107,6 +110,7 @@ def validate_command(
         output_file("--out", out)  # checked before the (long) computation
         if fit_profiles is not None:
             output_dir("--fit-profiles", fit_profiles)
+        only = _fit_only(fit_only, fit_profiles)
         table = load_runs(runs)
         if cross_validate is not None:
             if cross_validate != "family":
@@ -120,8 +124,8 @@ def validate_command(
         if fit_profiles is not None:
             if calibration is not None:
                 raise ClusterSimError("--fit-profiles starts from the bundled profiles; drop --calibration")
-            outcome = _run_fit(table, model, fit_rounds, workers, progress, errors)
-            _write_fit(console, outcome, fit_profiles)
+            outcome = _run_fit(table, model, fit_rounds, workers, progress, errors, only)
+            _write_fit(console, outcome, fit_profiles, only)
             return
         profile = load_profile(calibration) if calibration is not None else None
         with Progress(console=errors, disable=not progress, transient=True) as bar:
@@ -135,8 +139,23 @@ def validate_command(
     print_summary(console, results)
 
 
+def _fit_only(value: str | None, fit_profiles: Path | None) -> tuple[str, ...] | None:
+    """The profile stems ``--fit-only`` names (checked against the bundled profiles), None without it."""
+    if value is None:
+        return None
+    if fit_profiles is None:
+        raise ClusterSimError(f"--fit-only {value!r} refits profiles; add --fit-profiles OUT_DIR")
+    known = sorted(p.stem for p in PROFILE_DIR.glob("*.yaml"))
+    stems = tuple(dict.fromkeys(v.strip().lower() for v in value.split(",") if v.strip()))
+    bad = [v for v in stems if v not in known]
+    if bad or not stems:
+        raise ClusterSimError(f"--fit-only {value!r}: {', '.join(bad) or 'no profile named'}; "
+                              f"use comma-separated profile stems among {', '.join(known)}")
+    return stems
+
+
 def _run_fit(table: pd.DataFrame, fidelity: Fidelity, rounds: int, workers: int, progress: bool,
-             errors: Console) -> FitOutcome:
+             errors: Console, only: tuple[str, ...] | None = None) -> FitOutcome:
     """The fit pipeline of ``clustersim.simulator.calibration.fit_defaults`` with one progress bar per simulation pass."""
     from clustersim.simulator.calibration.fit_defaults import fit_default_profiles  # heavy (pandas/matplotlib): imported when the command runs
 
@@ -149,14 +168,14 @@ def _run_fit(table: pd.DataFrame, fidelity: Fidelity, rounds: int, workers: int,
                 tasks[label] = bar.add_task(f"fit: {label}", total=total)
             bar.update(tasks[label], completed=done)
         return fit_default_profiles(table, start, rounds=rounds, fidelity=fidelity,
-                                    workers=workers, progress=tick)
+                                    workers=workers, progress=tick, only=only)
 
 
-def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path) -> None:
-    """Write the profiles and the report files; print the report."""
+def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path, only: tuple[str, ...] | None = None) -> None:
+    """Write the profiles (with ``only``, just those refitted) and the report files; print the report."""
     import pandas as pd  # heavy (pandas/matplotlib): imported when the command runs
 
-    write_profiles_with_headers(outcome, out_dir)
+    write_profiles_with_headers(outcome, out_dir, only)
     for name, frame in (("fit_report", outcome.report), ("fit_folds", outcome.folds), ("fit_rows", outcome.after),
                         ("fit_sensitivities", outcome.sensitivities)):
         write_atomic(out_dir / f"{name}.csv", frame.to_csv(index=False))
@@ -167,12 +186,14 @@ def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path) -> None:
         table.add_row(str(rec["group"]), str(rec["rows"]), *(f"{rec[k]:.2f}" if pd.notna(rec[k]) else "-" for k in
                       ("mape_before", "mape_first_order", "mape_after", "mape_held_out")))
     console.print(table)
-    console.print(f"wrote {len(outcome.profiles)} profiles and fit_report.csv, fit_folds.csv, fit_rows.csv, fit_sensitivities.csv to {out_dir}")
+    console.print(f"wrote {len(only) if only is not None else len(outcome.profiles)} profiles and fit_report.csv, fit_folds.csv, fit_rows.csv, fit_sensitivities.csv to {out_dir}")
 
 
-def write_profiles_with_headers(outcome: FitOutcome, out_dir: Path) -> None:
-    """One ``<stem>.yaml`` per profile, each with the header naming its GPU type, the data and the method."""
+def write_profiles_with_headers(outcome: FitOutcome, out_dir: Path, only: tuple[str, ...] | None = None) -> None:
+    """One ``<stem>.yaml`` per profile (with ``only``, per refitted profile), each with the header naming
+    its GPU type, the data and the method."""
     from clustersim.simulator.calibration.fit_defaults import PROFILE_HEADER, write_profiles  # heavy (pandas/matplotlib): imported when the command runs
 
     for stem, prof in outcome.profiles.items():
-        write_profiles({stem: prof}, out_dir, header=PROFILE_HEADER.format(gpu=stem.upper()))
+        if only is None or stem in only:
+            write_profiles({stem: prof}, out_dir, header=PROFILE_HEADER.format(gpu=stem.upper()))

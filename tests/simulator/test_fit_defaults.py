@@ -27,9 +27,14 @@ BASE = CalibrationProfile(
 EFF_PARAMS = [f"g{j}" for j in range(GEMM_POINTS)] + ["attn", "link", "mem", "exp", "fp8"]
 
 
-def _synthetic(truth: dict[str, float], rng: np.random.Generator, rows: int = 80) -> pd.DataFrame:
-    """Sensitivity table of one GPU type "h100" whose measured times are the closed form at ``truth``."""
+def _synthetic(truth: dict[str, float], rng: np.random.Generator, rows: int = 80,
+               always: tuple[str, ...] = ()) -> pd.DataFrame:
+    """Sensitivity table of one GPU type "h100" whose measured times are the closed form at ``truth``;
+    the parameters in ``always`` move every row (no row without them)."""
     b = rng.uniform(0.0, 1.0, size=(rows, len(EFF_PARAMS))) * (rng.random((rows, len(EFF_PARAMS))) < 0.6)
+    for p in always:
+        j = EFF_PARAMS.index(p)
+        b[:, j] = np.where(b[:, j] > 0, b[:, j], rng.uniform(0.2, 1.0, size=rows))
     kern = rng.uniform(0.0, 0.3, size=rows)
     const = rng.uniform(0.1, 0.5, size=rows)
     t0 = const + b.sum(axis=1) + kern
