@@ -7,10 +7,10 @@ dense model at BF16 or FP16), and the FP8 factor when it moves with it and with 
 efficiency nor FP4 (a dense FP8 run). In every other row the scale only enters multiplied by one
 of them (an FP8 row fixes GEMM x fp8, an MoE row GEMM x expert efficiency), so with no identifying
 row the fit splits the product however the rest of the rows pull. On the bundled table no Blackwell
-row is a dense BF16 run and no B300 row a dense FP8 one: the fit had put B300's BF16 GEMM level at
-0.60 and GB300's at 0.78 of the cited level (H100's fit times the measured matmul ratio), their
-FP8 factors at the upper bound (1.2, cited 0.95), and a dense BF16 model came out about 1.45x
-slower on B300 than on B200 (same datasheet peak, a measured matmul rate 1.4 % higher). ``cited_ties``
+row is a dense BF16 run and no B300 row a dense FP8 one: the bundled profiles of 2026-12-01 had
+B300's BF16 GEMM level at 0.60 and GB300's at 0.77 of the cited level (H100's fit times the measured
+matmul ratio), their FP8 factors at the upper bound (1.2, cited 0.95), and a dense BF16 model came
+out about 1.45x slower on B300 than on B200 (same datasheet peak, a measured matmul rate 1.4 % higher). ``cited_ties``
 gives such a type the value of its donor (``fit_transfer.GROUP_DONORS``, the first one whose training
 rows identify its own) times the cited part-to-part ratio (``fit_transfer.transfer_ratios``,
 measured matmul FLOP/s over datasheet peak), and the fit is then redone with those scales, the
