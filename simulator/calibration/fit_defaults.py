@@ -294,6 +294,12 @@ def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationP
         if unknown or not only:
             raise CalibrationError(f"fit only {', '.join(unknown) or '(none)'}: not a profile stem; use some of "
                                    f"{', '.join(sorted(profiles))}")
+        used = {profile_key(str(g), list(profiles)) for g in runs.gpu_type}
+        empty = [s for s in only if s not in used]
+        if empty:
+            raise CalibrationError(f"fit only {', '.join(empty)}: no row of the runs uses that profile, so nothing "
+                                   "would be fitted; name GPU types the runs have (H200 is H100's fit times cited "
+                                   "ratios: refit h100)")
     gen = rng if rng is not None else np.random.default_rng(0)
     current = dict(profiles)
     tell = (lambda label: (lambda d, t: progress(label, d, t))) if progress else (lambda label: None)  # noqa: E731
