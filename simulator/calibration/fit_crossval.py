@@ -28,13 +28,13 @@ import pandas as pd
 
 from clustersim.simulator.calibration.fit_defaults import profile_key
 from clustersim.simulator.calibration.fit_first_order import (
-    apply_scales, first_order_problem, fit_scales, measured_times, row_weights,
+    apply_scales, first_order_problem, measured_times, row_weights,
 )
 from clustersim.simulator.calibration.fit_params import (
     GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, PER_GROUP, Bounds, with_cited_constants,
 )
 from clustersim.simulator.calibration.fit_pooling import choose_strength, evidence, fit_pooled
-from clustersim.simulator.calibration.fit_identify import cited_ties
+from clustersim.simulator.calibration.fit_identify import fit_identified
 from clustersim.simulator.calibration.fit_transfer import DONOR_MIN_FAMILIES, GROUP_DONORS, transfer_profile
 from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, CalibrationProfile
 from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
@@ -160,14 +160,11 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
     """The default fold fit: each GPU type on its own rows; priors and donors (``GROUP_DONORS``, with
     ``transfer`` the donor's values times the cited ratios of ``fit_transfer``) for the rest; the GEMM
     level and FP8 factor of a type whose rows do not identify them held at its donor's times the
-    cited ratio (``fit_identify.cited_ties``), the fit redone around them."""
+    cited ratio (``fit_identify.fit_identified``), the fit redone around them."""
     ok = sens[sens.status == "ok"]
     pb = first_order_problem(ok, profiles)
     meas, w = measured_times(ok, None), row_weights(ok)
-    x, _ = fit_scales(pb, meas, w, bounds=bounds, sweeps=sweeps, mask=train)
-    holds, tied, notes = cited_ties(pb, x, train, bounds=bounds)
-    if holds:
-        x, _ = fit_scales(pb, meas, w, bounds=bounds, sweeps=sweeps, mask=train, frozen=holds)
+    x, tied, notes = fit_identified(pb, meas, w, train=train, bounds=bounds, sweeps=sweeps)
     moved = evidence(pb, train)
     host_moved = host_evidence(pb, train)
     fitted: dict[str, CalibrationProfile] = {}

@@ -26,14 +26,14 @@ from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
 from clustersim.simulator.network import Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
-    _initial, _Problem, apply_scales, first_order_errors, first_order_problem, fit_scales, held_out_folds, measured_times,
+    _initial, _Problem, apply_scales, first_order_errors, first_order_problem, held_out_folds, measured_times,
     row_weights,
 )
 from clustersim.simulator.calibration.fit_params import (
     HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PER_GROUP, PER_GROUP_SECONDS, PERTURB_FACTOR,
     Bounds, with_cited_constants,
 )
-from clustersim.simulator.calibration.fit_identify import cited_ties
+from clustersim.simulator.calibration.fit_identify import fit_identified
 from clustersim.simulator.calibration.fit_transfer import transfer_profile
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART, ClusterKey, validate_row
 from clustersim.topologies import Cluster
@@ -265,20 +265,6 @@ def held_fixed(pb: _Problem, only: Sequence[str]) -> dict[str, dict[int, float]]
     return hold
 
 
-def _fit_round(pb: _Problem, measured: np.ndarray, weights: np.ndarray, only: Sequence[str] | None) -> dict[str, np.ndarray]:
-    """One fit of the scales: every type (``only`` None) or only those listed, the rest held
-    (``held_fixed``); a type whose rows do not identify its GEMM level or FP8 factor held at its
-    donor's times the cited ratio (``fit_identify.cited_ties``) and the fit redone."""
-    hold = held_fixed(pb, only) if only is not None else {}
-    x, _ = fit_scales(pb, measured, weights, frozen=hold)
-    ties, tied, _ = cited_ties(pb, x, np.ones(len(pb.t0), bool))
-    if any(only is None or pb.groups[i] in only for t in tied.values() for i in t):
-        # what ``only`` holds wins: a tied type outside it keeps its starting scale
-        frozen = {name: {**ties.get(name, {}), **hold.get(name, {})} for name in set(ties) | set(hold)}
-        x, _ = fit_scales(pb, measured, weights, frozen=frozen)
-    return x
-
-
 def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *, rounds: int = 1,
                          folds: int = 2, rng: np.random.Generator | None = None, fidelity: Fidelity = "analytic",
                          workers: int = 2, progress: Callable[[str, int, int], None] | None = None,
@@ -310,7 +296,9 @@ def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationP
         before = before if before is not None else _group_mape(ok.group, first_order_errors(sens, profiles=current))
         folds_table, held_abs = held_out_folds(sens, folds, gen, current, Bounds(), 4)
         pb = first_order_problem(sens, current)
-        x = _fit_round(pb, measured_times(sens, None), row_weights(sens), only)
+        # a GEMM level or FP8 factor no row of a type identifies is its donor's x the cited ratio
+        x, _, _ = fit_identified(pb, measured_times(sens, None), row_weights(sens),
+                                 hold=held_fixed(pb, only) if only is not None else None)
         fitted = {g: apply_scales(current[g], i, x) for i, g in enumerate(pb.groups) if only is None or g in only}
         first = _group_mape(ok.group, first_order_errors(sens, x, profiles=current))
         held = _group_mape(ok.group, held_abs)

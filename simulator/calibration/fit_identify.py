@@ -10,12 +10,12 @@ row the fit splits the product however the rest of the rows pull. On the bundled
 row is a dense BF16 run and no B300 row a dense FP8 one: the bundled profiles of 2026-12-01 had
 B300's BF16 GEMM level at 0.60 and GB300's at 0.77 of the cited level (H100's fit times the measured
 matmul ratio), their FP8 factors at the upper bound (1.2, cited 0.95), and a dense BF16 model came
-out about 1.45x slower on B300 than on B200 (same datasheet peak, a measured matmul rate 1.4 % higher). ``cited_ties``
-gives such a type the value of its donor (``fit_transfer.GROUP_DONORS``, the first one whose training
-rows identify its own) times the cited part-to-part ratio (``fit_transfer.transfer_ratios``,
-measured matmul FLOP/s over datasheet peak), and the fit is then redone with those scales, the
-donors' and the shared curve shape held (``fit_first_order.fit_scales(frozen=)``); the type's
-other factors (expert efficiency, FP4, attention, links) are still fitted on its own rows. The
+out about 1.45x slower on B300 than on B200 (same datasheet peak, a measured matmul rate 1.4 %
+higher). ``cited_ties`` gives such a type the value of its donor (``fit_transfer.GROUP_DONORS``, the
+first one whose training rows identify its own) times the cited part-to-part ratio
+(``fit_transfer.transfer_ratios``, measured matmul FLOP/s over datasheet peak), and
+``fit_identified`` redoes the fit with those scales, the donors' and the shared curve shape held
+(``fit_first_order.fit_scales(frozen=)``); the type's other factors (expert efficiency, FP4, attention, links) are still fitted on its own rows. The
 same rule in every fold and in ``--fit-profiles``; nothing is read from a held-out row.
 """
 
@@ -25,7 +25,7 @@ from typing import Mapping
 
 import numpy as np
 
-from clustersim.simulator.calibration.fit_first_order import _Problem
+from clustersim.simulator.calibration.fit_first_order import _Problem, fit_scales
 from clustersim.simulator.calibration.fit_params import GEMM_POINTS, Bounds
 from clustersim.simulator.calibration.fit_transfer import GROUP_DONORS, transfer_ratios
 
@@ -119,3 +119,21 @@ def cited_ties(pb: _Problem, x: Mapping[str, np.ndarray], train: np.ndarray, *, 
             if param == "gemm":
                 holds["curve"] = {j: float(v) for j, v in enumerate(x["curve"])}
     return holds, tied, notes
+
+
+def fit_identified(pb: _Problem, measured: np.ndarray, weights: np.ndarray, *, train: np.ndarray | None = None,
+                   hold: Mapping[str, Mapping[int, float]] | None = None, bounds: Bounds = Bounds(), sweeps: int = 4,
+                   ) -> tuple[dict[str, np.ndarray], dict[str, frozenset[int]], list[str]]:
+    """``fit_scales`` on the ``train`` rows (all by default) with ``hold`` held, then, where
+    ``cited_ties`` ties a scale ``hold`` does not already hold, the fit redone with the ties held too
+    (``hold`` wins: a tied type it holds keeps its held scale). The scales, the tied group indices
+    per parameter (those ``hold`` holds left out) and the ties' notes."""
+    mask = np.ones(len(pb.t0), bool) if train is None else train
+    held = hold or {}
+    x, _ = fit_scales(pb, measured, weights, bounds=bounds, sweeps=sweeps, mask=mask, frozen=held)
+    ties, tied, notes = cited_ties(pb, x, mask, bounds=bounds)
+    tied = {p: t for p, t in ((p, frozenset(i for i in s if i not in held.get(p, {}))) for p, s in tied.items()) if t}
+    if tied:
+        frozen = {name: {**ties.get(name, {}), **held.get(name, {})} for name in set(ties) | set(held)}
+        x, _ = fit_scales(pb, measured, weights, bounds=bounds, sweeps=sweeps, mask=mask, frozen=frozen)
+    return x, tied, notes

@@ -5,9 +5,9 @@ FLOP/s of one benchmark, measured the same way on every part it lists; ``RELATIV
 speed-up of one part over another at the same shapes), the levels they give (``levels``: each a
 fraction of the part's own datasheet peak, ``topologies.accelerators``; a level no benchmark
 measured is the same-die sibling's, ``SAME_DIE``) and the transfer (``transfer_profile``): a GPU
-type ``g`` without training rows takes the fitted profile of its donor ``d``
-(``GROUP_DONORS``, the order the folds pick donors in: ``fit_crossval``) with every parameter that has a level on both parts scaled by
-level[g] / level[d]; a parameter without a level on both parts keeps the donor's value (ratio 1).
+type ``g`` without training rows takes the fitted profile of its donor ``d`` (``GROUP_DONORS``, the
+order the folds pick donors in: ``fit_crossval``) with every parameter that has a level on both parts
+scaled by level[g] / level[d]; a parameter without a level on both parts keeps the donor's value (ratio 1).
 The same rule for every part, every parameter and every fold: no ratio is fitted, nothing is read
 from a held-out row (the donor is fitted on the fold's training rows only, the ratios are
 constants). It does not choose donors nor fit anything (``fit_crossval``).
