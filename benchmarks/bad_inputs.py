@@ -98,6 +98,8 @@ PLAN = [
     _sim("plan.bucket_size nan", ["plan.bucket_size=.nan"], r"bucket_size"),
     _sim("plan.bucket_size negative", ["plan.bucket_size=-1"], r"bucket_size"),
     _sim("plan.tp_comm_overlap above 1", ["plan.tp_comm_overlap=2"], r"tp_comm_overlap"),
+    _sim("plan.tp_overlap without sp", ["plan.tp_overlap=true", "plan.sp=false"], r"tp_overlap.*sp"),
+    _sim("plan.tp_overlap string", ['plan.tp_overlap="on"'], r"tp_overlap"),
     _sim("plan.expert_imbalance below 1", ["plan.expert_imbalance=0.5"], r"expert_imbalance"),
     _sim("plan.schedule unknown", ["plan.schedule=fast"], r"schedule"),
     _sim("plan.recompute unknown", ["plan.recompute=some"], r"recompute"),

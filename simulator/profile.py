@@ -205,7 +205,8 @@ class CalibrationProfile(BaseModel):
     """Fraction by which compute slows while a prefetched collective of that kind runs beside it
     (keys ``all_gather``, ``reduce_scatter``; Calculon's "processor usage": NCCL's kernels take SMs
     and HBM bandwidth), applied to the FSDP/ZeRO-3 layer gathers and scatters and the ZeRO-1/2
-    parameter gathers that run ahead of the forward (``step.lower_dp.flow_shop``). Absent: 0.
+    parameter gathers that run ahead of the forward (``step.lower_dp.flow_shop``), and to the GEMMs
+    beside the TP gathers and scatters of ``plan.tp_overlap`` (``step.tp_overlap``). Absent: 0.
     Measured size: 18.9 % mean compute slowdown under overlapped communication, 40 % at most
     (``OVERLAP_SLOWDOWN_MEASURED``)."""
     sync_jitter_cv: float = Field(default=0.0, ge=0, le=SYNC_JITTER_MAX)

@@ -37,7 +37,7 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
 
 INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes",
               "cpu_offloading_num_layers", "param_persistence_threshold")
-FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap", "moe_fused_grouped_mlp")
+FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap", "moe_fused_grouped_mlp", "tp_overlap")
 REAL_FIELDS = ("bucket_size", "first_bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
 OPTIONAL_REAL_FIELDS = ("ep_comm_overlap",)
 """Real fields that may be None (None: decided by the mechanism, not the override)."""
@@ -169,6 +169,10 @@ def _check_values(plan: ParallelPlan) -> None:
         raise PlanError(f"plan.fsdp = {plan.fsdp!r} must be none, full or hybrid")
     if not 0.0 <= plan.tp_comm_overlap <= 1.0 or not 0.0 <= (plan.ep_comm_overlap or 0.0) <= 1.0:
         raise PlanError("plan.tp_comm_overlap and plan.ep_comm_overlap must lie in [0, 1]")
+    if plan.tp_overlap and plan.tp > 1 and not plan.sp:
+        raise PlanError("plan.tp_overlap = true needs plan.sp = true (Transformer Engine's userbuffers overlap "
+                        "runs the sequence-parallel all-gathers and reduce-scatters); set plan.sp: true or "
+                        "plan.tp_overlap: false")
     if plan.expert_imbalance < 1.0:
         raise PlanError(f"plan.expert_imbalance = {plan.expert_imbalance} must be >= 1 (busiest/mean)")
     if not BUCKET_RANGE[0] <= plan.bucket_size <= BUCKET_RANGE[1]:

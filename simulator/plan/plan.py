@@ -101,7 +101,12 @@ class ParallelPlan:
     grad_dtype_bytes: int = 4
     """Bytes per gradient element in the DP reduction (4: Megatron fp32 main grads)."""
     tp_comm_overlap: float = 0.0
-    """Fraction of TP communication hidden behind GEMMs (TE userbuffers); 0 = none."""
+    """An explicit override: the fraction of TP communication hidden behind GEMMs; 0 = none (or,
+    with ``tp_overlap``, what the GEMMs hide)."""
+    tp_overlap: bool = False
+    """Transformer Engine's userbuffers overlap (Megatron-Core ``tp_comm_overlap``; needs ``sp``):
+    each TP all-gather and reduce-scatter of a layer runs chunk by chunk beside the GEMM it feeds or
+    drains, and what stays exposed comes from their times (``step.tp_overlap``)."""
     ep_comm_overlap: float | None = None
     """An explicit override: the fraction of the EP all-to-all hidden behind compute. None (the
     default) lets the schedule decide: DualPipe's paired forward and backward chunks hide each

@@ -41,6 +41,7 @@ from clustersim.simulator.step import (
     Pass,
     expert_load,
     full_recompute_time,
+    hidden_bound,
     is_routed_expert,
     layer_signature,
     op_kwargs,
@@ -146,7 +147,7 @@ class StepBound:
     def chunks(self, plan: ParallelPlan) -> list[list[ChunkBound]]:
         """Per stage, per chunk: (forward, backward incl. weight gradient and recompute, dense
         params, expert params) for one micro-batch: compute and exposed TP as lowering prices them."""
-        one = self._tp_block(plan) * (1.0 - plan.tp_comm_overlap)
+        one = self._tp_block(plan) * (1.0 - hidden_bound(plan.tp_comm_overlap, plan.tp_overlap))
         last = num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1
         shard = (tuple(op_kwargs(plan, self.training).values()), plan.expert_imbalance, one, plan.recompute,
                  plan.recompute_layers, plan.recompute_saved)

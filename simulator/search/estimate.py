@@ -23,6 +23,7 @@ from clustersim.simulator.step import (
     expert_load,
     flow_shop,
     full_recompute_time,
+    hidden_bound,
     is_routed_expert,
     ops_time,
     optimizer_time,
@@ -193,7 +194,7 @@ class Estimator:
             one = self.comm("reduce_scatter", size, plan.tp, 1) + self.comm("all_gather", size, plan.tp, 1)
         else:
             one = self.comm("all_reduce", size, plan.tp, 1)
-        tp = blocks * one * (1 - plan.tp_comm_overlap)
+        tp = blocks * one * (1 - hidden_bound(plan.tp_comm_overlap, plan.tp_overlap))
         kv = 2 * tokens * max(self.model.num_kv_heads // plan.tp, 1) * self.model.attn_head_dim * t.activation_bytes * plan.cp
         ring = self.comm("all_gather", kv, plan.cp, plan.tp) * lt["ring"]
         cp_f, cp_b = max(0.0, ring - lt["attn_f"]), max(0.0, 2 * ring - lt["attn_b"])

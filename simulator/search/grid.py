@@ -32,14 +32,22 @@ import numpy as np
 
 from clustersim.simulator.plan import FSDPS, ParallelPlan, PlanColumns, num_model_chunks
 from clustersim.simulator.search.bound import SAFETY, PassTimes, StepBound
-from clustersim.simulator.step import ADAM_BYTES_PER_PARAM, RESERVED_BYTES, full_recompute_time, op_kwargs, stage_chunks
+from clustersim.simulator.step import (
+    ADAM_BYTES_PER_PARAM,
+    RESERVED_BYTES,
+    full_recompute_time,
+    hidden_bound,
+    op_kwargs,
+    stage_chunks,
+)
 
 Layout = tuple[str, int, int, tuple[int, ...] | None]
 """What fixes which layers each stage holds: (schedule, pp, vpp, layer_split)."""
 _SHARD_FIELDS = attrgetter("tp", "cp", "dp", "pp", "ep", "etp", "order", "micro_batch", "sp", "tp_comm_overlap",
-                           "expert_imbalance", "recompute")
+                           "tp_overlap", "expert_imbalance", "recompute")
 """What a plan's shard depends on: its sharding keywords, recompute and (through its placement) its TP seconds."""
-_TP_FIELDS = attrgetter("tp", "cp", "dp", "pp", "ep", "etp", "order", "micro_batch", "sp", "tp_comm_overlap")
+_TP_FIELDS = attrgetter("tp", "cp", "dp", "pp", "ep", "etp", "order", "micro_batch", "sp", "tp_comm_overlap",
+                        "tp_overlap")
 """What a plan's TP block seconds depend on: the TP groups (placement) and the tensor size."""
 
 
@@ -49,7 +57,7 @@ def _tp_key(p: ParallelPlan) -> tuple[object, ...]:
     consecutive blocks of tp ranks whatever the other degrees (``Placement.groups``), so the other
     degrees drop out of the key; with any other order they stay in it."""
     if [a for a in p.order.split("-") if a != "ep"][0] == "tp":
-        return ("blocks", p.tp, p.world_size, p.micro_batch, p.cp, p.sp, p.tp_comm_overlap)
+        return ("blocks", p.tp, p.world_size, p.micro_batch, p.cp, p.sp, p.tp_comm_overlap, p.tp_overlap)
     return _TP_FIELDS(p)
 
 
@@ -225,7 +233,7 @@ class _Shards:
         """Exposed seconds of one TP block (``StepBound._tp_block``), once per placement of TP and size."""
         key = _tp_key(p)
         if key not in self._tp:
-            self._tp[key] = self.sb._tp_block(p) * (1.0 - p.tp_comm_overlap)
+            self._tp[key] = self.sb._tp_block(p) * (1.0 - hidden_bound(p.tp_comm_overlap, p.tp_overlap))
         return self._tp[key]
 
     def row(self, p: ParallelPlan) -> int:

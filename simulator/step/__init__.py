@@ -47,6 +47,7 @@ from clustersim.simulator.step.recompute import full_recompute_time, saved_forwa
 from clustersim.simulator.step.result import CATEGORIES, Result
 from clustersim.simulator.step.simulate import simulate as simulate_step
 from clustersim.simulator.step.streams import FabricSharing
+from clustersim.simulator.step.tp_overlap import hidden_bound
 from clustersim.simulator.step.trace import write_trace
 
 __all__ = [
@@ -72,6 +73,7 @@ __all__ = [
     "floor_w",
     "flow_shop",
     "full_recompute_time",
+    "hidden_bound",
     "is_routed_expert",
     "layer_signature",
     "money",

@@ -27,6 +27,7 @@ from clustersim.simulator.step.dispatch import dispatch_time, ep_shape
 from clustersim.simulator.step.offload import chunk_offload
 from clustersim.simulator.step.lower_dp import fsdp_calls, fsdp_exposed, grad_buckets, param_gathers, unit_tensors
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
+from clustersim.simulator.step.tp_overlap import block_exposed, tp_blocks
 from clustersim.simulator.step.recompute import full_recompute_ops, moe_recomputes_dispatch, recomputed_ops
 from clustersim.workloads import Op
 from clustersim.workloads.mamba import mamba_cp_alltoall_bytes
@@ -64,18 +65,30 @@ def _optimizer(c: Costing, chunks: tuple[ChunkPart, ...]) -> float:
     return max(device, eager) if c.profile.kernels_async else device + eager
 
 
-def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, tp_blocks: int = 2) -> dict[str, float]:
+def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, n_blocks: int = 2) -> dict[str, float]:
     """Exposed TP, CP and EP seconds of one layer, forward and backward.
 
-    ``tp_blocks``: tensor-parallel blocks in the layer, each one gather in and one scatter out
+    ``n_blocks``: tensor-parallel blocks in the layer, each one gather in and one scatter out
     (2 for a transformer layer, attention and MLP; 1 for a layer of a hybrid ``layer_pattern``).
+    With ``plan.tp_overlap`` (and no ``tp_comm_overlap`` override) each block's gather and scatter
+    run chunk by chunk beside its GEMMs and what is exposed comes from their times
+    (``step.tp_overlap``); otherwise the override's fraction of them is hidden.
     The CP ring runs only in layers with an attention core; a Mamba-2 layer with cp > 1 pays the
     sequence-to-head all-to-alls of its scan instead (``mamba_cp_alltoall_bytes``), unhidden."""
     plan, t, m = c.plan, c.training, c.model
     tokens = plan.micro_batch * t.seq_len / plan.cp
-    one = sum(c.pricer.time(kind, size, "tp") for kind, size in tp_block_calls(c))
-    tp = tp_blocks * one * (1.0 - plan.tp_comm_overlap)
-    out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
+    calls = tp_block_calls(c)
+    one = sum(c.pricer.time(kind, size, "tp") for kind, size in calls)
+    if plan.tp_overlap and plan.tp > 1 and plan.sp and plan.tp_comm_overlap == 0.0:
+        size = _tp_tokens_bytes(c)[1]
+        gather, scatter = c.pricer.time("all_gather", size, "tp"), c.pricer.time("reduce_scatter", size, "tp")
+        per = [block_exposed(b, gather, scatter, plan.tp, lambda o, w: c.time([o], w), c.profile.overlap_slowdown)
+               for b in tp_blocks(ops, n_blocks)]
+        fwd, bwd = sum(f for f, _ in per), sum(b for _, b in per)
+        out = {"tp_fwd": fwd, "tp_bwd": bwd + (fwd if full_recompute else 0.0)}
+    else:
+        tp = n_blocks * one * (1.0 - plan.tp_comm_overlap)
+        out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
     attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
     kv_local = max(m.num_kv_heads // plan.tp, 1) * m.attn_head_dim
     kv = 2 * tokens * kv_local * t.activation_bytes * plan.cp  # gathered K and V of the CP ring
