@@ -201,6 +201,8 @@ class ParallelPlan:
         parts = [f"tp{self.tp}", f"pp{self.pp}", f"dp{self.dp}"]
         parts += [f"{k}{getattr(self, k)}" for k in ("cp", "ep", "vpp") if getattr(self, k) > 1]
         parts += [f"mb{self.micro_batch}", self.schedule]
+        if self.tp_overlap:
+            parts.append("tp-overlap")
         if self.recompute != "none":
             parts.append(f"rc-{self.recompute}")
         if self.recompute_modules:

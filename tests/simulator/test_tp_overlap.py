@@ -126,6 +126,7 @@ def test_bound_stays_below_the_engine() -> None:
     assert sb.step_time(plan) <= res.step_time * (1 + 1e-9)
     slower = simulate_step(model, TRAIN, cluster, replace(plan, tp_overlap=False), profile=prof)
     assert res.step_time < slower.step_time  # hiding TP traffic shortens the step
+    assert "tp-overlap" in plan.describe() and "tp-overlap" not in replace(plan, tp_overlap=False).describe()
 
 
 def test_tp_overlap_needs_sequence_parallel() -> None:
