@@ -5,7 +5,7 @@ splits each TP collective of a transformer layer into the tp chunks of its GEMM 
 side, so what stays exposed comes from the two times, not from a fixed fraction. The methods are
 those of the configurations NVIDIA ships per model and GPU (NVIDIA/NeMo
 ``nemo/collections/llm/recipes/tp_overlap_configs/userbuffers.py`` @ 26005325d0cf22928521593fd68e9f8c7be24ec0,
-``TransformerLayerTPOverlapCfg``; the same names in Megatron-Bridge's ``comm_overlap.py``):
+``TransformerLayerTPOverlapCfg``):
 
 - ``ring_exchange`` for the all-gather into the column-parallel GEMM of a block (``qkv_fprop``,
   ``fc1_fprop``) and for the all-gather of the output gradient into the row-parallel GEMM's input
@@ -20,12 +20,14 @@ In a ring exchange over n ranks the GEMM of the local chunk starts at once and e
 it has arrived (all-gather), or each chunk's partial result leaves while the next chunk is computed
 and the last is the local one (reduce-scatter): the pair takes max(GEMM, collective + GEMM / n), so
 ``ring_exposed`` = max(0, collective - GEMM (n - 1) / n). A bulk overlap runs the whole collective
-beside the whole GEMM: ``bulk_exposed`` = max(0, collective - GEMM). While a collective runs beside a GEMM the GEMM slows
-by the profile's ``overlap_slowdown`` of that collective kind (the cited 18.9 %,
+beside the whole GEMM: ``bulk_exposed`` = max(0, collective - GEMM). While a collective runs beside
+a GEMM the GEMM slows by the profile's ``overlap_slowdown`` of that collective kind (the cited 18.9 %,
 ``profile.OVERLAP_SLOWDOWN_MEASURED``: communication kernels take SMs and HBM bandwidth), as the
 FSDP prefetches do. Not modelled: the BF16 H100 configurations' ``pipeline`` reduce-scatter out of
 the row-parallel GEMM (4 splits, which exposes at least a quarter of it), and a layer whose MLP is
 routed experts (its TP traffic goes through the token dispatcher, not userbuffers: exposed in full).
+Measured as the published rows' default it predicted worse out of sample than a fixed half hidden
+(``calibration.validate_plan.TP_COMM_OVERLAP``), which the rows keep; a plan sets it explicitly.
 
 Owns the exposure rules and the GEMMs of a layer's TP blocks (``tp_blocks``); the collectives' times
 are the pricer's, the GEMMs' the lowering's (``step.lower``).
