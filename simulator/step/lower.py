@@ -77,17 +77,14 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, n_bl
     sequence-to-head all-to-alls of its scan instead (``mamba_cp_alltoall_bytes``), unhidden."""
     plan, t, m = c.plan, c.training, c.model
     tokens = plan.micro_batch * t.seq_len / plan.cp
-    calls = tp_block_calls(c)
-    one = sum(c.pricer.time(kind, size, "tp") for kind, size in calls)
-    if plan.tp_overlap and plan.tp > 1 and plan.sp and plan.tp_comm_overlap == 0.0:
-        size = _tp_tokens_bytes(c)[1]
-        gather, scatter = c.pricer.time("all_gather", size, "tp"), c.pricer.time("reduce_scatter", size, "tp")
-        per = [block_exposed(b, gather, scatter, plan.tp, lambda o, w: c.time([o], w), c.profile.overlap_slowdown)
-               for b in tp_blocks(ops, n_blocks)]
+    priced = {kind: c.pricer.time(kind, size, "tp") for kind, size in tp_block_calls(c)}  # empty without tp
+    if priced and plan.tp_overlap and plan.sp and plan.tp_comm_overlap == 0.0:
+        per = [block_exposed(b, priced["all_gather"], priced["reduce_scatter"], plan.tp, lambda o, w: c.time([o], w),
+                             c.profile.overlap_slowdown) for b in tp_blocks(ops, n_blocks)]
         fwd, bwd = sum(f for f, _ in per), sum(b for _, b in per)
         out = {"tp_fwd": fwd, "tp_bwd": bwd + (fwd if full_recompute else 0.0)}
     else:
-        tp = n_blocks * one * (1.0 - plan.tp_comm_overlap)
+        tp = n_blocks * sum(priced.values()) * (1.0 - plan.tp_comm_overlap)
         out = {"tp_fwd": tp, "tp_bwd": tp * (2 if full_recompute else 1)}
     attn = [o for o in ops if o.recompute_selective]  # the attention core, fused or not
     kv_local = max(m.num_kv_heads // plan.tp, 1) * m.attn_head_dim
@@ -208,10 +205,14 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     per_layer = _per_layer(c, chunk, layers)
     n_full = len(layers) if plan.recompute_layers is None else min(plan.recompute_layers, len(layers))
     acc = {k: 0.0 for k in ("tp_fwd", "tp_bwd", "cp_fwd", "cp_bwd", "ep_fwd", "ep_bwd", "ep_a2a_fwd", "ep_a2a_bwd")}
+    seen: dict[tuple[int, bool, bool, int], dict[str, float]] = {}  # layers of one kind share their op list
     for j, (ops, moe) in enumerate(per_layer):
         full = plan.recompute == "full" and j < n_full
         blocks = 2 if model.layer_kind(layers[j]) == "transformer" else 1
-        for k, v in _layer_comm(c, ops, moe, full, blocks).items():
+        key = (id(ops), moe, full, blocks)
+        if key not in seen:
+            seen[key] = _layer_comm(c, ops, moe, full, blocks)
+        for k, v in seen[key].items():
             acc[k] += v
     last = chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1
     end_fwd, end_bwd = tp_end_calls(c, chunk == 0, last)
