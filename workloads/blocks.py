@@ -181,6 +181,7 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
     per_expert = pairs / local
     bias_in, bias_out = (n_in * f, h) if model.linear_bias else (0, 0)
     q1, q2 = expert_quantize_elements(pairs, h, n_in * f, f, shape.fused_grouped_mlp)
+    calls = expert_gemm_calls(local, shape.fused_grouped_mlp)
     ops = [
         gemm_op("router", t_in, E, h, dt, params=model.router_params(), fp8=False, kind="router",
                 role="router"),
@@ -189,10 +190,10 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
         _alltoall("moe_dispatch", t_in * k * h * dt, "dispatch"),
         *expert_sort_ops("moe_sort", pairs * h, dt, local, shape.sort_by_local_expert),
         dataclasses.replace(gemm_op("expert_fc1", per_expert, n_in * f, h, dt, params=local * (h * n_in * f + bias_in),
-                                    count=local, role="routed_expert"), quantize_elements=q1),
+                                    count=local, role="routed_expert"), quantize_elements=q1, calls=calls),
         expert_act_op(model, pairs, f, dt, shape.fused_grouped_mlp),
         dataclasses.replace(gemm_op("expert_fc2", per_expert, h, f, dt, params=local * (f * h + bias_out), count=local,
-                                    role="routed_expert"), quantize_elements=q2),
+                                    role="routed_expert"), quantize_elements=q2, calls=calls),
         *expert_sort_ops("moe_unsort", pairs * h, dt, local, shape.sort_by_local_expert),
         _alltoall("moe_combine", t_in * k * h * dt, "combine"),
         memory_op("moe_unpermute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
@@ -202,6 +203,19 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
         ops.extend(mlp_ops(model, shape, model.num_shared_experts * model.shared_ffn, "shared",
                            role="shared_expert"))
     return tuple(ops)
+
+
+def expert_gemm_calls(local: int, fused: bool) -> int:
+    """Kernels one pass of a routed expert's grouped GEMM launches. The unfused path (Transformer
+    Engine's ``GroupedLinear``, ``general_grouped_gemm``) launches one cuBLAS GEMM per local expert,
+    round-robin on a pool of compute streams: NVIDIA/TransformerEngine
+    transformer_engine/common/gemm/cublaslt_gemm.cu, ``nvte_multi_tensor_gemm`` falls back to
+    ``multi_stream_cublas_gemm`` (a loop of ``nvte_cublas_gemm_v2`` over ``num_gemms``, stream
+    ``i % num_streams``) unless the GPU is a Hopper with ``NVTE_USE_CUTLASS_GROUPED_GEMM`` set and
+    the GEMMs are BF16/FP16 (stored copy, find_string id 37844088645); the forward, input-gradient
+    and weight-gradient GEMMs alike (grouped_linear.py @ 0069563f606859d4fb5d663e1c92509a30e99f35,
+    ``_GroupedLinear.forward`` / ``backward``). The fused grouped MLP runs its experts in one kernel."""
+    return 1 if fused else max(1, local)
 
 
 CLAMP_FWD_PASSES = 8.0

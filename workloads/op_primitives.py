@@ -77,6 +77,10 @@ class Op:
     in an FP8 run: its input in the forward, its output gradient in the backward (priced by
     ``simulator.step.compute.fp8_cast_time``); (0, 0) where the cast is fused into the producer
     (a norm, a fused grouped MLP) or not modelled."""
+    calls: int = 1
+    """Kernels one pass of the op launches, each paying the profile's per-kernel ``kernel_overhead``
+    (``simulator.step.compute.op_time``): 1, except a routed expert's grouped GEMM on the unfused
+    path, one cuBLAS GEMM per local expert (``gemm_op`` with ``count``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -140,12 +144,13 @@ class LocalShape:
 
 def gemm_op(name: str, m: float, n: int, k: int, dtype_bytes: int, *, params: int,
             fp8: bool = True, kind: OpKind = "gemm", count: int = 1, role: OpRole = "") -> Op:
-    """`count` identical GEMMs of (m x k) @ (k x n), e.g. the local experts of a grouped GEMM."""
+    """`count` identical GEMMs of (m x k) @ (k x n), e.g. the local experts of a grouped GEMM, each
+    its own kernel (``Op.calls``)."""
     flops = 2.0 * m * n * k * count
     moved = (m * k + k * n + m * n) * dtype_bytes * count
     return Op(name=name, kind=kind, flops=flops, bytes=float(moved), bwd_flops=2.0 * flops,
               bwd_bytes=2.0 * moved, params=params, gemm_shape=(max(1, round(m)), n, k), fp8=fp8,
-              role=role)
+              role=role, calls=max(1, count))
 
 
 def memory_op(name: str, kind: OpKind, elements: float, dtype_bytes: int, *, reads: float,

@@ -1,7 +1,7 @@
 """Phase 2: the time of each op on one accelerator.
 
 Roofline per op: max(FLOP / (peak * efficiency(op)), bytes / (HBM bandwidth * memory efficiency))
-plus a launch overhead, and the same time split by where it goes (``COMPUTE_PARTS``). The efficiency curve comes from the calibration profile (data, not code).
+plus a launch overhead per kernel the op launches (``Op.calls``), and the same time split by where it goes (``COMPUTE_PARTS``). The efficiency curve comes from the calibration profile (data, not code).
 Owns nothing about communication or scheduling.
 """
 
@@ -114,7 +114,7 @@ def op_time(
     math = flops * flops_scale / (peak * eff * clock_fraction(accelerator)) if flops > 0 else 0.0
     memory = nbytes * flops_scale / (accelerator.hbm_bandwidth * profile.memory_efficiency)
     cast = fp8_cast_time(op, accelerator, profile, precision, which, imbalance)
-    return max(math, memory) + cast + profile.kernel_overhead
+    return max(math, memory) + cast + profile.kernel_overhead * op.calls
 
 
 COMPUTE_PARTS: tuple[str, ...] = (
@@ -141,8 +141,8 @@ def op_time_parts(
     if total <= 0:
         return parts
     cast = fp8_cast_time(op, accelerator, profile, precision, which, imbalance)
-    busy = total - profile.kernel_overhead - cast
-    parts["overhead"] = profile.kernel_overhead
+    busy = total - profile.kernel_overhead * op.calls - cast
+    parts["overhead"] = profile.kernel_overhead * op.calls
     parts["elementwise"] = cast  # the quantize kernels are memory-bound element-wise work
     if op.kind in ("gemm", "bmm"):
         flops = _flops_bytes(op, which)[0] * op.causal_flops_fraction

@@ -9,6 +9,7 @@ import pytest
 
 from clustersim.simulator.profile import default_profile
 from clustersim.simulator.step.compute import op_time, ops_time
+from clustersim.simulator.step.host import kernel_launches
 from clustersim.simulator.step.dispatch import draw_expert_imbalance, expert_load
 from clustersim.topologies import get_accelerator
 from clustersim.workloads import get_model, layer_ops
@@ -31,7 +32,7 @@ def test_grouped_gemm_time_is_monotone_in_tokens_per_expert(which: str) -> None:
 
 def test_small_experts_are_memory_bound_and_large_ones_compute_bound() -> None:
     small, large = _experts(16), _experts(32768)
-    memory = small.bytes / (H100.hbm_bandwidth * PROFILE.memory_efficiency) + PROFILE.kernel_overhead
+    memory = small.bytes / (H100.hbm_bandwidth * PROFILE.memory_efficiency) + small.calls * PROFILE.kernel_overhead
     assert op_time(small, H100, PROFILE, "bf16") == pytest.approx(memory)  # the weights dominate
     t_large = op_time(large, H100, PROFILE, "bf16")
     assert t_large > 1.5 * large.bytes / (H100.hbm_bandwidth * PROFILE.memory_efficiency)
@@ -72,3 +73,46 @@ def test_imbalance_draw_is_seeded_and_shrinks_with_more_tokens() -> None:
     assert draw(3, 2_000_000, concentration=2.0) > 1.05  # a skewed router stays imbalanced
     with pytest.raises(ValueError, match="ep dividing experts"):
         draw_expert_imbalance(np.random.default_rng(0), 10, 128, 7)
+
+
+@pytest.mark.parametrize("which", ["fwd", "bwd_input", "bwd_weight"])
+def test_each_local_experts_gemm_pays_the_per_kernel_overhead(which: str) -> None:
+    # the unfused grouped GEMM is one cuBLAS call per local expert: its time over the same op at
+    # zero overhead is exactly count x the profile's per-kernel overhead (a dense op's is 1 x)
+    k = 20e-6
+    on, off = PROFILE.replace(kernel_overhead=k), PROFILE.replace(kernel_overhead=0.0)
+    for count in (1, 4, 16, 32):
+        op = _experts(512, count=count)
+        assert op.calls == count
+        assert op_time(op, H100, on, "bf16", which) - op_time(op, H100, off, "bf16", which) == pytest.approx(count * k)
+    dense = gemm_op("mlp_fc1", 512 * 16, 2 * 768, 2048, 2, params=2048 * 2 * 768)
+    assert op_time(dense, H100, on, "bf16", which) - op_time(dense, H100, off, "bf16", which) == pytest.approx(k)
+
+
+def test_expert_calls_follow_the_local_experts_and_the_fused_path() -> None:
+    model = get_model("qwen3-30b-a3b")  # 128 routed experts
+    for ep in (1, 8, 32, 128):
+        for fused in (False, True):
+            ops = layer_ops(model, 0, micro_batch=1, seq_len=4096, ep=ep, fused_grouped_mlp=fused)
+            gemms = [o for o in ops if o.role == "routed_expert" and o.kind == "gemm"]
+            assert len(gemms) == 2
+            assert all(o.calls == (1 if fused else model.num_experts // ep) for o in gemms)
+            # the host's launch count (step.host) and the GPU's per-kernel overhead count the same calls
+            local = model.num_experts // ep
+            assert all(kernel_launches(o, w, local, fused, ep) == o.calls for o in gemms for w in ("fwd", "bwd_input", "bwd_weight"))
+            assert all(o.calls == 1 for o in ops if o.role != "routed_expert")
+
+
+def test_more_local_experts_of_the_same_tokens_cost_more_launches() -> None:
+    # one rank's token-expert pairs spread over more local experts: same FLOPs, smaller calls and
+    # more of them, so never faster; with the overhead the gap grows by (count - 1) x overhead
+    k = 20e-6
+    on, off = PROFILE.replace(kernel_overhead=k), PROFILE.replace(kernel_overhead=0.0)
+    pairs = 32768
+    prev = 0.0
+    for count in (1, 2, 4, 8, 16, 32):
+        op = _experts(pairs / count, count=count)
+        t = op_time(op, H100, on, "bf16")
+        assert t >= prev
+        assert t - op_time(op, H100, off, "bf16") == pytest.approx(count * k)
+        prev = t
