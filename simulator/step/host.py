@@ -244,8 +244,8 @@ def eager_excess(per_layer: Sequence[Sequence[Op]], eager: Mapping[str, float], 
                     for ops in per_layer))
     fwd = bwd = 0.0
     for ops in per_layer:
-        n_fwd = sum(kernel_launches(o, "fwd", 1, False) for o in ops)
-        n_bwd = sum(kernel_launches(o, "bwd", 1, False) for o in ops)
+        n_fwd = sum(kernel_launches(o, "fwd", o.calls, False) for o in ops)  # o.calls: an unfused grouped
+        n_bwd = sum(kernel_launches(o, "bwd", o.calls, False) for o in ops)  # GEMM's per-expert kernels
         fwd += max(eager.get("fwd", 0.0) - n_fwd * kernel_overhead, 0.0)
         bwd += max(eager.get("bwd", 0.0) - n_bwd * kernel_overhead, 0.0)
     return HostExcess(fwd=fwd, bwd=bwd)

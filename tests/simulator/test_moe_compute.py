@@ -116,3 +116,20 @@ def test_more_local_experts_of_the_same_tokens_cost_more_launches() -> None:
         assert t >= prev
         assert t - op_time(op, H100, off, "bf16") == pytest.approx(count * k)
         prev = t
+
+
+def test_eager_host_figure_nets_out_every_expert_kernel_once() -> None:
+    # a CPU rank's eager figure less the per-kernel overhead its priced ops carry: an unfused grouped
+    # GEMM carries one per local expert, so a figure equal to the layer's kernel count x overhead adds 0
+    from clustersim.simulator.step.host import eager_excess
+
+    k = 10e-6
+    ops = layer_ops(get_model("qwen3-30b-a3b"), 0, micro_batch=1, seq_len=4096, ep=8)
+    n_fwd = sum(kernel_launches(o, "fwd", o.calls, False) for o in ops)
+    n_bwd = sum(kernel_launches(o, "bwd", o.calls, False) for o in ops)
+    gemm_calls = sum(o.calls for o in ops if o.role == "routed_expert" and o.kind == "gemm")
+    assert gemm_calls == 2 * 16 and n_fwd >= gemm_calls
+    exact = eager_excess([ops], {"fwd": n_fwd * k, "bwd": n_bwd * k}, k)
+    assert exact.fwd == pytest.approx(0.0, abs=1e-12) and exact.bwd == pytest.approx(0.0, abs=1e-12)
+    more = eager_excess([ops], {"fwd": n_fwd * k + 1e-3, "bwd": n_bwd * k + 2e-3}, k)
+    assert more.fwd == pytest.approx(1e-3) and more.bwd == pytest.approx(2e-3)
