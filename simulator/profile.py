@@ -51,6 +51,9 @@ the mid-size ramp of the bundled nccl-tests sweeps (workloads/data/collective_ba
 profile's ``pipeline_fill_bytes`` sets it."""
 
 
+OVERLAP_SLOWDOWN_KINDS: tuple[str, ...] = ("all_gather", "reduce_scatter", "all_to_all")
+"""The collective kinds ``CalibrationProfile.overlap_slowdown`` takes: the FSDP/ZeRO and TP gathers
+and scatters, and the EP dispatch and combine of a paired schedule."""
 OVERLAP_SLOWDOWN_MEASURED = 0.189
 """Mean computational slowdown of GPT and Llama layers when their compute overlaps collective
 communication, against the same compute alone, on 4x A100, H100, MI250 and MI210: 18.9 % (at most
@@ -203,10 +206,12 @@ class CalibrationProfile(BaseModel):
     port gates a step (``clustersim.simulator.network.ecmp``; flow fidelity only)."""
     overlap_slowdown: dict[str, float] = Field(default={})
     """Fraction by which compute slows while a prefetched collective of that kind runs beside it
-    (keys ``all_gather``, ``reduce_scatter``; Calculon's "processor usage": NCCL's kernels take SMs
+    (keys ``OVERLAP_SLOWDOWN_KINDS``; Calculon's "processor usage": NCCL's kernels take SMs
     and HBM bandwidth), applied to the FSDP/ZeRO-3 layer gathers and scatters and the ZeRO-1/2
-    parameter gathers that run ahead of the forward (``step.lower_dp.flow_shop``), and to the GEMMs
-    beside the TP gathers and scatters of ``plan.tp_overlap`` (``step.tp_overlap``). Absent: 0.
+    parameter gathers that run ahead of the forward (``step.lower_dp.flow_shop``), to the GEMMs
+    beside the TP gathers and scatters of ``plan.tp_overlap`` (``step.tp_overlap``), and
+    (``all_to_all``) to the compute of a paired forward and backward while the EP stream runs their
+    dispatch and combine beside it (DualPipe, Megatron-Core's EP overlap; ``step.engine``). Absent: 0.
     Measured size: 18.9 % mean compute slowdown under overlapped communication, 40 % at most
     (``OVERLAP_SLOWDOWN_MEASURED``)."""
     sync_jitter_cv: float = Field(default=0.0, ge=0, le=SYNC_JITTER_MAX)
@@ -280,9 +285,9 @@ class CalibrationProfile(BaseModel):
     @field_validator("overlap_slowdown")
     @classmethod
     def _slowdowns(cls, v: dict[str, float]) -> dict[str, float]:
-        bad = {k: x for k, x in v.items() if k not in ("all_gather", "reduce_scatter") or not 0 <= x <= 1}
+        bad = {k: x for k, x in v.items() if k not in OVERLAP_SLOWDOWN_KINDS or not 0 <= x <= 1}
         if bad:
-            raise ValueError(f"overlap_slowdown: keys all_gather/reduce_scatter with values in [0, 1], got {bad}")
+            raise ValueError(f"overlap_slowdown: keys {'/'.join(OVERLAP_SLOWDOWN_KINDS)} with values in [0, 1], got {bad}")
         return v
 
     @field_validator("link_efficiency")

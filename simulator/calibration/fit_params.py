@@ -59,12 +59,16 @@ FLASH2_FACTOR: Mapping[str, float] = {
 FlashAttention-2 natively (FA3 needs Hopper's wgmma/TMA), so the A100 attention curve is FA2's (1.0);
 Hopper and later run FA2 at 1/1.75 of their tuned kernels (``FLASH2_SPEEDUP_HOPPER``)."""
 OVERLAP_SLOWDOWN: Mapping[str, float] = {"all_gather": OVERLAP_SLOWDOWN_MEASURED,
-                                         "reduce_scatter": OVERLAP_SLOWDOWN_MEASURED}
+                                         "reduce_scatter": OVERLAP_SLOWDOWN_MEASURED,
+                                         "all_to_all": OVERLAP_SLOWDOWN_MEASURED}
 """``overlap_slowdown`` of every GPU profile the fit writes, a cited constant, not fitted: compute
 slows by 18.9 % on average while a collective overlaps it (GPT and Llama layers on A100, H100,
 MI250 and MI210, ``profile.OVERLAP_SLOWDOWN_MEASURED``: NCCL's kernels take SMs and HBM bandwidth),
 applied to the FSDP/ZeRO-3 layer gathers and scatters and the ZeRO-1/2 parameter gathers that run
-beside compute (``step.lower_dp.flow_shop``). Until December 2026 the fitted profiles left it absent
+beside compute (``step.lower_dp.flow_shop``), and to a paired forward and backward's compute while
+their EP all-to-alls run beside it (``step.engine``; the measurement gives no split by kind, and
+DeepEP's first version took 24 SMs for DeepSeek-V3-like training, 18 % of an H800's 132: github
+deepseek-ai/DeepEP README.md @ 0297fc80, "SM usage reduced from 24 to 4 - 6" in its second). Until December 2026 the fitted profiles left it absent
 (0): every prefetched gather was free for the compute it hid behind."""
 
 

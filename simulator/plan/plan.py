@@ -147,6 +147,14 @@ class ParallelPlan:
                             f"{self.pipeline_layout!r} (layers {list(split)}) disagree; give one of them")
 
     @property
+    def paired_steady(self) -> bool:
+        """1F1B or interleaved 1F1B with ``ep_overlap`` (and no ``ep_comm_overlap`` override): every
+        stage runs one more warm-up forward and then each steady forward and backward as one
+        overlapped pair (``schedules.paired_program``), waiting for both inputs, as Megatron-Core's
+        combined 1F1B does; DualPipe pairs by its own program."""
+        return self.ep_comm_overlap is None and self.ep_overlap and self.schedule in ("1f1b", "interleaved")
+
+    @property
     def recomputed_modules(self) -> tuple[str, ...]:
         """The modules recomputed per layer: ``recompute_modules`` under selective recompute (core_attn
         when empty, Megatron-Core's default), none otherwise."""

@@ -19,15 +19,18 @@ Kind = Literal["F", "B", "W"]
 Action = tuple[str, int, int]
 
 
-def stage_program(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[Action]:
-    """The passes of ``stage`` in execution order for ``m`` micro-batches."""
+def stage_program(schedule: str, stage: int, pp: int, m: int, vpp: int = 1, paired: bool = False) -> list[Action]:
+    """The passes of ``stage`` in execution order for ``m`` micro-batches. ``paired``: the schedule
+    runs its steady forward and backward as overlapped pairs (``paired_program``), which takes one
+    more warm-up forward on 1F1B and interleaved 1F1B (``extra_warmup``)."""
+    extra = extra_warmup(schedule, paired)
     match schedule:
         case "gpipe":  # all forwards, then the backwards in the same order (torch.distributed.pipelining.ScheduleGPipe)
             return [("F", i, 0) for i in range(m)] + [("B", i, 0) for i in range(m)]
         case "1f1b":
-            return _one_f_one_b(stage, pp, m)
+            return _one_f_one_b(stage, pp, m, extra)
         case "interleaved":
-            return _interleaved(stage, pp, m, vpp)
+            return _interleaved(stage, pp, m, vpp, extra)
         case "zb-h1":
             return _zb_h1(stage, pp, m)
         case "dualpipe":
@@ -37,6 +40,33 @@ def stage_program(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> l
 
 Step = tuple[Action, ...]
 """One step of a program: a single pass, or a forward and a backward run as an overlapped pair."""
+
+
+def extra_warmup(schedule: str, paired: bool) -> int:
+    """Warm-up forwards a paired 1F1B or interleaved 1F1B adds: one, so that the forward and the
+    backward of every steady step belong to different micro-batches and neither waits for the
+    other (Megatron-Core with ``overlap_moe_expert_parallel_comm``: "we schedule one extra
+    micro-batch forward step before the 1f1b stages. This is needed to ensure the forward and
+    backward computations are independent in all 1f1b steps", NVIDIA/Megatron-LM
+    ``megatron/core/pipeline_parallel/schedules.py`` @ 4dabc623, ``get_pp_rank_microbatches``;
+    ``combined_1f1b_schedule_for_no_pipelining`` runs the same order at pp = 1: micro-batch 0's
+    forward alone, then each backward with the next forward). 0 otherwise."""
+    return 1 if paired and schedule in ("1f1b", "interleaved") else 0
+
+
+def paired_program(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[Step]:
+    """A paired 1F1B or interleaved 1F1B as steps: the warm-up forwards alone, each steady forward
+    with the backward that follows it in ``stage_program(..., paired=True)`` (run together, the
+    one's EP all-to-alls beside the other's compute), the cool-down backwards alone."""
+    if schedule not in ("1f1b", "interleaved"):
+        raise ValueError(f"paired_program: schedule {schedule!r} does not pair passes this way")
+    program = stage_program(schedule, stage, pp, m, vpp, paired=True)
+    total = m * (vpp if schedule == "interleaved" else 1)
+    warmup = _warmup(schedule, stage, pp, m, vpp, 1)
+    steps: list[Step] = [(a,) for a in program[:warmup]]
+    steps += [(program[warmup + 2 * i], program[warmup + 2 * i + 1]) for i in range(total - warmup)]
+    i = warmup + 2 * (total - warmup)
+    return steps + [(a,) for a in program[i:]]
 
 
 def dualpipe_program(stage: int, pp: int, m: int) -> list[Step]:
@@ -126,7 +156,7 @@ class _DualPipeBuilder:
             self.steps.append((w,))
 
 
-def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list[Action]]:
+def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1, paired: bool = False) -> list[list[Action]]:
     """The in-order F/B sequences a stage runs; the engine interleaves lanes as inputs arrive.
 
     One lane for every schedule but DualPipe, whose two directions each run 1F1B on half of the
@@ -141,7 +171,7 @@ def lanes(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> list[list
         up = [(k, half + mb, 1) for k, mb, _ in _one_f_one_b(pp - 1 - stage, pp, m - half)]
         return [down, up]
     base = "1f1b" if schedule == "zb-h1" else schedule
-    return [stage_program(base, stage, pp, m, vpp)]
+    return [stage_program(base, stage, pp, m, vpp, paired)]
 
 
 def program_ends(schedule: str, stage: int, pp: int, m: int, vpp: int = 1) -> tuple[Action, Action]:
@@ -185,8 +215,17 @@ def num_model_chunks(schedule: str, pp: int, vpp: int) -> int:
     return pp if schedule == "dualpipe" else pp * vpp
 
 
-def _one_f_one_b(stage: int, pp: int, m: int) -> list[Action]:
-    warmup = min(pp - stage - 1, m)
+def _warmup(schedule: str, stage: int, pp: int, m: int, vpp: int, extra: int) -> int:
+    """Forwards ``stage`` runs before its first backward under 1F1B (pp - stage - 1) or interleaved
+    1F1B ((pp - stage - 1) 2 + (vpp - 1) pp, Megatron-Core's with micro-batch groups of pp), plus
+    ``extra``, at most every virtual micro-batch."""
+    if schedule == "interleaved":
+        return min((pp - stage - 1) * 2 + (vpp - 1) * pp + extra, m * vpp)
+    return min(pp - stage - 1 + extra, m)
+
+
+def _one_f_one_b(stage: int, pp: int, m: int, extra: int = 0) -> list[Action]:
+    warmup = _warmup("1f1b", stage, pp, m, 1, extra)
     out: list[Action] = [("F", i, 0) for i in range(warmup)]
     for i in range(m - warmup):
         out += [("F", warmup + i, 0), ("B", i, 0)]
@@ -204,9 +243,9 @@ def _virtual(k: int, pp: int, vpp: int, forward: bool) -> tuple[int, int]:
     return mb, chunk
 
 
-def _interleaved(stage: int, pp: int, m: int, vpp: int) -> list[Action]:
+def _interleaved(stage: int, pp: int, m: int, vpp: int, extra: int = 0) -> list[Action]:
     total = m * vpp
-    warmup = min((pp - stage - 1) * 2 + (vpp - 1) * pp, total)
+    warmup = _warmup("interleaved", stage, pp, m, vpp, extra)
     fwd = [("F", *_virtual(k, pp, vpp, True)) for k in range(total)]
     bwd = [("B", *_virtual(k, pp, vpp, False)) for k in range(total)]
     out: list[Action] = fwd[:warmup]
@@ -289,22 +328,41 @@ by one virtual micro-batch, so it repeats every pp * vpp pairs (same chunks, mic
 
 
 def stage_in_flight_peak(schedule: str, stage: int, pp: int, m: int, vpp: int = 1,
-                         chunk_weight: Sequence[float] | None = None) -> float:
-    """``in_flight_peak(stage_program(schedule, stage, pp, m, vpp), chunk_weight)``, at a cost
+                         chunk_weight: Sequence[float] | None = None, paired: bool = False) -> float:
+    """``in_flight_peak(stage_program(schedule, stage, pp, m, vpp, paired), chunk_weight)``, at a cost
     independent of m: for ``PERIODIC_PEAK`` schedules the program of m' = m - k pp micro-batches
     (m' in 4 pp + 2 .. 5 pp + 1: the warm-up, at most (pp - 1) * 2 + (vpp - 1) pp virtual
     micro-batches, then at least two full periods) reaches the same peak, and is what is walked."""
     least = 4 * pp + 2
     if schedule in PERIODIC_PEAK and m > least:
         m -= (m - least) // pp * pp
-    return in_flight_peak(_stored_program(schedule, stage, pp, m, vpp), chunk_weight)
+    if extra_warmup(schedule, paired):
+        return paired_in_flight_peak(paired_program(schedule, stage, pp, m, vpp), chunk_weight)
+    return in_flight_peak(_stored_program(schedule, stage, pp, m, vpp, paired), chunk_weight)
+
+
+def paired_in_flight_peak(steps: Sequence[Step], chunk_weight: Sequence[float] | None = None) -> float:
+    """Most activations held at once by a program of steps: a single pass as in ``in_flight_peak``;
+    a forward-backward pair runs layer by layer (Megatron-Core's combined 1F1B pairs forward layer i
+    with backward layer L - 1 - i, ``TransformerLayerSchedulePlan.run``), so the backward frees as
+    the forward holds and the pair's peak is the larger of the live set before and after it. The
+    extra warm-up forward of a paired schedule thus takes the place of the unpaired steady state's
+    forward-before-backward: the same peak."""
+    live = peak = 0.0
+    for step in steps:
+        before = live
+        for kind, _, v in step:
+            w = 1.0 if chunk_weight is None else chunk_weight[v]
+            live += w if kind == "F" else -w if kind == "B" else 0.0
+        peak = max(peak, live) if len(step) == 1 else max(peak, before, live)
+    return peak
 
 
 @lru_cache(maxsize=128)
-def _stored_program(schedule: str, stage: int, pp: int, m: int, vpp: int) -> tuple[Action, ...]:
+def _stored_program(schedule: str, stage: int, pp: int, m: int, vpp: int, paired: bool = False) -> tuple[Action, ...]:
     """``stage_program`` kept (a search asks for the same stage's program of many plans); 128
     programs at most (a GPipe or DualPipe program of m = 8,192 holds ~16k actions, ~1 MB)."""
-    return tuple(stage_program(schedule, stage, pp, m, vpp))
+    return tuple(stage_program(schedule, stage, pp, m, vpp, paired))
 
 
 def in_flight_peak(program: Sequence[Action], chunk_weight: Sequence[float] | None = None) -> float:

@@ -22,6 +22,7 @@ from clustersim.simulator.step import (
     dispatch_time,
     expert_load,
     flow_shop,
+    overlapped_duration,
     full_recompute_time,
     hidden_bound,
     is_routed_expert,
@@ -214,8 +215,11 @@ class Estimator:
                                    self.model.hidden_size * t.activation_bytes, shape, self.cluster, self.profile)
         full = 2 if plan.recompute == "full" else 1
         if plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule, plan.ep_overlap):
-            # paired chunks (engine): a layer's all-to-alls of F and B hide behind its F and B compute
-            left = max(0.0, ep * (1 + full) - (lt["fwd"] + lt["bi"] + lt["bw"]))
+            # paired chunks (engine): a layer's all-to-alls of F and B hide behind its F and B compute,
+            # which they slow by the profile's all-to-all overlap slowdown while they run
+            work, comm = lt["fwd"] + lt["bi"] + lt["bw"], ep * (1 + full)
+            slow = self.profile.overlap_slowdown.get("all_to_all", 0.0)
+            left = max(overlapped_duration(work, comm, slow), comm) - work
             return tp + cp_f, tp * full + cp_b + left
         ep *= 1 - (plan.ep_comm_overlap or 0.0)
         return tp + cp_f + ep, tp * full + cp_b + ep * full

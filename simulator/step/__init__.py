@@ -33,7 +33,7 @@ from clustersim.simulator.step.energy import (
 from clustersim.simulator.step.jitter import sync_wait_fraction
 from clustersim.simulator.step.costing import Costing
 from clustersim.simulator.step.lower import step_calls
-from clustersim.simulator.step.lower_dp import flow_shop
+from clustersim.simulator.step.lower_dp import flow_shop, overlapped_duration
 from clustersim.simulator.step.partition import (
     RESERVED_BYTES,
     LayerSignature,
@@ -81,6 +81,7 @@ __all__ = [
     "ops_time",
     "ops_time_parts",
     "optimizer_time",
+    "overlapped_duration",
     "partition_memory",
     "peak_for",
     "pipeline_split",

@@ -24,12 +24,13 @@ from typing import Any, Callable, Generator
 import numpy as np
 import simpy
 
-from clustersim.simulator.plan import Action, Step, dependency, destination, dualpipe_program, lanes
+from clustersim.simulator.plan import Action, Step, dependency, destination, dualpipe_program, lanes, paired_program
 from clustersim.simulator.step import steady
 from clustersim.simulator.network import Transfer
 from clustersim.simulator.step.costs import ChunkCost, StageCost
 from clustersim.simulator.step.fluid import FabricStreams
 from clustersim.simulator.step.interval import Interval
+from clustersim.simulator.step.lower_dp import overlapped_duration
 from clustersim.simulator.step.streams import StreamTransfers
 
 __all__ = ["EngineInput", "Interval", "run"]
@@ -59,6 +60,16 @@ class EngineInput:
     sync_wait_of: Callable[[float], float] | None = None
     """When set, replaces ``sync_wait``: the wait fraction after a pass of that many seconds of
     compute (the pass-length law, ``clustersim.simulator.step.jitter.pass_wait_fraction``)."""
+    paired: bool = False
+    """The plan runs 1F1B or interleaved 1F1B as overlapped forward-backward pairs
+    (``ParallelPlan.paired_steady``): every stage runs ``schedules.paired_program``. Until December
+    2026 a pass paired only when its partner's input happened to be there already, so a few percent
+    of compute speed could flip a whole steady state between paired and exposed (a step time that
+    jumped by 10 % and was not monotone in the GPU's speed)."""
+    ep_slowdown: float = 0.0
+    """Fraction by which a paired pass's compute slows while its EP stream runs the pair's
+    all-to-alls beside it (the profile's ``overlap_slowdown["all_to_all"]``: the dispatch and combine
+    kernels take SMs and HBM bandwidth); the extra is logged as exposed EP. 0: free overlap."""
 
 
 @dataclass
@@ -146,21 +157,25 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
 
     The stage runs its lane in order; with a split backward, deferred W passes fill the waits, at
     most ``limit`` deferred at a time (ZB-H1's memory bound). DualPipe runs its own fixed program
-    instead (``schedules.dualpipe_program``, ``_program``).
+    instead (``schedules.dualpipe_program``, ``_program``), and so does a paired 1F1B or interleaved
+    1F1B (``EngineInput.paired``: ``schedules.paired_program``, each steady forward-backward pair
+    started once both inputs are here, as Megatron-Core's combined 1F1B does, never one pass alone
+    because its partner's input was late).
     """
     inp, env = st.inp, st.env
     stage = inp.stages[s]
-    queues = [deque(q) for q in lanes(inp.schedule, s, st.pp, inp.microbatches, inp.vpp)]
+    queues = [deque(q) for q in lanes(inp.schedule, s, st.pp, inp.microbatches, inp.vpp, inp.paired)]
     dp_queue = simpy.Store(env)
     dp_done = env.process(_dp_stream(st, r, s, dp_queue, _bucket_count(stage)))
     if inp.overlap_param_gather and any(c.param_gather for c in stage.chunks):
         env.process(_prefetch(st, r, s))
     left = Counter(v for q in queues for kind, _, v in q if kind == "B")  # passes left per chunk
-    if inp.schedule == "dualpipe":
-        yield from _program(st, r, s, dualpipe_program(s, st.pp, inp.microbatches), dp_queue, left)
+    if inp.schedule == "dualpipe" or inp.paired:
+        program = (dualpipe_program(s, st.pp, inp.microbatches) if inp.schedule == "dualpipe"
+                   else paired_program(inp.schedule, s, st.pp, inp.microbatches, inp.vpp))
+        yield from _program(st, r, s, program, dp_queue, left)
         yield from _finish_unit(st, r, s, dp_done, ready)
         return
-    steady: set[int] = set()  # lanes past their warm-up (a backward run): pairing starts when all are
     first_f: set[int] = set()
     pending: deque[Action] = deque()
     limit = st.pp // 2 if inp.schedule == "dualpipe" else st.pp - s - 1
@@ -179,23 +194,14 @@ def _unit(st: _Run, r: int, s: int, ready: simpy.Event) -> Process:
         lane = next((i for i in ready_now if i != last_lane), ready_now[0])
         action, last_lane = queues[lane].popleft(), lane
         kind, mb, v = action
-        partner = _partner(st, r, s, queues, lane, action) if steady >= set(range(len(queues))) else None
-        together = [action] if partner is None else [action, queues[partner].popleft()]
-        steady.update(lane_of for lane_of, (k, _, _) in ((lane, action), (partner, together[-1]))
-                      if k == "B" and lane_of is not None)
-        for kind, _, v in together:
-            if kind == "F" and v not in first_f:
-                first_f.add(v)
-                yield from _wait_gather(st, r, s, v)
-        if partner is None:
-            yield from _pass(st, r, s, action, dp_queue, left)
-        else:
-            yield from _pair(st, r, s, (together[0], together[1]), dp_queue, left)
-        for kind, mb, v in together:
-            if kind == "B" and _split_w(inp):
-                pending.append(("W", mb, v))
-                if len(pending) > limit:
-                    yield from _pass(st, r, s, pending.popleft(), dp_queue, left)
+        if kind == "F" and v not in first_f:
+            first_f.add(v)
+            yield from _wait_gather(st, r, s, v)
+        yield from _pass(st, r, s, action, dp_queue, left)
+        if kind == "B" and _split_w(inp):
+            pending.append(("W", mb, v))
+            if len(pending) > limit:
+                yield from _pass(st, r, s, pending.popleft(), dp_queue, left)
     for w in pending:
         yield from _pass(st, r, s, w, dp_queue, left)
     yield from _finish_unit(st, r, s, dp_done, ready)
@@ -280,26 +286,6 @@ def _ep_flow(st: _Run, r: int, s: int, transfer: Transfer, label: str) -> Proces
         st.log.append(Interval(r, s, "compute", "exposed_ep", t0, st.env.now, label))
 
 
-def _partner(st: _Run, r: int, s: int, queues: list[deque[Action]], lane: int, action: Action) -> int | None:
-    """The lane whose head pairs with ``action``: a forward with a backward (or the reverse), its
-    input already here, from the other lane first (DualPipe's two directions), else the next pass
-    of the same lane (1F1B's steady F(i + w), B(i)); only when one of the two has all-to-alls to
-    hide (lowering gives them only under a schedule that pairs, ``schedules.pairs_forward_backward``).
-    None: ``action`` runs alone."""
-    if action[0] not in ("F", "B"):
-        return None
-    chunks = st.inp.stages[s].chunks
-    for i in sorted(range(len(queues)), key=lambda j: j == lane):
-        q = queues[i]
-        if not q or q[0][0] not in ("F", "B") or q[0][0] == action[0]:
-            continue
-        if chunks[action[2]].hideable_ep(action[0]) + chunks[q[0][2]].hideable_ep(q[0][0]) <= 0:
-            continue  # nothing to hide (checked first: the input check below registers an event)
-        if _input_ready(st, r, s, q[0]):
-            return i
-    return None
-
-
 def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy.Store,
           left: Counter[int]) -> Process:
     """A forward and a backward chunk run together (DualPipe, DeepSeek-V3 report Figure 4), as two
@@ -313,6 +299,7 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
     first, second = sorted(pair, key=lambda a: a[0] != "F")  # forward first
     pair = (first, second)
     done: list[float] = []
+    total = sum(st.inp.stages[s].chunks[v].hideable_ep(k) for k, _, v in pair)
     for kind, mb, v in pair:
         chunk = st.inp.stages[s].chunks[v]
         comm += chunk.hideable_ep(kind)
@@ -322,6 +309,7 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
                 st.log.append(Interval(r, s, "compute", cat, t, t + d, f"{kind}{mb}.{v}"))
                 t += d
                 if cat == "compute":
+                    t = _slowed(st, r, s, d, t, start + total - (t - d), f"{kind}{mb}.{v}")
                     t = _sync_wait(st, r, s, d, t, f"{kind}{mb}.{v}")
         done.append(max(t, start + comm))
     end = done[-1]
@@ -338,6 +326,18 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
     env.process(_send_at(st, r, s, pair[0], done[0]))
     yield env.timeout(end - start)
     _send(st, r, s, pair[1])
+
+
+def _slowed(st: _Run, r: int, s: int, compute: float, t: float, beside: float, label: str) -> float:
+    """After ``compute`` seconds of a paired pass ending at ``t``, of which the EP stream's
+    all-to-alls ran beside the first ``beside`` seconds: the time the all-to-alls' share of SMs and
+    HBM bandwidth cost it (``EngineInput.ep_slowdown``; ``lower_dp.overlapped_duration``), logged as
+    exposed EP; returns when the pass's compute ends."""
+    extra = overlapped_duration(compute, beside, st.inp.ep_slowdown) - compute
+    if extra <= 0:
+        return t
+    st.log.append(Interval(r, s, "compute", "exposed_ep", t, t + extra, f"slowed by all-to-all {label}"))
+    return t + extra
 
 
 def _send_at(st: _Run, r: int, s: int, action: Action, at: float) -> Process:

@@ -248,7 +248,7 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
 
 def _peak_activations(plan: ParallelPlan, m: int, stage: int, chunk_bytes: list[float]) -> float:
     """Largest sum of activations held at once under the schedule (F holds, B frees)."""
-    return stage_in_flight_peak(plan.schedule, stage, plan.pp, m, plan.vpp, chunk_bytes)
+    return stage_in_flight_peak(plan.schedule, stage, plan.pp, m, plan.vpp, chunk_bytes, plan.paired_steady)
 
 
 def _largest_layer(memo: LayerMemo, layers: range) -> float:

@@ -82,6 +82,7 @@ def simulate(
         overlap_grad_reduce=plan.overlap_grad_reduce, overlap_param_gather=plan.overlap_param_gather,
         scale=unit_scale, step_overhead=prof.step_overhead, flows=flows,
         sync_wait=_sync_wait(plan, prof), sync_wait_of=_pass_law(plan, prof),
+        ep_slowdown=prof.overlap_slowdown.get("all_to_all", 0.0), paired=plan.paired_steady,
     )
     intervals, step = run(inp)
     inputs = _inputs_doc(model, training, cluster, plan, prof, mode, seed, fidelity, rank_scale)

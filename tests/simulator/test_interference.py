@@ -62,6 +62,6 @@ def test_fsdp_step_slows_with_interference_and_not_without_overlap() -> None:
 
 def test_bad_overlap_slowdown_names_the_field() -> None:
     with pytest.raises(CalibrationError, match="overlap_slowdown"):
-        load_profile({"overlap_slowdown": {"all_to_all": 0.2}})
+        load_profile({"overlap_slowdown": {"all_reduce": 0.2}})
     with pytest.raises(CalibrationError, match="overlap_slowdown"):
         load_profile({"overlap_slowdown": {"all_gather": 1.5}})
