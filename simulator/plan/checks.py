@@ -229,6 +229,12 @@ def _check_pp(model: ModelSpec, plan: ParallelPlan) -> None:
             )
     if plan.schedule == "dualpipe" and plan.pp % 2:
         raise PlanError(f"plan.schedule = dualpipe needs an even pp, got pp = {plan.pp}")
+    if plan.ep_overlap and plan.schedule == "1f1b" and plan.pp > 1:
+        # Megatron-Core TransformerConfig: "If enabling EP A2A overlap, virtual_pipeline_model_parallel_size
+        # must be specified when pipeline_model_parallel_size > 1" (its combined 1F1B needs the chunks)
+        raise PlanError(f"plan.ep_overlap = true with schedule = 1f1b and pp = {plan.pp}: a paired steady state "
+                        "needs pp = 1 or schedule = interleaved with vpp >= 2 (Megatron-Core's combined 1F1B); "
+                        "set one of them, or ep_overlap = false")
 
 
 def _check_batch(training: TrainingSpec, plan: ParallelPlan) -> None:

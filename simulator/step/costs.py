@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from clustersim.simulator.network import CollectiveKind, CollectiveRow
 from clustersim.simulator.plan import Axis
+from clustersim.simulator.step.pairing import PassSplit
 
 
 @dataclass(frozen=True)
@@ -84,6 +85,30 @@ class ChunkCost:
     ``plan.cpu_offloading_num_layers``)."""
     offload_bwd: float = 0.0
     """Seconds one backward waits for the activations coming back from the host (``step.offload``)."""
+    moe_layers: int = 0
+    """MoE layers in the chunk (for a paired pass's layer-by-layer schedule, ``split``)."""
+    expert_fwd: float = 0.0
+    """Seconds of the routed experts' ops in one forward (GEMMs and activation; part of ``fwd``)."""
+    expert_bwd_input: float = 0.0
+    """The same in one backward's input gradient (part of ``bwd_input``)."""
+    expert_bwd_weight: float = 0.0
+    """The same in one backward's weight gradient (part of ``bwd_weight``)."""
+
+    def split(self, kind: str) -> PassSplit | None:
+        """Pass ``kind`` (F or B) per MoE layer, as Megatron-Core's combined 1F1B runs it
+        (``step.pairing``): the hideable all-to-alls halved into dispatch and combine, the compute
+        split into routed experts and the rest (a backward's recompute with the rest). None without
+        MoE layers or all-to-alls to hide."""
+        n = self.moe_layers
+        if n <= 0 or self.hideable_ep(kind) <= 0:
+            return None
+        a2a = self.hideable_ep(kind) / (2 * n)
+        if kind == "F":
+            return PassSplit(layers=n, attn=(self.fwd - self.expert_fwd) / n, mlp=self.expert_fwd / n,
+                             dispatch=a2a, combine=a2a)
+        return PassSplit(layers=n, attn=(self.bwd_input - self.expert_bwd_input + self.recompute) / n,
+                         mlp=self.expert_bwd_input / n, dispatch=a2a, combine=a2a,
+                         attn_w=(self.bwd_weight - self.expert_bwd_weight) / n, mlp_w=self.expert_bwd_weight / n)
 
     def duration(self, kind: str, split_w: bool) -> float:
         """Seconds of pass ``kind`` (F, B or W) run alone; without ``split_w`` B includes W."""

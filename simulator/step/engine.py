@@ -31,6 +31,7 @@ from clustersim.simulator.step.costs import ChunkCost, StageCost
 from clustersim.simulator.step.fluid import FabricStreams
 from clustersim.simulator.step.interval import Interval
 from clustersim.simulator.step.lower_dp import overlapped_duration
+from clustersim.simulator.step.pairing import combined_pair
 from clustersim.simulator.step.streams import StreamTransfers
 
 __all__ = ["EngineInput", "Interval", "run"]
@@ -299,7 +300,10 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
     first, second = sorted(pair, key=lambda a: a[0] != "F")  # forward first
     pair = (first, second)
     done: list[float] = []
-    total = sum(st.inp.stages[s].chunks[v].hideable_ep(k) for k, _, v in pair)
+    chunks = [st.inp.stages[s].chunks[v] for _, _, v in pair]
+    total = sum(ch.hideable_ep(k) for ch, (k, _, _) in zip(chunks, pair))
+    layered = _layered(st, r, s, chunks[0], chunks[1])  # Megatron-Core's combined 1F1B, layer by layer
+    compute = 0.0
     for kind, mb, v in pair:
         chunk = st.inp.stages[s].chunks[v]
         comm += chunk.hideable_ep(kind)
@@ -309,9 +313,14 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
                 st.log.append(Interval(r, s, "compute", cat, t, t + d, f"{kind}{mb}.{v}"))
                 t += d
                 if cat == "compute":
-                    t = _slowed(st, r, s, d, t, start + total - (t - d), f"{kind}{mb}.{v}")
+                    compute += d
+                    if layered is None:
+                        t = _slowed(st, r, s, d, t, start + total - (t - d), f"{kind}{mb}.{v}")
                     t = _sync_wait(st, r, s, d, t, f"{kind}{mb}.{v}")
         done.append(max(t, start + comm))
+    if layered is not None:  # the layers' chains and the slowdown; the waits outside them add as they are
+        other = t - start - compute
+        done = [min(start + layered[1] + other, start + layered[0] + other), start + max(t - start, layered[0] + other)]
     end = done[-1]
     label = "+".join(f"{k}{mb}.{v}" for k, mb, v in pair)
     if comm > 0:
@@ -326,6 +335,20 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
     env.process(_send_at(st, r, s, pair[0], done[0]))
     yield env.timeout(end - start)
     _send(st, r, s, pair[1])
+
+
+def _layered(st: _Run, r: int, s: int, fwd: ChunkCost, bwd: ChunkCost) -> tuple[float, float] | None:
+    """(seconds, forward done) of a paired forward and backward of a combined-1F1B plan
+    (``EngineInput.paired``) layer by layer (``step.pairing.combined_pair``), their compute at the
+    unit's scale; None for DualPipe (its own component schedule hides what the pair's streams can,
+    DeepSeek-V3 report Figure 4) or when a pass has no MoE layer or nothing to hide."""
+    if not st.inp.paired:
+        return None
+    f, b = fwd.split("F"), bwd.split("B")
+    if f is None or b is None:
+        return None
+    k = float(st.inp.scale[r, s])
+    return combined_pair(f.scaled(k), b.scaled(k), st.inp.ep_slowdown)
 
 
 def _slowed(st: _Run, r: int, s: int, compute: float, t: float, beside: float, label: str) -> float:

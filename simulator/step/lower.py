@@ -226,12 +226,15 @@ def _chunk_cost(c: Costing, chunk: int, layers: range, ops_all: list[Op]) -> Chu
     gather, lead, gather_calls = param_gathers(c, ops_all, per_layer)
     ep_call_fwd, ep_call_bwd = ep_pass_calls(c, per_layer, n_full)
     offload_fwd, offload_bwd = chunk_offload(c, layers, per_layer)
+    experts = [o for ops, moe in per_layer if moe for o in ops if o.role == "routed_expert"]
     return ChunkCost(
         chunk=chunk, fwd=c.time(ops_all, "fwd") + host.fwd, bwd_input=c.time(ops_all, "bwd_input") + host.bwd,
         bwd_weight=c.time(ops_all, "bwd_weight"), recompute=recompute, dp_fwd=dp_fwd, dp_bwd=dp_bwd,
         flops=sum(o.flops + o.bwd_flops for o in ops_all), recompute_flops=rec_flops,
         buckets=grad_buckets(c, ops_all), param_gather=gather, param_gather_lead=lead, param_gather_calls=gather_calls,
-        ep_call_fwd=ep_call_fwd, ep_call_bwd=ep_call_bwd, offload_fwd=offload_fwd, offload_bwd=offload_bwd, **acc,
+        ep_call_fwd=ep_call_fwd, ep_call_bwd=ep_call_bwd, offload_fwd=offload_fwd, offload_bwd=offload_bwd,
+        moe_layers=sum(moe for _, moe in per_layer), expert_fwd=c.time(experts, "fwd"),
+        expert_bwd_input=c.time(experts, "bwd_input"), expert_bwd_weight=c.time(experts, "bwd_weight"), **acc,
     )
 
 

@@ -82,9 +82,9 @@ def test_paired_steady_state_extrapolates_exactly() -> None:
     assert run(inp)[1] == pytest.approx(run(replace(inp), extrapolate=False)[1], rel=1e-9)
 
 
-def _simulate(schedule: str, **plan: object) -> tuple[float, float]:
+def _simulate(schedule: str, pp: int = 2, **plan: object) -> tuple[float, float]:
     """(step time, exposed EP seconds) of Qwen3-30B-A3B, EP16 over two 8-GPU H100 nodes, PP2."""
-    kw = dict(tp=1, pp=2, dp=16, ep=16, micro_batch=1, schedule=schedule, zero=1)
+    kw = dict(tp=1, pp=pp, dp=32 // pp, ep=16, micro_batch=1, schedule=schedule, zero=1)
     if schedule == "interleaved":
         kw["vpp"] = 2
     res = simulate(get_model("qwen3-30b-a3b"), TrainingSpec(seq_len=4096, global_batch_size=512),
@@ -92,10 +92,18 @@ def _simulate(schedule: str, **plan: object) -> tuple[float, float]:
     return res.step_time, res.breakdown["exposed_ep"]
 
 
-@pytest.mark.parametrize("schedule", ["1f1b", "interleaved"])
-def test_megatron_ep_overlap_pairs_the_steady_state(schedule: str) -> None:
-    t_off, ep_off = _simulate(schedule)
-    t_zero, ep_zero = _simulate(schedule, ep_comm_overlap=0.0)  # the override at 0 = no overlap
-    t_on, ep_on = _simulate(schedule, ep_overlap=True)
+@pytest.mark.parametrize(("schedule", "pp"), [("1f1b", 1), ("interleaved", 2)])
+def test_megatron_ep_overlap_pairs_the_steady_state(schedule: str, pp: int) -> None:
+    t_off, ep_off = _simulate(schedule, pp)
+    t_zero, ep_zero = _simulate(schedule, pp, ep_comm_overlap=0.0)  # the override at 0 = no overlap
+    t_on, ep_on = _simulate(schedule, pp, ep_overlap=True)
     assert (t_off, ep_off) == pytest.approx((t_zero, ep_zero))
     assert ep_off > 0 and ep_on < 0.5 * ep_off and t_on < t_off
+
+
+def test_plain_1f1b_over_stages_cannot_pair() -> None:
+    # Megatron-Core asks for a virtual pipeline when pp > 1: a plain 1F1B's pairs would wait on
+    # each other across the two stages
+    from clustersim.simulator.errors import PlanError
+    with pytest.raises(PlanError, match="ep_overlap"):
+        _simulate("1f1b", 2, ep_overlap=True)
