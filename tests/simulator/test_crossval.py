@@ -144,6 +144,7 @@ def test_fold_profiles_carry_the_cited_constants_not_fitted_values() -> None:
         for stem in ("h100", "b200"):  # fitted, and taken from its donor
             prof = fold.profiles[stem]
             assert prof.overlap_slowdown == OVERLAP_SLOWDOWN == {"all_gather": OVERLAP_SLOWDOWN_MEASURED,
-                                                                  "reduce_scatter": OVERLAP_SLOWDOWN_MEASURED}
+                                                                  "reduce_scatter": OVERLAP_SLOWDOWN_MEASURED,
+                                                                  "all_to_all": OVERLAP_SLOWDOWN_MEASURED}
             assert prof.attention_kernel_efficiency == {"flash2": FLASH2_FACTOR[stem]}
     assert BASE.overlap_slowdown == {}  # the starting profile had none: the fit sets it, it does not fit it
