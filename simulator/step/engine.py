@@ -85,6 +85,8 @@ class _Run:
     link_free: dict[tuple[int, int, str], float] = field(default_factory=dict)
     barriers: dict[tuple[int, int], list[simpy.Event]] = field(default_factory=dict)
     gathered: dict[tuple[int, int, int], simpy.Event] = field(default_factory=dict)
+    layered: dict[tuple[int, int, int, int], tuple[float, float] | None] = field(default_factory=dict)
+    """``_layered`` of (replica, stage, forward chunk, backward chunk): the same pairs recur."""
     fabric: FabricStreams | None = None
     link_done: dict[tuple[int, int, str], simpy.Event] = field(default_factory=dict)
     """Flows: the event at which each p2p link's last queued message has gone."""
@@ -302,7 +304,10 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
     done: list[float] = []
     chunks = [st.inp.stages[s].chunks[v] for _, _, v in pair]
     total = sum(ch.hideable_ep(k) for ch, (k, _, _) in zip(chunks, pair))
-    layered = _layered(st, r, s, chunks[0], chunks[1])  # Megatron-Core's combined 1F1B, layer by layer
+    key = (r, s, pair[0][2], pair[1][2])
+    if key not in st.layered:
+        st.layered[key] = _layered(st, r, s, chunks[0], chunks[1])
+    layered = st.layered[key]  # Megatron-Core's combined 1F1B, layer by layer
     compute = 0.0
     for kind, mb, v in pair:
         chunk = st.inp.stages[s].chunks[v]

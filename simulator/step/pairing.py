@@ -26,6 +26,7 @@ per-layer seconds (``PassSplit``), used by ``step.engine`` for ``EngineInput.pai
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,7 @@ class _Streams:
         self.comp = 0.0
         self.comm = 0.0
         self.busy: list[tuple[float, float]] = []
+        self.first = 0
         self.slowdown = slowdown
 
     def send(self, ready: float, secs: float) -> float:
@@ -75,7 +77,9 @@ class _Streams:
         t = max(self.comp, ready)
         left = secs
         if self.slowdown > 0:
-            for a, b in self.busy:
+            while self.first < len(self.busy) and self.busy[self.first][1] <= t:
+                self.first += 1  # the streams only move forward: an all-to-all over before t stays over
+            for a, b in self.busy[self.first:]:
                 if left <= 0 or b <= t:
                     continue
                 if a > t:  # free time before this all-to-all starts
@@ -92,9 +96,10 @@ class _Streams:
         return self.comp
 
 
+@lru_cache(maxsize=4096)
 def combined_pair(f: PassSplit, b: PassSplit, slowdown: float = 0.0) -> tuple[float, float]:
     """(seconds the pair takes, seconds at which the forward's last node is done), from both
-    streams free at 0 and both passes' inputs there."""
+    streams free at 0 and both passes' inputs there (kept: a step runs the same few pairs many times)."""
     s = _Streams(slowdown)
     f_out = b_out = 0.0  # the forward's and the backward's running output (their chains)
     f_done = 0.0
