@@ -295,7 +295,10 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
     streams: the compute stream runs the forward's compute (and its TP/CP/DP waits), then the
     backward's; the EP stream runs the forward's all-to-alls, then the backward's. The forward is
     done when its compute and its all-to-alls are (its output leaves then), the pair when both
-    streams are; what the all-to-alls outlast the compute by is logged as exposed EP."""
+    streams are; what the all-to-alls outlast the compute by is logged as exposed EP. A pair of a
+    combined-1F1B plan (``EngineInput.paired``) lasts what ``step.pairing.combined_pair`` gives for
+    its MoE layers (Megatron-Core's node order and the all-to-all slowdown) plus the waits outside
+    them; DualPipe's compute slows while the EP stream is busy (``_slowed``)."""
     env, split = st.env, _split_w(st.inp)
     start = t = env.now
     comm = 0.0
@@ -325,7 +328,7 @@ def _pair(st: _Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: simpy
         done.append(max(t, start + comm))
     if layered is not None:  # the layers' chains and the slowdown; the waits outside them add as they are
         other = t - start - compute
-        done = [min(start + layered[1] + other, start + layered[0] + other), start + max(t - start, layered[0] + other)]
+        done = [start + layered[1] + other, start + max(t - start, layered[0] + other)]
     end = done[-1]
     label = "+".join(f"{k}{mb}.{v}" for k, mb, v in pair)
     if comm > 0:
