@@ -12,6 +12,7 @@ from typing import Literal
 
 from clustersim.simulator.errors import PlanError
 from clustersim.simulator.plan.layout import layout_split
+from clustersim.simulator.plan.schedules import pairs_forward_backward
 from clustersim.workloads import RECOMPUTE_MODULES, TrainingSpec
 
 Schedule = Literal["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]
@@ -147,12 +148,18 @@ class ParallelPlan:
                             f"{self.pipeline_layout!r} (layers {list(split)}) disagree; give one of them")
 
     @property
+    def pairs_passes(self) -> bool:
+        """The schedule, not an ``ep_comm_overlap`` override, hides the EP all-to-alls: each forward
+        and backward run paired (``schedules.pairs_forward_backward``: DualPipe, or ``ep_overlap``)."""
+        return self.ep_comm_overlap is None and pairs_forward_backward(self.schedule, self.ep_overlap)
+
+    @property
     def paired_steady(self) -> bool:
-        """1F1B or interleaved 1F1B with ``ep_overlap`` (and no ``ep_comm_overlap`` override): every
-        stage runs one more warm-up forward and then each steady forward and backward as one
-        overlapped pair (``schedules.paired_program``), waiting for both inputs, as Megatron-Core's
-        combined 1F1B does; DualPipe pairs by its own program."""
-        return self.ep_comm_overlap is None and self.ep_overlap and self.schedule in ("1f1b", "interleaved")
+        """``pairs_passes`` with 1F1B or interleaved 1F1B: every stage runs one more warm-up forward
+        and then each steady forward and backward as one overlapped pair
+        (``schedules.paired_program``), waiting for both inputs, as Megatron-Core's combined 1F1B
+        does; DualPipe pairs by its own program."""
+        return self.pairs_passes and self.schedule != "dualpipe"
 
     @property
     def recomputed_modules(self) -> tuple[str, ...]:

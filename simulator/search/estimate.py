@@ -31,7 +31,7 @@ from clustersim.simulator.step import (
     peak_for,
     saved_forward,
 )
-from clustersim.simulator.plan import ParallelPlan, Recompute, pairs_forward_backward
+from clustersim.simulator.plan import ParallelPlan, Recompute
 from clustersim.topologies import Cluster
 from clustersim.workloads import (
     ModelSpec,
@@ -214,7 +214,7 @@ class Estimator:
             ep = 2 * dispatch_time(plan.moe_dispatcher, self.model, tokens / plan.tp,
                                    self.model.hidden_size * t.activation_bytes, shape, self.cluster, self.profile)
         full = 2 if plan.recompute == "full" else 1
-        if plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule, plan.ep_overlap):
+        if plan.pairs_passes:
             # paired chunks (engine): a layer's all-to-alls of F and B hide behind its F and B compute,
             # which they slow by the profile's all-to-all overlap slowdown while they run
             work, comm = lt["fwd"] + lt["bi"] + lt["bw"], ep * (1 + full)

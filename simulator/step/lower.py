@@ -19,7 +19,6 @@ from clustersim.simulator.plan import (
     Axis,
     num_microbatches,
     num_model_chunks,
-    pairs_forward_backward,
 )
 from clustersim.simulator.step.costing import Costing
 from clustersim.simulator.step.costs import Call, ChunkCost, Lowered, StageCost
@@ -106,7 +105,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, n_bl
         a2a = 2 * dispatch_time(plan.moe_dispatcher, m, tokens / plan.tp, m.hidden_size * t.activation_bytes,
                                 shape, c.pricer.cluster, c.profile)
     rec = 2 if full_recompute or moe_recomputes_dispatch(moe, plan.recomputed_modules) else 1
-    paired = plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule, plan.ep_overlap)
+    paired = plan.pairs_passes
     exposed = 0.0 if paired else a2a * (1.0 - (plan.ep_comm_overlap or 0.0))
     out["ep_fwd"], out["ep_bwd"] = exposed, exposed * rec
     hideable = a2a if paired else 0.0
@@ -127,8 +126,7 @@ def ep_pass_calls(c: Costing, per_layer: list[tuple[list[Op], bool]], n_full: in
     the flows over time; None where the exposed EP time is not whole calls (another dispatcher, a
     paired schedule that hides them, an ``ep_comm_overlap`` override) or there is none."""
     plan = c.plan
-    paired = plan.ep_comm_overlap is None and pairs_forward_backward(plan.schedule, plan.ep_overlap)
-    if plan.ep <= 1 or plan.moe_dispatcher != "alltoall" or paired or (plan.ep_comm_overlap or 0.0) > 0:
+    if plan.ep <= 1 or plan.moe_dispatcher != "alltoall" or plan.pairs_passes or (plan.ep_comm_overlap or 0.0) > 0:
         return None, None
     fwd = bwd = 0
     for j, (_, moe) in enumerate(per_layer):
