@@ -64,7 +64,7 @@ def main(argv: list[str]) -> int:
         if key is None:
             print(f"row {r['row_id']}: no profile for gpu_type {row['gpu_type']!r}", file=sys.stderr)
             return 2
-        rec = validate_row(row, profile=profs[key], fidelity="analytic", cache={})
+        rec = validate_row(row, profile=profs[key], cache={})
         records.append({"row_id": r["row_id"], "regime": r["regime"], "gpu_type": row["gpu_type"],
                         "model": row["model"], "measured_s": r["measured_s"], "before_pct": r["error_out_pct"],
                         "after_pct": rec["error_pct"], "held_out_s": rec["predicted_step_time_s"]})

@@ -40,7 +40,7 @@ from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, Calibrat
 from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
 from clustersim.simulator.errors import CalibrationError
-from clustersim.simulator.network import Fidelity
+from clustersim.simulator.network import DEFAULT_FIDELITY, Fidelity
 from clustersim.topologies import Cluster
 
 PRIORS: Mapping[str, tuple[str, float]] = {
@@ -275,7 +275,7 @@ class CrossValidation:
 
 
 def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *,
-                            bounds: Bounds = Bounds(), sweeps: int = 4, fidelity: Fidelity = "analytic",
+                            bounds: Bounds = Bounds(), sweeps: int = 4, fidelity: Fidelity = DEFAULT_FIDELITY,
                             workers: int = 2, progress: Callable[[int, int], None] | None = None,
                             reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
                             on_folds: Callable[[pd.DataFrame, Sequence[FoldFit]], None] | None = None,

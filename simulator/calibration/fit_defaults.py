@@ -23,7 +23,7 @@ import yaml
 
 from clustersim.files import write_atomic
 from clustersim.simulator.profile import SYNC_JITTER_MAX, CalibrationProfile
-from clustersim.simulator.network import Fidelity
+from clustersim.simulator.network import DEFAULT_FIDELITY, Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
     _initial, _Problem, apply_scales, first_order_errors, first_order_problem, held_out_folds, measured_times,
@@ -142,7 +142,7 @@ def _chunk_records(rows: list[dict[str, Any]], profiles: dict[str, CalibrationPr
 
 
 def sensitivities(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], params: Sequence[str] = PARAMS,
-                  *, fidelity: Fidelity = "analytic", progress: Callable[[int, int], None] | None = None,
+                  *, fidelity: Fidelity = DEFAULT_FIDELITY, progress: Callable[[int, int], None] | None = None,
                   workers: int = 1, chunk: int = 8) -> pd.DataFrame:
     """Per row: the base predicted step time and the step time with each parameter perturbed.
 
@@ -221,8 +221,10 @@ class FitOutcome:
 
 
 def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, CalibrationProfile],
-              sens: pd.DataFrame, only: Sequence[str] | None = None) -> dict[str, CalibrationProfile]:
-    """Merge fitted profiles into ``current``; copies and expert donors applied; sources updated."""
+              sens: pd.DataFrame, only: Sequence[str] | None = None,
+              fidelity: Fidelity = DEFAULT_FIDELITY) -> dict[str, CalibrationProfile]:
+    """Merge fitted profiles into ``current``; copies and expert donors applied; sources updated
+    (naming the collective model the rows were simulated with)."""
     held = "" if only is None else (
         f"; only {', '.join(s.upper() for s in sorted(only))} refitted (--fit-only), the other GPU types and the "
         "shared curve shape, kernel overhead and memory efficiency held at the starting profiles")
@@ -235,8 +237,8 @@ def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, Ca
         rows = sens[(sens.group == stem) & (sens.status == "ok")]
         out[stem] = out[stem].replace(name=f"{stem}-published-runs", source=(
             f"fitted by clustersim validate --fit-profiles on workloads/data/published_runs.csv ({len(rows)} "
-            f"{stem.upper()} rows: {', '.join(sorted(rows.source_id.unique()))}); one profile for every row of the GPU type"
-            + held))
+            f"{stem.upper()} rows: {', '.join(sorted(rows.source_id.unique()))}); one profile for every row of the GPU type; "
+            f"step times from the {fidelity} collective model" + held))
     for stem, donor in COPIES.items():
         if stem in current and donor in fitted:
             prof, ratios = transfer_profile(out[donor], donor, stem)
@@ -266,7 +268,7 @@ def held_fixed(pb: _Problem, only: Sequence[str]) -> dict[str, dict[int, float]]
 
 
 def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *, rounds: int = 1,
-                         folds: int = 2, rng: np.random.Generator | None = None, fidelity: Fidelity = "analytic",
+                         folds: int = 2, rng: np.random.Generator | None = None, fidelity: Fidelity = DEFAULT_FIDELITY,
                          workers: int = 2, progress: Callable[[str, int, int], None] | None = None,
                          only: Sequence[str] | None = None) -> FitOutcome:
     """Rounds of (sensitivities, cross-validation, fit) from ``profiles``, then a full re-simulation.
@@ -302,7 +304,7 @@ def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationP
         fitted = {g: apply_scales(current[g], i, x) for i, g in enumerate(pb.groups) if only is None or g in only}
         first = _group_mape(ok.group, first_order_errors(sens, x, profiles=current))
         held = _group_mape(ok.group, held_abs)
-        current = _complete(current, fitted, sens, only)
+        current = _complete(current, fitted, sens, only, fidelity)
     if before is None or first is None or held is None or folds_table is None:  # set by every round
         raise CalibrationError(f"fit rounds = {rounds}; use 1 or more")
     check = sensitivities(runs, current, (), fidelity=fidelity, workers=workers, progress=tell("check"))

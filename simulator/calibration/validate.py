@@ -23,7 +23,7 @@ import pandas as pd
 from clustersim.units import GBIT
 from clustersim.simulator.step import Result, simulate_step as simulate
 from clustersim.simulator.profile import CalibrationProfile, default_profile
-from clustersim.simulator.network import Fidelity
+from clustersim.simulator.network import DEFAULT_FIDELITY, Fidelity
 from clustersim.simulator.errors import OutOfMemoryError, ScenarioError
 from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.calibration.spellings import UnknownSpelling, nic_gbps_per_gpu
@@ -258,7 +258,7 @@ def _tuned(sc: RowScenario, profile: CalibrationProfile | None,
 
 
 def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None = None,
-                 fidelity: Fidelity = "analytic", cache: dict[ClusterKey, Cluster] | None = None,
+                 fidelity: Fidelity = DEFAULT_FIDELITY, cache: dict[ClusterKey, Cluster] | None = None,
                  plan: ParallelPlan | None = None) -> dict[str, Any]:
     """One output record: the prediction and its signed error, or the reason the row was skipped.
 
@@ -292,7 +292,7 @@ def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None =
 
 
 def validate_runs(runs: pd.DataFrame, *, profile: CalibrationProfile | None = None,
-                  fidelity: Fidelity = "analytic",
+                  fidelity: Fidelity = DEFAULT_FIDELITY,
                   progress: Callable[[int, int], None] | None = None) -> pd.DataFrame:
     """Validate every row of ``runs``; one output row per input row, in input order."""
     cache: dict[ClusterKey, Cluster] = {}

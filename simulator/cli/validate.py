@@ -80,7 +80,8 @@ def validate_command(
     out: Annotated[Path | None, typer.Option("--out", "-o", help="Write one row per input row here (CSV).")] = None,
     calibration: Annotated[Path | None, typer.Option(
         help="Calibration profile YAML for every row; default: the bundled profile of each GPU type.")] = None,
-    fidelity: Annotated[str, typer.Option(help="Collective model: analytic (fast) or flow.")] = "analytic",
+    fidelity: Annotated[str | None, typer.Option(help="Collective model: flow or analytic; default: the one "
+                                                 "simulate uses and the bundled profiles were fitted with (flow).")] = None,
     progress: Annotated[bool, typer.Option(help="Show a progress bar on stderr.")] = True,
     fit_profiles: Annotated[Path | None, typer.Option(
         "--fit-profiles", help="Refit the default profiles on the runs from the bundled ones and write them, "
@@ -101,12 +102,13 @@ def validate_command(
 ) -> None:
     """Re-predict published training runs and report the step-time error."""
     from clustersim.simulator.calibration.validate import load_runs, validate_runs  # heavy (pandas/matplotlib): imported when the command runs
+    from clustersim.simulator.network import DEFAULT_FIDELITY
 
     console, errors = Console(width=None if sys.stdout.isatty() else 140), Console(stderr=True)
     try:
-        if fidelity not in ("analytic", "flow"):
-            raise ClusterSimError(f"--fidelity {fidelity!r}: use analytic or flow")
-        model: Fidelity = "flow" if fidelity == "flow" else "analytic"
+        if fidelity not in (None, "analytic", "flow"):
+            raise ClusterSimError(f"--fidelity {fidelity!r}: use flow or analytic")
+        model: Fidelity = DEFAULT_FIDELITY if fidelity is None else ("flow" if fidelity == "flow" else "analytic")
         output_file("--out", out)  # checked before the (long) computation
         if fit_profiles is not None:
             output_dir("--fit-profiles", fit_profiles)

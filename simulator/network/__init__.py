@@ -19,9 +19,9 @@ from clustersim.simulator.network.routing import Fabric, fabric_of
 from clustersim.simulator.network.sharing import FabricLoad, FluidShare, Phase, Transfer
 
 if TYPE_CHECKING:
-    from clustersim.simulator.network.pricing import CollectiveRow, CommPricer, Fidelity
+    from clustersim.simulator.network.pricing import DEFAULT_FIDELITY, CollectiveRow, CommPricer, Fidelity
 
-_PRICING = ("CollectiveRow", "CommPricer", "Fidelity")
+_PRICING = ("CollectiveRow", "CommPricer", "DEFAULT_FIDELITY", "Fidelity")
 """Names the face takes from ``pricing`` when first read (PEP 562): the step's pricer needs the plan
 room, which ``clustersim collective`` (one collective on a preset) does not, ~0.1 s of its start."""
 
@@ -34,6 +34,7 @@ def __getattr__(name: str) -> object:
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 __all__ = [
+    "DEFAULT_FIDELITY",
     "CollectiveCost",
     "CollectiveError",
     "CollectiveKind",

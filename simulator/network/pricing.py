@@ -26,6 +26,11 @@ from clustersim.simulator.plan import Axis, Placement
 from clustersim.topologies import Cluster
 
 Fidelity = Literal["flow", "analytic"]
+DEFAULT_FIDELITY: Fidelity = "flow"
+"""The one prediction path: ``simulate``, ``validate``, the profile fit and the cross-validation
+all price collectives with the flow-level model unless told otherwise, so a printed prediction,
+its interval and the fitted profiles come from the same model (``analytic`` stays the search's
+screening tier and an explicit option)."""
 Direction = Literal["fwd", "bwd"]
 """A pipeline link's direction: ``fwd`` carries stage s -> s+1, ``bwd`` s+1 -> s."""
 CollectiveRow = dict[str, object]
@@ -40,7 +45,7 @@ class CommPricer:
     cluster: Cluster
     placement: Placement
     profile: CalibrationProfile
-    fidelity: Fidelity = "flow"
+    fidelity: Fidelity = DEFAULT_FIDELITY
     _cache: dict[tuple[str, float, str], float] = field(default_factory=dict)
     _details: dict[tuple[str, float, str], CollectiveCost] = field(default_factory=dict)
     _transfers: dict[tuple[str, float, str, int], Transfer] = field(default_factory=dict)

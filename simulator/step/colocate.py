@@ -27,7 +27,7 @@ from typing import Any, Sequence
 import numpy as np
 
 from clustersim.simulator.errors import PlanError
-from clustersim.simulator.network import FabricLoad, Fidelity, fabric_of
+from clustersim.simulator.network import DEFAULT_FIDELITY, FabricLoad, Fidelity, fabric_of
 from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.profile import CalibrationProfile, default_profile
 from clustersim.simulator.step.result import Result
@@ -98,7 +98,7 @@ class Colocation:
 
 
 def colocate(jobs: Sequence[Job], cluster: Cluster, placement: JobPlacement = "packed", *,
-             fidelity: Fidelity = "flow", tolerance: float = 1e-3, max_iterations: int = 20,
+             fidelity: Fidelity = DEFAULT_FIDELITY, tolerance: float = 1e-3, max_iterations: int = 20,
              top: int = 10) -> Colocation:
     """Simulate ``jobs`` side by side on ``cluster`` (which holds them all on whole blocks)."""
     if len(jobs) < 2:

@@ -25,7 +25,7 @@ from clustersim.simulator.plan import (
     chunks_per_stage,
     num_microbatches,
 )
-from clustersim.simulator.network import CommPricer, FabricLoad, Fidelity
+from clustersim.simulator.network import DEFAULT_FIDELITY, CommPricer, FabricLoad, Fidelity
 from clustersim.simulator.step.compute import expert_path, local_experts, peak_for
 from clustersim.simulator.step.engine import EngineInput, Interval, run
 from clustersim.simulator.step.jitter import pass_wait_fraction, sync_wait_fraction, variability_wait_fraction
@@ -52,7 +52,7 @@ def simulate(
     mode: Mode = "symmetric",
     seed: int = 0,
     compute_scale: Sequence[float] | np.ndarray | None = None,
-    fidelity: Fidelity = "flow",
+    fidelity: Fidelity = DEFAULT_FIDELITY,
     fabric_sharing: FabricSharing = "static",
     fabric_load: FabricLoad | None = None,
 ) -> Result:

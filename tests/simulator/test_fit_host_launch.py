@@ -42,7 +42,8 @@ def _host_bound_row() -> tuple[dict[str, object], CalibrationProfile]:
     profiles = {p.stem: load_profile(p) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
     key = profile_key("B200", list(profiles))
     assert key is not None
-    return {str(k): v for k, v in row.items()}, profiles[key]
+    # without the per-kernel floor (the fit may put it above the launch cost, and then the GPU binds)
+    return {str(k): v for k, v in row.items()}, profiles[key].replace(kernel_overhead=0.0)
 
 
 def test_host_column_is_a_direct_simulation_at_the_probe_and_the_secant_bounds_the_step() -> None:

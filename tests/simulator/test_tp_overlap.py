@@ -46,7 +46,7 @@ def _costing(plan: ParallelPlan, cluster_name: str = "dgx-h100", scale: float = 
     if scale != 1.0:  # NVLink (where tp = 8 runs) `scale` times as fast
         acc = cluster.accelerator
         cluster = replace(cluster, accelerator=replace(acc, nvlink_bandwidth=acc.nvlink_bandwidth * scale))
-    prof = default_profile(cluster.accelerator.name)
+    prof = default_profile(cluster.accelerator.name).replace(overlap_slowdown={})  # the hand computation has no slowdown
     return Costing(L3, TRAIN, plan, cluster.accelerator, prof,
                    CommPricer(cluster, Placement(plan, cluster.gpus_per_node), prof, "analytic"))
 
