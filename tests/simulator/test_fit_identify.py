@@ -8,6 +8,8 @@ GEMM level must be h100's times the cited part-to-part ratio, whatever b300's me
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pandas as pd
 import pytest
@@ -21,7 +23,7 @@ from clustersim.simulator.calibration.fit_first_order import (
 from clustersim.simulator.calibration.fit_identify import cited_ties, identifying_rows
 from clustersim.simulator.calibration.fit_transfer import transfer_ratios
 from clustersim.simulator.cli.app import app
-from clustersim.simulator.profile import CalibrationProfile
+from clustersim.simulator.profile import CalibrationProfile, default_profile
 from tests.simulator.test_fit_defaults import BASE, TRUTH, _synthetic
 
 PROFILES = {"h100": BASE, "b300": BASE.replace(name="b300")}
@@ -147,3 +149,17 @@ def test_a_dense_bf16_step_on_b300_is_not_slower_than_its_matmul_rate_says() -> 
     assert row["gpu_type"] == "B200" and row["model"].startswith("LLAMA3.1_405B")
     t = {g: validate_row({**row, "gpu_type": g, "precision": "BF16"})["predicted_step_time_s"] for g in ("B200", "B300")}
     assert 0.9 < t["B300"] / t["B200"] < 1.1, t
+
+
+def test_fit_only_writes_the_copies_of_a_refitted_profile(tmp_path: Path) -> None:
+    # H200 is H100's fit times the cited ratios (fit_defaults.COPIES): refitting H100 alone must
+    # rewrite it too, and nothing else that was not refitted
+    from types import SimpleNamespace
+
+    from clustersim.simulator.cli.validate import write_profiles_with_headers
+
+    profs = {stem: default_profile(stem) for stem in ("h100", "h200", "b200")}
+    write_profiles_with_headers(SimpleNamespace(profiles=profs), tmp_path, ("h100",))  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.glob("*.yaml")) == ["h100.yaml", "h200.yaml"]
+    write_profiles_with_headers(SimpleNamespace(profiles=profs), tmp_path / "b", ("b200",))  # type: ignore[arg-type]
+    assert sorted(p.name for p in (tmp_path / "b").glob("*.yaml")) == ["b200.yaml"]
