@@ -28,7 +28,7 @@ import pandas as pd
 
 from clustersim.simulator.calibration.fit_defaults import profile_key
 from clustersim.simulator.calibration.fit_first_order import (
-    apply_scales, first_order_problem, measured_times, row_weights,
+    apply_scales, first_order_problem, measured_times, row_weights, shared_held,
 )
 from clustersim.simulator.calibration.fit_params import (
     GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, PER_GROUP, Bounds, with_cited_constants,
@@ -107,7 +107,7 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
 
 def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], train: np.ndarray, *,
              family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4, pooling: bool = False,
-             strength: float | None = None, transfer: bool = True) -> FoldFit:
+             strength: float | None = None, transfer: bool = True, hold_shared: bool = False) -> FoldFit:
     """Fit on the ``train`` rows of the ``ok`` rows of ``sens``.
 
     ``transfer`` (donor rule only; default): a GPU type without training rows takes its donor's
@@ -117,9 +117,15 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
     (``fit_pooling``) at ``strength``, chosen by leave-one-family-out inside the training rows
     when None; pooled levels for what no training row moves, priors where no type has evidence.
     Not the default: on the stored sensitivities of 34d4574 it made the first-order held-out
-    figure worse (11.50 -> 12.61 %; docs/VALIDATION.md)."""
+    figure worse (11.50 -> 12.61 %; docs/VALIDATION.md).
+    ``hold_shared`` (donor rule only): the shared scales (curve shape, kernel overhead, memory
+    efficiency, jitter) held at ``profiles``' values, each GPU type's own fitted: what
+    ``clustersim validate --fit-profiles --fit-only`` of every type does."""
+    if hold_shared and pooling:
+        raise CalibrationError("hold_shared applies to the donor rule; drop pooling")
     if not pooling:
-        return _fit_fold_donor(sens, profiles, train, family=family, bounds=bounds, sweeps=sweeps, transfer=transfer)
+        return _fit_fold_donor(sens, profiles, train, family=family, bounds=bounds, sweeps=sweeps, transfer=transfer,
+                               hold_shared=hold_shared)
     ok = sens[sens.status == "ok"]
     pb = first_order_problem(ok, profiles)
     meas, w = measured_times(ok, None), row_weights(ok)
@@ -156,7 +162,8 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
 
 
 def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], train: np.ndarray, *,
-             family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4, transfer: bool = True) -> FoldFit:
+             family: str = "", bounds: Bounds = Bounds(), sweeps: int = 4, transfer: bool = True,
+             hold_shared: bool = False) -> FoldFit:
     """The default fold fit: each GPU type on its own rows; priors and donors (``GROUP_DONORS``, with
     ``transfer`` the donor's values times the cited ratios of ``fit_transfer``) for the rest; the GEMM
     level and FP8 factor of a type whose rows do not identify them held at its donor's times the
@@ -164,7 +171,8 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
     ok = sens[sens.status == "ok"]
     pb = first_order_problem(ok, profiles)
     meas, w = measured_times(ok, None), row_weights(ok)
-    x, tied, notes = fit_identified(pb, meas, w, train=train, bounds=bounds, sweeps=sweeps)
+    x, tied, notes = fit_identified(pb, meas, w, train=train, bounds=bounds, sweeps=sweeps,
+                                    hold=shared_held(pb) if hold_shared else None)
     moved = evidence(pb, train)
     host_moved = host_evidence(pb, train)
     fitted: dict[str, CalibrationProfile] = {}
@@ -279,7 +287,7 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
                             workers: int = 2, progress: Callable[[int, int], None] | None = None,
                             reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
                             on_folds: Callable[[pd.DataFrame, Sequence[FoldFit]], None] | None = None,
-                            pooling: bool = False, transfer: bool = True) -> CrossValidation:
+                            pooling: bool = False, transfer: bool = True, hold_shared: bool = False) -> CrossValidation:
     """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
 
     ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).
@@ -288,13 +296,16 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     ``on_folds`` is called once the folds are fitted, before any re-simulation, with the first-order
     held-out table (row_id, source_id, gpu_type, group, measured_s, family, first_order_held_out_s)
     and the fold fits: the fit's own figure in minutes, the simulated one after.
+    ``hold_shared``: every fold fits each GPU type's own parameters only (``fit_fold``), as the
+    bundled profiles' ``--fit-only`` refit does.
     """
     ok = sens[sens.status == "ok"].reset_index(drop=True)
     fam = ok.source_id.astype(str).map(family_of).to_numpy()
     families = sorted(set(fam))
     if len(families) < 2:
         raise CalibrationError(f"cross-validation by family needs 2 or more families, the rows have {families}")
-    full = fit_fold(ok, profiles, np.ones(len(ok), bool), bounds=bounds, sweeps=sweeps, pooling=pooling, transfer=transfer)
+    full = fit_fold(ok, profiles, np.ones(len(ok), bool), bounds=bounds, sweeps=sweeps, pooling=pooling, transfer=transfer,
+                    hold_shared=hold_shared)
     in_sample = reuse[1] if reuse is not None and same_fit(full, reuse[0]) else None
     folds = [full]
     fold_of: dict[str, FoldFit] = {}
@@ -302,7 +313,8 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     first_order = np.zeros(len(ok))
     for f in families:
         test = fam == f
-        ff = fit_fold(ok, profiles, ~test, family=f, bounds=bounds, sweeps=sweeps, pooling=pooling, transfer=transfer)
+        ff = fit_fold(ok, profiles, ~test, family=f, bounds=bounds, sweeps=sweeps, pooling=pooling, transfer=transfer,
+                      hold_shared=hold_shared)
         folds.append(ff)
         fold_of[f] = ff
         first_order[test] = _first_order_at(pb, ok, profiles, ff)[test]

@@ -27,7 +27,7 @@ from clustersim.simulator.network import DEFAULT_FIDELITY, Fidelity
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.calibration.fit_first_order import (
     _initial, _Problem, apply_scales, first_order_errors, first_order_problem, held_out_folds, measured_times,
-    row_weights,
+    row_weights, shared_held,
 )
 from clustersim.simulator.calibration.fit_params import (
     HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PER_GROUP, PER_GROUP_SECONDS, PERTURB_FACTOR,
@@ -262,9 +262,7 @@ def held_fixed(pb: _Problem, only: Sequence[str]) -> dict[str, dict[int, float]]
     keep = [i for i, g in enumerate(pb.groups) if g not in only]
     names = (*PER_GROUP, *[k for k in PER_GROUP_SECONDS if k in x0])
     hold = {name: {i: float(x0[name][i]) for i in keep} for name in names}
-    for name in ("curve", "kern", "mem", "jit"):
-        hold[name] = {i: float(v) for i, v in enumerate(x0[name])}
-    return hold
+    return {**hold, **shared_held(pb)}
 
 
 def fit_default_profiles(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *, rounds: int = 1,

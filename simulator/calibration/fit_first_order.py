@@ -90,6 +90,17 @@ def _initial(pb: _Problem, bounds: Bounds = Bounds()) -> dict[str, np.ndarray]:
             "jit": np.array([jitter_start(float(np.mean(pb.base["jit"])), bounds.jitter)])}
 
 
+SHARED_SCALES: tuple[str, ...] = ("curve", "kern", "mem", "jit")
+"""The scales every GPU type shares: the GEMM curve's shape, the kernel overhead, the memory
+efficiency and the jitter."""
+
+
+def shared_held(pb: _Problem) -> dict[str, dict[int, float]]:
+    """``fit_scales(frozen=)`` holding the shared scales (``SHARED_SCALES``) at their starting values,
+    i.e. the starting profiles': a fit of each GPU type's own parameters only."""
+    x0 = _initial(pb)
+    return {name: {i: float(v) for i, v in enumerate(x0[name])} for name in SHARED_SCALES}
+
 
 def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
     """First-order predicted step time of every row at scales ``x``."""

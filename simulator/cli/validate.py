@@ -99,6 +99,10 @@ def validate_command(
     sensitivities_csv: Annotated[Path | None, typer.Option(
         "--sensitivities", help="With --cross-validate: reuse a fit_sensitivities.csv of --fit-profiles taken at "
         "the bundled profiles (else one sensitivity pass is simulated first).")] = None,
+    hold_shared: Annotated[bool, typer.Option(
+        "--hold-shared", help="With --cross-validate: every fold fits each GPU type's own parameters and holds the "
+        "shared curve shape, kernel overhead and memory efficiency at the bundled profiles' values (the procedure "
+        "of --fit-profiles --fit-only over every GPU type).")] = False,
 ) -> None:
     """Re-predict published training runs and report the step-time error."""
     from clustersim.simulator.calibration.validate import load_runs, validate_runs  # heavy (pandas/matplotlib): imported when the command runs
@@ -121,8 +125,10 @@ def validate_command(
                 raise ClusterSimError("--cross-validate starts from the bundled profiles; drop --calibration and --fit-profiles")
             from clustersim.simulator.cli.validate_cv import run_cross_validation  # heavy (pandas): imported when used
 
-            run_cross_validation(console, errors, table, model, workers, progress, cv_dir, sensitivities_csv)
+            run_cross_validation(console, errors, table, model, workers, progress, cv_dir, sensitivities_csv, hold_shared)
             return
+        if hold_shared:
+            raise ClusterSimError("--hold-shared applies to --cross-validate family; add it or drop --hold-shared")
         if fit_profiles is not None:
             if calibration is not None:
                 raise ClusterSimError("--fit-profiles starts from the bundled profiles; drop --calibration")

@@ -33,7 +33,7 @@ INTERVALS_HEADER = (
 
 
 def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame, fidelity: Fidelity, workers: int,
-                         progress: bool, out_dir: Path, sens_csv: Path | None) -> CrossValidation:
+                         progress: bool, out_dir: Path, sens_csv: Path | None, hold_shared: bool = False) -> CrossValidation:
     """Sensitivities (cached or one pass), the folds, coverage; files into ``out_dir``; tables printed."""
     profiles = {p.stem: load_profile(p) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
     start = time.perf_counter()
@@ -50,7 +50,8 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
         task2 = bar.add_task("held-out re-simulation", total=int((sens.status == "ok").sum()))
         cv = cross_validate_families(table, sens, profiles, fidelity=fidelity, workers=workers,
                                      progress=lambda d, _t: bar.update(task2, completed=d),
-                                     reuse=_fit_run(sens_csv), on_folds=lambda fr, folds: _write_folds(out_dir, fr, folds))
+                                     reuse=_fit_run(sens_csv), on_folds=lambda fr, folds: _write_folds(out_dir, fr, folds),
+                                     hold_shared=hold_shared)
     coverage = coverage_by_family(cv.rows)
     _write(out_dir, cv, coverage, sens if sens_csv is None else None)
     _print(console, cv, coverage, t_sens, time.perf_counter() - start - t_sens, out_dir)

@@ -23,6 +23,7 @@ from clustersim.simulator.calibration.fit_first_order import (
 from clustersim.simulator.calibration.fit_identify import cited_ties, identifying_rows
 from clustersim.simulator.calibration.fit_transfer import transfer_ratios
 from clustersim.simulator.cli.app import app
+from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.profile import CalibrationProfile, default_profile
 from tests.simulator.test_fit_defaults import BASE, TRUTH, _synthetic
 
@@ -119,6 +120,7 @@ def test_fit_only_holds_every_other_type_and_the_shared_scales() -> None:
     (["--fit-only", "b999", "--fit-profiles", "OUT"], "--fit-only 'b999': b999; use comma-separated profile stems"),
     (["--fit-only", "b300"], "--fit-only 'b300' refits profiles; add --fit-profiles OUT_DIR"),
     (["--fit-only", "h200", "--fit-profiles", "OUT"], "fit only h200: no row of the runs uses that profile"),
+    (["--hold-shared"], "--hold-shared applies to --cross-validate family; add it or drop --hold-shared"),
 ])
 def test_cli_fit_only_rejects_bad_input(args: list[str], message: str, tmp_path: object) -> None:
     args = [str(tmp_path) + "/out" if a == "OUT" else a for a in args]
@@ -163,3 +165,20 @@ def test_fit_only_writes_the_copies_of_a_refitted_profile(tmp_path: Path) -> Non
     assert sorted(p.name for p in tmp_path.glob("*.yaml")) == ["h100.yaml", "h200.yaml"]
     write_profiles_with_headers(SimpleNamespace(profiles=profs), tmp_path / "b", ("b200",))  # type: ignore[arg-type]
     assert sorted(p.name for p in (tmp_path / "b").glob("*.yaml")) == ["b200.yaml"]
+
+
+def test_cross_validation_can_hold_the_shared_scales_as_the_per_type_refit_does() -> None:
+    # the synthetic truth moves the memory efficiency and the kernel overhead (shared by every type):
+    # the default fold fit follows them; hold_shared keeps the starting profiles' values, and still
+    # fits each type's own parameters
+    sens = _two_types(TRUTH, always=())
+    train = np.ones(int((sens.status == "ok").sum()), bool)
+    free = fit_fold(sens, PROFILES, train, family="all")
+    held = fit_fold(sens, PROFILES, train, family="all", hold_shared=True)
+    for g in ("h100", "b300"):
+        assert held.profiles[g].memory_efficiency == pytest.approx(BASE.memory_efficiency)
+        assert held.profiles[g].kernel_overhead == pytest.approx(BASE.kernel_overhead)
+        assert held.profiles[g].expert_efficiency != pytest.approx(BASE.expert_efficiency)  # own ones fitted
+        assert free.profiles[g].memory_efficiency != pytest.approx(BASE.memory_efficiency)
+    with pytest.raises(CalibrationError, match="hold_shared"):
+        fit_fold(sens, PROFILES, train, pooling=True, hold_shared=True)
