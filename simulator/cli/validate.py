@@ -182,9 +182,8 @@ def _run_fit(table: pd.DataFrame, fidelity: Fidelity, rounds: int, workers: int,
 def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path, only: tuple[str, ...] | None = None) -> None:
     """Write the profiles (with ``only``, just those refitted) and the report files; print the report."""
     import pandas as pd  # heavy (pandas/matplotlib): imported when the command runs
-    from clustersim.simulator.calibration.fit_defaults import COPIES
 
-    write_profiles_with_headers(outcome, out_dir, only)
+    written = write_profiles_with_headers(outcome, out_dir, only)
     for name, frame in (("fit_report", outcome.report), ("fit_folds", outcome.folds), ("fit_rows", outcome.after),
                         ("fit_sensitivities", outcome.sensitivities)):
         write_atomic(out_dir / f"{name}.csv", frame.to_csv(index=False))
@@ -195,16 +194,16 @@ def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path, only: tuple
         table.add_row(str(rec["group"]), str(rec["rows"]), *(f"{rec[k]:.2f}" if pd.notna(rec[k]) else "-" for k in
                       ("mape_before", "mape_first_order", "mape_after", "mape_held_out")))
     console.print(table)
-    written = len(outcome.profiles) if only is None else sum(s in only or COPIES.get(s) in only for s in outcome.profiles)
     console.print(f"wrote {written} profiles and fit_report.csv, fit_folds.csv, fit_rows.csv, fit_sensitivities.csv to {out_dir}")
 
 
-def write_profiles_with_headers(outcome: FitOutcome, out_dir: Path, only: tuple[str, ...] | None = None) -> None:
+def write_profiles_with_headers(outcome: FitOutcome, out_dir: Path, only: tuple[str, ...] | None = None) -> int:
     """One ``<stem>.yaml`` per profile (with ``only``, per refitted profile and per copy of one,
     ``fit_defaults.COPIES``: H200 follows a refitted H100), each with the header naming its GPU type,
-    the data and the method."""
+    the data and the method. Returns how many were written."""
     from clustersim.simulator.calibration.fit_defaults import COPIES, PROFILE_HEADER, write_profiles  # heavy (pandas/matplotlib): imported when the command runs
 
-    for stem, prof in outcome.profiles.items():
-        if only is None or stem in only or COPIES.get(stem) in only:
-            write_profiles({stem: prof}, out_dir, header=PROFILE_HEADER.format(gpu=stem.upper()))
+    chosen = {s: p for s, p in outcome.profiles.items() if only is None or s in only or COPIES.get(s) in only}
+    for stem, prof in chosen.items():
+        write_profiles({stem: prof}, out_dir, header=PROFILE_HEADER.format(gpu=stem.upper()))
+    return len(chosen)

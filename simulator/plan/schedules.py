@@ -345,17 +345,11 @@ def paired_in_flight_peak(steps: Sequence[Step], chunk_weight: Sequence[float] |
     """Most activations held at once by a program of steps: a single pass as in ``in_flight_peak``;
     a forward-backward pair runs layer by layer (Megatron-Core's combined 1F1B pairs forward layer i
     with backward layer L - 1 - i, ``TransformerLayerSchedulePlan.run``), so the backward frees as
-    the forward holds and the pair's peak is the larger of the live set before and after it. The
-    extra warm-up forward of a paired schedule thus takes the place of the unpaired steady state's
-    forward-before-backward: the same peak."""
-    live = peak = 0.0
-    for step in steps:
-        before = live
-        for kind, _, v in step:
-            w = 1.0 if chunk_weight is None else chunk_weight[v]
-            live += w if kind == "F" else -w if kind == "B" else 0.0
-        peak = max(peak, live) if len(step) == 1 else max(peak, before, live)
-    return peak
+    the forward holds and the pair's peak is the larger of the live set before and after it, which
+    is ``in_flight_peak`` with each pair's backward walked first. The extra warm-up forward of a
+    paired schedule thus takes the place of the unpaired steady state's forward-before-backward:
+    the same peak."""
+    return in_flight_peak([a for step in steps for a in sorted(step, key=lambda a: a[0] != "B")], chunk_weight)
 
 
 @lru_cache(maxsize=128)
