@@ -37,6 +37,7 @@ from clustersim.simulator.calibration.fit_pooling import choose_strength, eviden
 from clustersim.simulator.calibration.fit_identify import fit_identified
 from clustersim.simulator.calibration.fit_transfer import DONOR_MIN_FAMILIES, GROUP_DONORS, transfer_profile
 from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, CalibrationProfile
+from clustersim.simulator.calibration.repeatability import row_floors
 from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
 from clustersim.simulator.errors import CalibrationError
@@ -259,7 +260,7 @@ def _simulate_chunk(items: list[tuple[dict[str, Any], CalibrationProfile, Calibr
         full = validate_row(row, profile=full_prof, fidelity=fidelity, cache=cache) if full_prof is not None else None
         out.append({"row_id": int(row["row_id"]), "held_out_s": held["predicted_step_time_s"],
                     "in_sample_s": full["predicted_step_time_s"] if full else None, "held_status": held["status"],
-                    "held_reason": held["reason"], "regime": regime_of_row(row),
+                    "held_reason": held["reason"], "regime": regime_of_row(row), "scenario": held["scenario"],
                     "predicted_oom": "memory check lifted" in str((full or held)["inferred"] or "")})
     return out
 
@@ -396,11 +397,14 @@ def _gather(parts: Any, records: list[dict[str, Any]], total: int,
 
 
 def family_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per held-out family and "all": rows, in-sample MAPE, out-of-sample MAPE, out-of-sample bias."""
+    """Per held-out family and "all": rows, in-sample MAPE, out-of-sample MAPE, out-of-sample bias,
+    and the repeatability floor (``repeatability.row_floors``: the least MAPE any prediction from the
+    rows' inputs can reach, their scenarios measured more than once; nan without a ``scenario`` column)."""
     def line(name: str, g: pd.DataFrame) -> dict[str, Any]:
         return {"family": name, "rows": len(g), "mape_in_sample": float(g.error_in_pct.abs().mean()),
                 "mape_out_of_sample": float(g.error_out_pct.abs().mean()),
-                "median_abs_out": float(g.error_out_pct.abs().median()), "bias_out": float(g.error_out_pct.mean())}
+                "median_abs_out": float(g.error_out_pct.abs().median()), "bias_out": float(g.error_out_pct.mean()),
+                "floor_mape": float(row_floors(g.scenario, g.measured_s).mean()) if "scenario" in g else float("nan")}
     out = [line(str(f), g) for f, g in frame.groupby("family")]
     return pd.DataFrame(out + [line("all", frame)])
 

@@ -26,6 +26,7 @@ from clustersim.simulator.profile import CalibrationProfile, default_profile
 from clustersim.simulator.network import DEFAULT_FIDELITY, Fidelity
 from clustersim.simulator.errors import OutOfMemoryError, ScenarioError
 from clustersim.simulator.plan import ParallelPlan
+from clustersim.simulator.calibration.repeatability import repeatability_floor, scenario_key
 from clustersim.simulator.calibration.spellings import UnknownSpelling, nic_gbps_per_gpu
 from clustersim.simulator.calibration.validate_plan import (
     attention_kernel, batch_consistent, optimizer_state_bytes, plan_for_row, tuning_candidates,
@@ -51,7 +52,7 @@ ClusterKey = tuple[str, str, int, tuple[tuple[str, str], ...]]
 OUTPUT_COLUMNS: tuple[str, ...] = (
     "row_id", "source_id", "framework", "gpu_type", "model", "num_gpus", "status", "reason",
     "predicted_step_time_s", "measured_step_time_s", "error_pct", "predicted_mfu", "measured_from",
-    "inferred", "plan", "wall_s",
+    "inferred", "plan", "scenario", "wall_s",
 )
 """Columns of the validation output (one row per input row)."""
 
@@ -286,7 +287,8 @@ def validate_row(row: Mapping[str, Any], *, profile: CalibrationProfile | None =
                                                         else sc.training.precision)
     rec.update(status="ok", predicted_step_time_s=res.step_time, measured_step_time_s=sc.measured_step_time,
                error_pct=err, predicted_mfu=res.model_flops / (res.step_time * res.num_gpus * peak), measured_from=sc.measured_from,
-               inferred="; ".join(sc.inferred + note), plan=sc.plan.describe(), wall_s=time.perf_counter() - start,
+               inferred="; ".join(sc.inferred + note), plan=sc.plan.describe(),
+               scenario=scenario_key(sc.model, sc.training, sc.cluster, sc.plan), wall_s=time.perf_counter() - start,
                _plan=sc.plan)
     return rec
 
@@ -315,7 +317,8 @@ def error_stats(errors: pd.Series) -> dict[str, float]:
 
 
 def summarise(results: pd.DataFrame) -> dict[str, Any]:
-    """Counts, the overall error and the error by source and by GPU type."""
+    """Counts, the overall error, the error by source and by GPU type, and the repeatability floor
+    (``repeatability.repeatability_floor``: what rows measured more than once leave to any model)."""
     ok = results[results.status == "ok"]
     by = {}
     for key in ("source_id", "gpu_type"):
@@ -323,7 +326,8 @@ def summarise(results: pd.DataFrame) -> dict[str, Any]:
     skipped = results[results.status != "ok"]
     return {"simulated": int(len(ok)), "skipped": int(len(skipped)), "overall": error_stats(ok.error_pct),
             "by_source": by["source_id"], "by_gpu": by["gpu_type"],
-            "skip_reasons": skipped.reason.map(reason_group).value_counts()}
+            "skip_reasons": skipped.reason.map(reason_group).value_counts(),
+            "floor": repeatability_floor(results) if "scenario" in results.columns else None}
 
 
 def reason_group(reason: str) -> str:

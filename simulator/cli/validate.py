@@ -63,6 +63,12 @@ def print_summary(console: Console, results: pd.DataFrame) -> None:
         meg = megatron_lm_rows(results[results.status == "ok"])
         if len(meg):
             console.print(_overall_line("Megatron-LM rows", error_stats(meg.error_pct)))
+        if (fl := s["floor"]) is not None and fl.scenarios:
+            console.print(
+                f"repeated scenarios: {fl.repeated_rows} rows in {fl.scenarios} scenarios measured more than once "
+                f"(same inputs, another release): no prediction from these inputs gets below {fl.floor_mape:.2f} % "
+                f"MAPE over all rows ({fl.floor_mape_repeated:.2f} % on those rows, where the model has "
+                f"{fl.model_mape_repeated:.2f} %); {fl.scenarios_beyond_40} of them leave a row beyond 40 % whatever the prediction")
         console.print(stats_table("error by source", "source_id", s["by_source"]))
         console.print(stats_table("error by GPU type", "gpu_type", s["by_gpu"]))
     if s["skipped"]:
