@@ -123,7 +123,8 @@ def _row_record(row: Mapping[str, Any], key: str | None, profiles: Mapping[str, 
     base = validate_row(row, profile=profiles[key], fidelity=fidelity, cache=cache)
     if base["status"] != "ok":
         return {**rec, "status": "skipped", "reason": base["reason"]}
-    rec.update(status="ok", reason="", measured=base["measured_step_time_s"], base=base["predicted_step_time_s"])
+    rec.update(status="ok", reason="", measured=base["measured_step_time_s"], base=base["predicted_step_time_s"],
+               scenario=base["scenario"])
     for p in params:
         if not _relevant(p, row):
             rec[p] = rec["base"]
@@ -148,7 +149,8 @@ def sensitivities(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile]
 
     ``profiles`` maps a profile stem (``a100``, ``h100``, ...) to its profile; a row uses the profile
     of its ``gpu_type``. Columns: row_id, gpu_type, group, framework, source_id, status, reason,
-    measured, base and one per parameter (seconds). ``workers`` > 1 runs chunks in a process pool.
+    measured, base, scenario (``repeatability.scenario_key``, for ``fit_first_order.row_weights``)
+    and one per parameter (seconds). ``workers`` > 1 runs chunks in a process pool.
     """
     rows = [{str(k): v for k, v in row.items()} for row in runs.to_dict("records")]
     chunks = [rows[i:i + chunk] for i in range(0, len(rows), chunk)]

@@ -156,15 +156,26 @@ def weighted_mape(pred: np.ndarray, measured: np.ndarray, weights: np.ndarray, s
 
 
 def row_weights(sens: pd.DataFrame) -> np.ndarray:
-    """Equal total weight per publication family (``validate.family_of`` of ``source_id``).
+    """Equal total weight per publication family (``validate.family_of`` of ``source_id``), and
+    inside a family equal weight per scenario (the ``scenario`` column of the sensitivities,
+    ``repeatability.scenario_key``: what the simulator received for the row).
 
-    Each of a family's n rows weighs 1/n times the mean family size, so no family (216 MosaicML
-    rows, 12 SC'21 rows) outvotes another and the weights still average 1 per row.
+    Megatron-Bridge re-publishes one recipe in up to seven releases; those rows are one scenario
+    measured several times, not several pieces of evidence, so they share one scenario's weight
+    instead of outvoting the recipes published once. Each family's weight is split evenly over its
+    distinct scenarios and each scenario's evenly over its rows; no family (216 MosaicML rows, 12
+    SC'21 rows) outvotes another, and the weights average 1 per row. Without a ``scenario`` column
+    (a table written before December's twenty-second stop) every row is its own scenario: 1/n of
+    its family each, the weights of before.
     """
     ok = sens[sens.status == "ok"] if "status" in sens else sens
     fam = ok.source_id.fillna("").astype(str).map(family_of)
-    counts = fam.map(fam.value_counts())
-    return (len(fam) / fam.nunique() / counts).to_numpy(float)
+    rows = ok.row_id.astype(str) if "row_id" in ok else pd.Series(np.arange(len(ok)).astype(str), index=ok.index)
+    scen = ok.scenario.astype(str).where(ok.scenario.notna(), "row " + rows) if "scenario" in ok else "row " + rows
+    key = fam + "\x1f" + scen
+    unit = 1.0 / key.groupby(key).transform("size")  # each scenario of a family weighs 1
+    per_family = unit / unit.groupby(fam).transform("sum")  # each family weighs 1
+    return (per_family * len(fam) / max(1, fam.nunique())).to_numpy(float)
 
 
 def _candidates(v: float, step: float | None, name: str = "") -> np.ndarray:

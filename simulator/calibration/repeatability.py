@@ -26,10 +26,11 @@ import pandas as pd
 
 
 def scenario_key(*parts: Any) -> str:
-    """A 12-hex-digit identity of the scenario ``parts`` (their ``repr``, in order): equal for equal
-    inputs, deterministic across runs and processes (no ``hash()`` salt)."""
+    """The identity of the scenario ``parts`` (their ``repr``, in order): "s" and 12 hex digits of a
+    sha256, equal for equal inputs, deterministic across runs and processes (no ``hash()`` salt),
+    and never read back from a CSV as a number."""
     text = "\x1f".join(repr(p) for p in parts)
-    return hashlib.sha256(text.encode()).hexdigest()[:12]
+    return "s" + hashlib.sha256(text.encode()).hexdigest()[:12]
 
 
 def best_constant_errors(measured: Iterable[float]) -> np.ndarray:

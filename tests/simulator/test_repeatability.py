@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from clustersim.simulator.calibration.fit_crossval import family_table
+from clustersim.simulator.calibration.fit_first_order import row_weights
 from clustersim.simulator.calibration.repeatability import best_constant_errors, repeatability_floor, scenario_key
 from clustersim.simulator.calibration.validate import load_runs, validate_row, validate_runs
 from clustersim.simulator.cli.app import app
@@ -63,7 +65,10 @@ def test_beyond_40_boundary() -> None:
 def test_scenario_key_is_deterministic_and_separates_inputs() -> None:
     assert scenario_key(1, "x", (2.0,)) == scenario_key(1, "x", (2.0,))
     assert scenario_key(1, "x") != scenario_key("x", 1)
-    assert len(scenario_key(object)) == 12
+    keys = [scenario_key(i) for i in range(200)]
+    assert all(len(k) == 13 and k.startswith("s") for k in keys)
+    back = pd.read_csv(io.StringIO("scenario\n" + "\n".join(keys))).scenario  # no dtype given
+    assert back.tolist() == keys  # a CSV never reads a key back as a number
 
 
 def test_published_rows_share_a_scenario_exactly_when_the_simulator_sees_the_same_inputs() -> None:
@@ -106,3 +111,27 @@ def test_one_scenario_one_prediction_and_the_model_above_the_floor() -> None:
     fl = repeatability_floor(out)
     assert fl.scenarios >= 5
     assert fl.floor_mape_repeated <= fl.model_mape_repeated + 1e-9  # a constant per scenario cannot beat the floor
+
+
+def _sens(rows: list[tuple[str, str | None]]) -> pd.DataFrame:
+    frame = pd.DataFrame([{"row_id": i, "source_id": src, "status": "ok", "scenario": sc} for i, (src, sc) in enumerate(rows)])
+    return frame
+
+
+def test_fit_weights_one_unit_per_scenario_and_per_family() -> None:
+    # family A (megatron-bridge): scenario x published three times, y once; family B (mosaicml): two rows
+    sens = _sens([("megatron-bridge-25.09", "x"), ("megatron-bridge-25.11", "x"), ("megatron-bridge-26.02", "x"),
+                  ("megatron-bridge-26.02", "y"), ("mosaicml-llmfoundry", "p"), ("mosaicml-llmfoundry", "q")])
+    w = row_weights(sens)
+    assert w.mean() == pytest.approx(1.0)
+    assert w[:4].sum() == pytest.approx(w[4:].sum())  # each family the same total
+    assert w[0] == pytest.approx(w[1]) == pytest.approx(w[2]) == pytest.approx(w[3] / 3)  # x's three rows share one unit
+    assert w[4] == pytest.approx(w[5])
+
+
+def test_fit_weights_without_scenarios_are_the_family_weights_of_before() -> None:
+    sens = _sens([("megatron-bridge-25.09", "x"), ("megatron-bridge-25.11", "x"), ("mosaicml-llmfoundry", "p")])
+    old = row_weights(sens.drop(columns="scenario"))
+    assert old.tolist() == pytest.approx([0.75, 0.75, 1.5])  # 3 rows / 2 families / rows in the family
+    missing = row_weights(sens.assign(scenario=[None, None, "p"]))  # a missing key is its own scenario
+    assert missing.tolist() == pytest.approx(old.tolist())
