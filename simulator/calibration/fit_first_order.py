@@ -165,13 +165,13 @@ def row_weights(sens: pd.DataFrame) -> np.ndarray:
     instead of outvoting the recipes published once. Each family's weight is split evenly over its
     distinct scenarios and each scenario's evenly over its rows; no family (216 MosaicML rows, 12
     SC'21 rows) outvotes another, and the weights average 1 per row. Without a ``scenario`` column
-    (a table written before December's twenty-second stop) every row is its own scenario: 1/n of
+    (a table written before December's twenty-third stop) every row is its own scenario: 1/n of
     its family each, the weights of before.
     """
     ok = sens[sens.status == "ok"] if "status" in sens else sens
     fam = ok.source_id.fillna("").astype(str).map(family_of)
-    rows = ok.row_id.astype(str) if "row_id" in ok else pd.Series(np.arange(len(ok)).astype(str), index=ok.index)
-    scen = ok.scenario.astype(str).where(ok.scenario.notna(), "row " + rows) if "scenario" in ok else "row " + rows
+    own = pd.Series([f"row {i}" for i in range(len(ok))], index=ok.index)  # a row without a key: its own scenario
+    scen = ok.scenario.astype(str).where(ok.scenario.notna(), own) if "scenario" in ok else own
     key = fam + "\x1f" + scen
     unit = 1.0 / key.groupby(key).transform("size")  # each scenario of a family weighs 1
     per_family = unit / unit.groupby(fam).transform("sum")  # each family weighs 1

@@ -114,8 +114,7 @@ def test_one_scenario_one_prediction_and_the_model_above_the_floor() -> None:
 
 
 def _sens(rows: list[tuple[str, str | None]]) -> pd.DataFrame:
-    frame = pd.DataFrame([{"row_id": i, "source_id": src, "status": "ok", "scenario": sc} for i, (src, sc) in enumerate(rows)])
-    return frame
+    return pd.DataFrame([{"row_id": i, "source_id": src, "status": "ok", "scenario": sc} for i, (src, sc) in enumerate(rows)])
 
 
 def test_fit_weights_one_unit_per_scenario_and_per_family() -> None:
