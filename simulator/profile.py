@@ -178,6 +178,12 @@ class CalibrationProfile(BaseModel):
     """Multiplier on the efficiency of routed-expert (grouped) GEMMs of MoE layers: token
     permutation, padding and many small per-expert GEMMs keep them below a dense GEMM's rate. Not
     applied where a rank holds one expert or runs the fused grouped MLP (``step.compute.expert_path``)."""
+    expert_call_time: float = Field(default=0.0, ge=0, le=1e-3)
+    """GPU seconds each routed-expert GEMM call costs beyond its FLOPs on the unfused grouped path
+    (Transformer Engine's ``GroupedLinear``: one GEMM per local expert and pass, each with its own
+    split, quantisation and wave tail; ``step.compute.expert_call_overhead``): a fixed time per call,
+    so many small experts pay it often against little math and a few large ones rarely against
+    much. 0 (the default) where a rank holds one expert or runs the fused grouped MLP."""
     collective_laws: dict[str, tuple[float, float]] = Field(default={})
     """Measured (alpha seconds, bus bandwidth bytes/s) of each collective kind on the machine a
     profile was fitted on (``calibrate fit``: Theil-Sen fit of the collective sweep, e.g. gloo over

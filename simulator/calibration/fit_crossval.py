@@ -31,7 +31,7 @@ from clustersim.simulator.calibration.fit_first_order import (
     apply_scales, first_order_problem, measured_times, row_weights, shared_held,
 )
 from clustersim.simulator.calibration.fit_params import (
-    GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, PER_GROUP, Bounds, with_cited_constants,
+    EXPERT_CALL_PROBE, GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, PER_GROUP, Bounds, with_cited_constants,
 )
 from clustersim.simulator.calibration.fit_pooling import choose_strength, evidence, fit_pooled
 from clustersim.simulator.calibration.fit_identify import fit_identified
@@ -45,12 +45,14 @@ from clustersim.simulator.network import DEFAULT_FIDELITY, Fidelity
 from clustersim.topologies import Cluster
 
 PRIORS: Mapping[str, tuple[str, float]] = {
-    "exp": ("expert_efficiency", GROUPED_GEMM_EFFICIENCY_PRIOR), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0)}
+    "exp": ("expert_efficiency", GROUPED_GEMM_EFFICIENCY_PRIOR), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0),
+    "ecall": ("expert_call_time", 0.0)}
 """Value of a per-GPU factor that no training row of any GPU type moves (no MoE, FP8 or NVFP4 row;
 with ``fit_fold(pooling=True)``, where some type has one, the others take its pooled level):
 routed-expert GEMMs at the cited grouped-GEMM prior (``profile.GROUPED_GEMM_EFFICIENCY_PRIOR``,
-0.62 of the dense GEMM curve read at one expert's shape), FP8/FP4 GEMMs at the
-same fraction of their datasheet peak as BF16 (1.0). Never the value fitted on the held-out rows."""
+0.62 of the dense GEMM curve read at one expert's shape) with no fixed time per expert call
+(``expert_call_time`` 0: no cited size), FP8/FP4 GEMMs at the same fraction of their datasheet peak as
+BF16 (1.0). Never the value fitted on the held-out rows."""
 
 SHARED_PARAMS: int = GEMM_POINTS + 2 + int(Bounds().jitter[1] > Bounds().jitter[0])
 """Parameters shared by every GPU type: the GEMM curve shape (one scale per point), kernel overhead,
@@ -76,6 +78,8 @@ def _set_prior(profile: CalibrationProfile, param: str) -> CalibrationProfile:
     field, value = PRIORS[param]
     if field == "expert_efficiency":
         return profile.replace(expert_efficiency=value)
+    if field == "expert_call_time":
+        return profile.replace(expert_call_time=value)
     return profile.replace(precision_efficiency={**profile.precision_efficiency, field: value})
 
 
@@ -98,6 +102,8 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
                                   ("fp4", profile.precision_efficiency.get("fp4", 1.0), bounds.fp4)):
         if value <= lo + tol or value >= up - tol:
             out.append(f"{name} = {value:.3f} (bounds {lo}..{up})")
+    if profile.expert_call_time >= bounds.expert_call[1] - 1e-9:
+        out.append(f"expert_call_time = {profile.expert_call_time:.2e} s (bound {bounds.expert_call[1]:.1e})")
     lo, hi = bounds.host_launch
     if profile.host_launch_time > 0 and (profile.host_launch_time <= lo + 1e-9 or profile.host_launch_time >= hi - 1e-9):
         out.append(f"host_launch_time = {profile.host_launch_time:.2e} s (bounds 0 or {lo:.1e}..{hi:.1e})")
@@ -138,7 +144,7 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
                      + ", ".join(f"{k:g}: {v:.2f} %" for k, v in scores.items()) + ")")
     x, pooled = fit_pooled(pb, meas, w, train, strength, bounds=bounds, sweeps=sweeps)
     notes.extend(pooled)
-    have = evidence(pb, train)
+    have = all_evidence(pb, train)
     out: dict[str, CalibrationProfile] = {}
     counts: dict[str, int] = {}
     for i, g in enumerate(pb.groups):
@@ -148,7 +154,8 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
                 prof = _set_prior(prof, p)
                 notes.append(f"{g} {p}: no training row of any GPU type moves it, prior {PRIORS[p][1]}")
         host_moved = host_evidence(pb, train)
-        counts[g] = int(sum(bool(have[p][i]) for p in PER_GROUP)) + int(bool(host_moved[i]))
+        counts[g] = (int(sum(bool(have[p][i]) for p in PER_GROUP)) + int(bool(host_moved[i]) and _free(bounds.host_launch))
+                     + int(bool(have["ecall"][i]) and _free(bounds.expert_call)))
         notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         if not np.any(train & (pb.gi == i)):
             prof = prof.replace(name=f"{g}-pooled", source=f"fold without {family}: no {g} row, pooled levels")
@@ -174,7 +181,7 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
     meas, w = measured_times(ok, None), row_weights(ok)
     x, tied, notes = fit_identified(pb, meas, w, train=train, bounds=bounds, sweeps=sweeps,
                                     hold=shared_held(pb) if hold_shared else None)
-    moved = evidence(pb, train)
+    moved = all_evidence(pb, train)
     host_moved = host_evidence(pb, train)
     fitted: dict[str, CalibrationProfile] = {}
     counts: dict[str, int] = {}
@@ -184,12 +191,13 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
         if not np.any(train & (pb.gi == i)):
             continue
         prof = with_cited_constants(apply_scales(profiles[g], i, x), g)
-        have = [p for p in PER_GROUP if moved[p][i]]
+        have = [p for p in (*PER_GROUP, "ecall") if moved[p][i]]
         for p in PRIORS:
             if p not in have:
                 prof = _set_prior(prof, p)
                 notes.append(f"{g} {p}: no training row moves it, prior {PRIORS[p][1]}")
-        counts[g] = sum(i not in tied.get(p, frozenset()) for p in have) + int(bool(host_moved[i]))
+        counts[g] = (sum(i not in tied.get(p, frozenset()) for p in have if p != "ecall")
+                     + int(bool(host_moved[i]) and _free(bounds.host_launch)) + int("ecall" in have and _free(bounds.expert_call)))
         notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
         fitted[g] = prof
@@ -213,6 +221,22 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
         notes.append(f"{g}: no training row, the fitted {donor} profile (rows of {len(fams_of[donor])} "
                      f"families)" + (f" x cited ratios: {how}" if transfer else ""))
     return FoldFit(family=family, profiles=out, fitted_params=counts, notes=tuple(notes))
+
+
+def _free(lo_hi: tuple[float, float]) -> bool:
+    """Whether a per-GPU value in seconds is fitted (its range not pinned at one value): a pinned
+    one is not a fitted parameter, whatever its rows' slopes."""
+    return lo_hi[1] > lo_hi[0]
+
+
+def all_evidence(pb: Any, train: np.ndarray) -> dict[str, np.ndarray]:
+    """``fit_pooling.evidence`` (the per-GPU scales) and ``ecall``: per GPU type, whether a training
+    row's step time moves with ``expert_call_time`` (an unfused routed-expert GEMM on its path)."""
+    out = dict(evidence(pb, train))
+    slope = pb.slopes.get("ecall")
+    moved = np.zeros(len(pb.t0), bool) if slope is None else np.abs(slope) * EXPERT_CALL_PROBE > HOST_EVIDENCE_REL * pb.t0
+    out["ecall"] = np.array([bool(np.any(moved & train & (pb.gi == i))) for i in range(len(pb.groups))])
+    return out
 
 
 HOST_EVIDENCE_REL = 1e-9
@@ -364,6 +388,7 @@ def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, Calibratio
         t[rows] += pb.slopes.get("kern", np.zeros_like(t))[rows] * (new.kernel_overhead - base.kernel_overhead)
         t[rows] += pb.slopes.get("jit", np.zeros_like(t))[rows] * (new.sync_jitter_cv - base.sync_jitter_cv) / JITTER_STEP
         t[rows] += pb.slopes.get("host", np.zeros_like(t))[rows] * (new.host_launch_time - base.host_launch_time)
+        t[rows] += pb.slopes.get("ecall", np.zeros_like(t))[rows] * (new.expert_call_time - base.expert_call_time)
     return t
 
 

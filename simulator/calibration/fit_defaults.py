@@ -30,7 +30,7 @@ from clustersim.simulator.calibration.fit_first_order import (
     row_weights, shared_held,
 )
 from clustersim.simulator.calibration.fit_params import (
-    HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PER_GROUP, PER_GROUP_SECONDS, PERTURB_FACTOR,
+    EXPERT_CALL_PROBE, HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PER_GROUP, PER_GROUP_SECONDS, PERTURB_FACTOR,
     Bounds, with_cited_constants,
 )
 from clustersim.simulator.calibration.fit_identify import fit_identified
@@ -52,7 +52,7 @@ def profile_key(gpu_type: str, keys: Sequence[str]) -> str | None:
 
 def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FACTOR) -> CalibrationProfile:
     """``profile`` with one parameter scaled by ``factor`` (kernel overhead: ``KERNEL_OVERHEAD_PROBE`` seconds added;
-    host launch time: ``HOST_LAUNCH_PROBE`` seconds added)."""
+    host launch time: ``HOST_LAUNCH_PROBE`` seconds added; expert call time: ``EXPERT_CALL_PROBE`` seconds added)."""
     if param.startswith("g") and param[1:].isdigit():
         j = int(param[1:])
         return profile.replace(gemm_efficiency=[(x, e * factor if i == j else e)
@@ -75,6 +75,8 @@ def perturb(profile: CalibrationProfile, param: str, factor: float = PERTURB_FAC
             return profile.replace(precision_efficiency={**prec, param: prec.get(param, 1.0) * factor})
         case "host":
             return profile.replace(host_launch_time=profile.host_launch_time + HOST_LAUNCH_PROBE)
+        case "ecall":
+            return profile.replace(expert_call_time=profile.expert_call_time + EXPERT_CALL_PROBE)
         case "jit":
             return profile.replace(sync_jitter_cv=min(profile.sync_jitter_cv + JITTER_STEP, SYNC_JITTER_MAX))
         case "ak":
@@ -104,7 +106,7 @@ def _relevant(param: str, row: Mapping[str, Any]) -> bool:
             return precision == "fp8" and label != "nvfp4"
         case "fp4":
             return label == "nvfp4"
-        case "exp":
+        case "exp" | "ecall":
             return moe
         case "ak":
             return attention_kernel(dict(row), []) == "flash2"
@@ -233,7 +235,8 @@ def _complete(current: Mapping[str, CalibrationProfile], fitted: Mapping[str, Ca
     out = {**current, **fitted}
     for stem, donor in EXPERT_DONORS.items():
         if stem in fitted and donor in out and not (sens.loc[sens.group == stem, "exp"] != sens.loc[sens.group == stem, "base"]).any():
-            out[stem] = out[stem].replace(expert_efficiency=out[donor].expert_efficiency)
+            out[stem] = out[stem].replace(expert_efficiency=out[donor].expert_efficiency,
+                                          expert_call_time=out[donor].expert_call_time)
     for stem, prof in fitted.items():
         out[stem] = with_cited_constants(out[stem], stem)
         rows = sens[(sens.group == stem) & (sens.status == "ok")]

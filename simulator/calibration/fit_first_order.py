@@ -24,7 +24,7 @@ import numpy as np
 import pandas as pd
 
 from clustersim.simulator.calibration.fit_params import (
-    GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, PER_GROUP,
+    EXPERT_CALL_PROBE, GEMM_POINTS, HOST_LAUNCH_PROBE, JITTER_STEP, KERNEL_OVERHEAD_PROBE, PARAMS, PERTURB_FACTOR, PER_GROUP,
     PER_GROUP_SECONDS, Bounds, jitter_start, jitter_value,
 )
 from clustersim.simulator.calibration.validate import family_of
@@ -44,10 +44,10 @@ class _Problem:
     t0: np.ndarray
     """Base predicted step time per row (s)."""
     slopes: dict[str, np.ndarray]
-    """A_k per parameter per row (s): the step time added by 1/s_k - 1 (kern, host: seconds of step
-    per second of per-op overhead or per-launch host cost)."""
+    """A_k per parameter per row (s): the step time added by 1/s_k - 1 (kern, host, ecall: seconds of
+    step per second of per-op overhead, per-launch host cost or per routed-expert GEMM call)."""
     base: dict[str, np.ndarray]
-    """Current profile values per group: gemm (n x points), attn_max, nvlink, nic, exp, fp8, fp4, mem, kern, host."""
+    """Current profile values per group: gemm (n x points), attn_max, nvlink, nic, exp, fp8, fp4, mem, kern, host, ecall."""
 
 
 def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile]) -> _Problem:
@@ -56,7 +56,7 @@ def first_order_problem(sens: pd.DataFrame, profiles: Mapping[str, CalibrationPr
     groups = tuple(sorted(ok.group.unique()))
     f = 1.0 / PERTURB_FACTOR - 1.0
     t0 = ok.base.to_numpy(float)
-    probe = {"kern": KERNEL_OVERHEAD_PROBE, "jit": 1.0, "host": HOST_LAUNCH_PROBE}
+    probe = {"kern": KERNEL_OVERHEAD_PROBE, "jit": 1.0, "host": HOST_LAUNCH_PROBE, "ecall": EXPERT_CALL_PROBE}
     slopes = {p: (ok[p].to_numpy(float) - t0) / probe.get(p, f) for p in PARAMS if p in ok}
     return _Problem(groups=groups, gi=ok.group.map({g: i for i, g in enumerate(groups)}).to_numpy(int),
                     t0=t0, slopes=slopes, base=_base_values([profiles[g] for g in groups]))
@@ -77,7 +77,8 @@ def _base_values(profs: list[CalibrationProfile]) -> dict[str, np.ndarray]:
             "fp4": arr(lambda p: p.precision_efficiency.get("fp4", 1.0)),
             "ak": arr(lambda p: p.attention_kernel_efficiency.get("flash2", 1.0)),
             "kern": arr(lambda p: p.kernel_overhead),
-            "jit": arr(lambda p: p.sync_jitter_cv), "host": arr(lambda p: p.host_launch_time)}
+            "jit": arr(lambda p: p.sync_jitter_cv), "host": arr(lambda p: p.host_launch_time),
+            "ecall": arr(lambda p: p.expert_call_time)}
 
 
 def _initial(pb: _Problem, bounds: Bounds = Bounds()) -> dict[str, np.ndarray]:
@@ -86,6 +87,7 @@ def _initial(pb: _Problem, bounds: Bounds = Bounds()) -> dict[str, np.ndarray]:
     the jitter coordinate at the base ``sync_jitter_cv`` moved into ``bounds.jitter`` (``jitter_start``)."""
     n = len(pb.groups)
     return {**{k: np.ones(n) for k in PER_GROUP}, "curve": np.ones(GEMM_POINTS), "host": pb.base["host"].copy(),
+            "ecall": pb.base["ecall"].copy(),
             "kern": np.array([float(np.mean(pb.base["kern"]))]), "mem": np.ones(1),
             "jit": np.array([jitter_start(float(np.mean(pb.base["jit"])), bounds.jitter)])}
 
@@ -114,6 +116,8 @@ def predict(pb: _Problem, x: Mapping[str, np.ndarray]) -> np.ndarray:
     t += s.get("jit", zero) * (x.get("jit", np.ones(1))[0] - 1.0)
     if "host" in x:
         t += s.get("host", zero) * (x["host"][g] - pb.base["host"][g])
+    if "ecall" in x:
+        t += s.get("ecall", zero) * (x["ecall"][g] - pb.base["ecall"][g])
     return t
 
 
@@ -129,7 +133,8 @@ def feasible(pb: _Problem, x: Mapping[str, np.ndarray], bounds: Bounds) -> bool:
               np.all(b["attn_max"] * x["attn"] * b["ak"] <= hi),
               _within(b["jit"] + JITTER_STEP * (x.get("jit", np.ones(1))[0] - 1.0), bounds.jitter),
               -1e-15 <= x["kern"][0] <= bounds.max_kernel_overhead + 1e-15,
-              host_launch_feasible(x.get("host", np.zeros(1)), bounds))
+              host_launch_feasible(x.get("host", np.zeros(1)), bounds),
+              _within(x.get("ecall", np.zeros(1)), bounds.expert_call))
     return bool(all(checks))
 
 
@@ -207,6 +212,16 @@ def _host_candidates(v: float, step: float | None, bounds: Bounds) -> np.ndarray
     return grid
 
 
+def _seconds_candidates(v: float, step: float | None, lo_hi: tuple[float, float]) -> np.ndarray:
+    """A per-GPU-type value in seconds inside ``lo_hi`` (``expert_call_time``): the range in 0.5 us
+    steps (step None), else v + step x top x k, k = -4 ... 4, clipped into the range."""
+    lo, hi = lo_hi
+    if step is None:
+        return np.linspace(lo, hi, int(round((hi - lo) / 0.5e-6)) + 1)
+    grid: np.ndarray = np.clip(v + step * hi * np.arange(-4, 5), lo, hi)
+    return grid
+
+
 def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.ndarray]], float],
            best: float, step: float | None, bounds: Bounds, frozen: Mapping[str, Mapping[int, float]]) -> float:
     """One pass over every coordinate but the ``frozen`` ones; keeps a candidate only if feasible
@@ -217,7 +232,9 @@ def _sweep(pb: _Problem, x: dict[str, np.ndarray], obj: Callable[[dict[str, np.n
                 continue
             start = x[name][i]
             cands = (_kernel_candidates(start, step, bounds) if name == "kern" else
-                     _host_candidates(start, step, bounds) if name == "host" else _candidates(start, step, name))
+                     _host_candidates(start, step, bounds) if name == "host" else
+                     _seconds_candidates(start, step, bounds.expert_call) if name == "ecall" else
+                     _candidates(start, step, name))
             for v in cands:
                 old = x[name][i]
                 x[name][i] = v
@@ -285,6 +302,7 @@ def apply_scales(profile: CalibrationProfile, i: int, x: Mapping[str, np.ndarray
         memory_efficiency=_r3(profile.memory_efficiency * x["mem"][0]),
         kernel_overhead=float(round(x["kern"][0], 9)),
         host_launch_time=float(round(x["host"][i], 9)) if "host" in x else profile.host_launch_time,
+        expert_call_time=float(round(x["ecall"][i], 9)) if "ecall" in x else profile.expert_call_time,
         sync_jitter_cv=float(round(min(max(jitter_value(profile.sync_jitter_cv, x.get("jit", np.ones(1))[0]), 0.0),
                                        SYNC_JITTER_MAX), 4)))
 

@@ -114,7 +114,16 @@ def op_time(
     math = flops * flops_scale / (peak * eff * clock_fraction(accelerator)) if flops > 0 else 0.0
     memory = nbytes * flops_scale / (accelerator.hbm_bandwidth * profile.memory_efficiency)
     cast = fp8_cast_time(op, accelerator, profile, precision, which, imbalance)
-    return max(math, memory) + cast + profile.kernel_overhead * op.calls
+    return max(math, memory) + cast + profile.kernel_overhead * op.calls + expert_call_overhead(op, profile, which)
+
+
+def expert_call_overhead(op: Op, profile: CalibrationProfile, which: Pass) -> float:
+    """Seconds the routed-expert GEMM ``op`` pays per call on the unfused grouped path
+    (``profile.expert_call_time`` x its calls, one per local expert, ``Op.calls``): the backward
+    runs two GEMMs per expert (input and weight gradients), each pass alone one. 0 for other ops."""
+    if profile.expert_call_time <= 0 or op.role != "routed_expert" or op.kind != "gemm":
+        return 0.0
+    return profile.expert_call_time * op.calls * (2 if which == "bwd" else 1)
 
 
 COMPUTE_PARTS: tuple[str, ...] = (
@@ -141,8 +150,9 @@ def op_time_parts(
     if total <= 0:
         return parts
     cast = fp8_cast_time(op, accelerator, profile, precision, which, imbalance)
-    busy = total - profile.kernel_overhead * op.calls - cast
-    parts["overhead"] = profile.kernel_overhead * op.calls
+    fixed = profile.kernel_overhead * op.calls + expert_call_overhead(op, profile, which)
+    busy = total - fixed - cast
+    parts["overhead"] = fixed
     parts["elementwise"] = cast  # the quantize kernels are memory-bound element-wise work
     if op.kind in ("gemm", "bmm"):
         flops = _flops_bytes(op, which)[0] * op.causal_flops_fraction
@@ -218,7 +228,9 @@ def expert_path(profile: CalibrationProfile, fused: bool, local_experts: int = 0
     quantisation of one input), which is a dense ``Linear``, and the efficiency describes the grouping
     of several. Otherwise (a dense model: 0) ``profile`` unchanged."""
     lifted = fused or local_experts == 1
-    return profile.replace(expert_efficiency=1.0) if lifted and profile.expert_efficiency != 1.0 else profile
+    if not lifted or (profile.expert_efficiency == 1.0 and profile.expert_call_time == 0.0):
+        return profile
+    return profile.replace(expert_efficiency=1.0, expert_call_time=0.0)
 
 
 def local_experts(model: ModelSpec, plan: ParallelPlan) -> int:
