@@ -102,7 +102,7 @@ def at_bounds(profile: CalibrationProfile, bounds: Bounds, tol: float = 2e-3) ->
                                   ("fp4", profile.precision_efficiency.get("fp4", 1.0), bounds.fp4)):
         if value <= lo + tol or value >= up - tol:
             out.append(f"{name} = {value:.3f} (bounds {lo}..{up})")
-    if profile.expert_call_time >= bounds.expert_call[1] - 1e-9:
+    if _free(bounds.expert_call) and profile.expert_call_time >= bounds.expert_call[1] - 1e-9:
         out.append(f"expert_call_time = {profile.expert_call_time:.2e} s (bound {bounds.expert_call[1]:.1e})")
     lo, hi = bounds.host_launch
     if profile.host_launch_time > 0 and (profile.host_launch_time <= lo + 1e-9 or profile.host_launch_time >= hi - 1e-9):

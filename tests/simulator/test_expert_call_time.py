@@ -141,7 +141,11 @@ def test_a_fold_without_moe_rows_takes_the_prior_and_with_them_fits_it() -> None
     # the rows were linearised at the start's 7 us: they ask for 12 us more
     assert with_rows.profiles["h100"].expert_call_time == pytest.approx(19e-6, abs=0.1e-6)
     assert with_rows.fitted_params["h100"] == without.fitted_params["h100"] + 1  # counted only where fitted
+    assert not any("expert_call_time" in n for n in with_rows.notes)  # 19 us: inside the range, no bound note
+    top = fit_fold(_synthetic(60e-6), {"h100": BASE}, np.ones(len(sens), bool), bounds=FREE)
+    assert any("expert_call_time = 2.50e-05 s (bound" in n for n in top.notes)
     pinned = fit_fold(sens, {"h100": BASE}, np.ones(len(sens), bool))
+    assert not any("at bound: expert_call_time" in n for n in pinned.notes)  # pinned: no bound to report
     assert pinned.profiles["h100"].expert_call_time == 0.0 and pinned.fitted_params["h100"] == without.fitted_params["h100"]
     pb = first_order_problem(sens, start)
     assert all_evidence(pb, moe)["ecall"].all() and not all_evidence(pb, ~moe)["ecall"].any()
