@@ -147,5 +147,7 @@ def test_a_fold_without_moe_rows_takes_the_prior_and_with_them_fits_it() -> None
     pinned = fit_fold(sens, {"h100": BASE}, np.ones(len(sens), bool))
     assert not any("at bound: expert_call_time" in n for n in pinned.notes)  # pinned: no bound to report
     assert pinned.profiles["h100"].expert_call_time == 0.0 and pinned.fitted_params["h100"] == without.fitted_params["h100"]
+    old = fit_fold(sens.drop(columns=["ecall"]), start, np.ones(len(sens), bool), bounds=FREE)  # a table of before
+    assert old.profiles["h100"].expert_call_time == 0.0 and old.fitted_params["h100"] == without.fitted_params["h100"]
     pb = first_order_problem(sens, start)
     assert all_evidence(pb, moe)["ecall"].all() and not all_evidence(pb, ~moe)["ecall"].any()
