@@ -21,16 +21,22 @@ from clustersim.simulator.cli import validate_cv
 from clustersim.simulator.cli.app import main
 
 
-def _with_host_fit(inner: Any) -> Any:
+def _with_bounds(inner: Any, bounds: Bounds) -> Any:
     def wrapped(*args: Any, **kwargs: Any) -> Any:
-        kwargs["bounds"] = Bounds(host_launch=HOST_LAUNCH_FIT)
+        kwargs["bounds"] = bounds
         return inner(*args, **kwargs)
     return wrapped
 
 
-if __name__ == "__main__":
-    validate_cv.cross_validate_families = _with_host_fit(validate_cv.cross_validate_families)
-    print(f"host_launch_time fitted per GPU type in every fold: 0 or {HOST_LAUNCH_FIT[0]:g}..{HOST_LAUNCH_FIT[1]:g} s",
-          flush=True)
-    sys.argv = ["clustersim", "validate", *sys.argv[1:]]
+def validate_with_bounds(args: list[str], bounds: Bounds, what: str) -> None:
+    """``clustersim validate ARGS`` with every fold fitted within ``bounds``; ``what`` is announced."""
+    validate_cv.cross_validate_families = _with_bounds(validate_cv.cross_validate_families, bounds)
+    print(what, flush=True)
+    sys.argv = ["clustersim", "validate", *args]
     main()
+
+
+if __name__ == "__main__":
+    validate_with_bounds(sys.argv[1:], Bounds(host_launch=HOST_LAUNCH_FIT),
+                         f"host_launch_time fitted per GPU type in every fold: 0 or {HOST_LAUNCH_FIT[0]:g}.."
+                         f"{HOST_LAUNCH_FIT[1]:g} s")
