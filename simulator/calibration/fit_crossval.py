@@ -145,6 +145,7 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
     x, pooled = fit_pooled(pb, meas, w, train, strength, bounds=bounds, sweeps=sweeps)
     notes.extend(pooled)
     have = all_evidence(pb, train)
+    host_moved = host_evidence(pb, train)
     out: dict[str, CalibrationProfile] = {}
     counts: dict[str, int] = {}
     for i, g in enumerate(pb.groups):
@@ -153,9 +154,7 @@ def fit_fold(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], tra
             if not have[p].any():
                 prof = _set_prior(prof, p)
                 notes.append(f"{g} {p}: no training row of any GPU type moves it, prior {PRIORS[p][1]}")
-        host_moved = host_evidence(pb, train)
-        counts[g] = (int(sum(bool(have[p][i]) for p in PER_GROUP)) + int(bool(host_moved[i]) and _free(bounds.host_launch))
-                     + int(bool(have["ecall"][i]) and _free(bounds.expert_call)))
+        counts[g] = int(sum(bool(have[p][i]) for p in PER_GROUP)) + _seconds_fitted(i, host_moved, have, bounds)
         notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         if not np.any(train & (pb.gi == i)):
             prof = prof.replace(name=f"{g}-pooled", source=f"fold without {family}: no {g} row, pooled levels")
@@ -191,13 +190,12 @@ def _fit_fold_donor(sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfil
         if not np.any(train & (pb.gi == i)):
             continue
         prof = with_cited_constants(apply_scales(profiles[g], i, x), g)
-        have = [p for p in (*PER_GROUP, "ecall") if moved[p][i]]
         for p in PRIORS:
-            if p not in have:
+            if not moved[p][i]:
                 prof = _set_prior(prof, p)
                 notes.append(f"{g} {p}: no training row moves it, prior {PRIORS[p][1]}")
-        counts[g] = (sum(i not in tied.get(p, frozenset()) for p in have if p != "ecall")
-                     + int(bool(host_moved[i]) and _free(bounds.host_launch)) + int("ecall" in have and _free(bounds.expert_call)))
+        counts[g] = (sum(bool(moved[p][i]) and i not in tied.get(p, frozenset()) for p in PER_GROUP)
+                     + _seconds_fitted(i, host_moved, moved, bounds))
         notes.append(_host_note(g, prof, bool(host_moved[i]), "host" in pb.slopes, bounds))
         notes.extend(f"{g} at bound: {b}" for b in at_bounds(prof, bounds))
         fitted[g] = prof
@@ -229,14 +227,27 @@ def _free(lo_hi: tuple[float, float]) -> bool:
     return lo_hi[1] > lo_hi[0]
 
 
+def _seconds_fitted(i: int, host_moved: np.ndarray, moved: Mapping[str, np.ndarray], bounds: Bounds) -> int:
+    """How many of GPU type ``i``'s values in seconds the fold fits: each one its rows move and its
+    bounds leave free (``host_launch_time``, ``expert_call_time``)."""
+    return (int(bool(host_moved[i]) and _free(bounds.host_launch))
+            + int(bool(moved["ecall"][i]) and _free(bounds.expert_call)))
+
+
 def all_evidence(pb: Any, train: np.ndarray) -> dict[str, np.ndarray]:
     """``fit_pooling.evidence`` (the per-GPU scales) and ``ecall``: per GPU type, whether a training
     row's step time moves with ``expert_call_time`` (an unfused routed-expert GEMM on its path)."""
-    out = dict(evidence(pb, train))
-    slope = pb.slopes.get("ecall")
-    moved = np.zeros(len(pb.t0), bool) if slope is None else np.abs(slope) * EXPERT_CALL_PROBE > HOST_EVIDENCE_REL * pb.t0
-    out["ecall"] = np.array([bool(np.any(moved & train & (pb.gi == i))) for i in range(len(pb.groups))])
-    return out
+    return {**evidence(pb, train), "ecall": _seconds_evidence(pb, train, "ecall", EXPERT_CALL_PROBE)}
+
+
+def _seconds_evidence(pb: Any, train: np.ndarray, key: str, probe: float) -> np.ndarray:
+    """Per GPU type: whether a training row's step time moves when the value in seconds ``key`` is
+    raised by ``probe`` (all False for a sensitivity table without the column)."""
+    slope = pb.slopes.get(key)
+    if slope is None:
+        return np.zeros(len(pb.groups), bool)
+    moved = np.abs(slope) * probe > HOST_EVIDENCE_REL * pb.t0  # not the round-off of two sums
+    return np.array([bool(np.any(moved & train & (pb.gi == i))) for i in range(len(pb.groups))])
 
 
 HOST_EVIDENCE_REL = 1e-9
@@ -247,11 +258,7 @@ a step the host never binds differs from its base only by floating-point round-o
 def host_evidence(pb: Any, train: np.ndarray) -> np.ndarray:
     """Per GPU type: whether a training row's step time moves with ``host_launch_time`` (all False
     for a sensitivity table without the ``host`` column)."""
-    slope = pb.slopes.get("host")
-    if slope is None:
-        return np.zeros(len(pb.groups), bool)
-    moved = np.abs(slope) * HOST_LAUNCH_PROBE > HOST_EVIDENCE_REL * pb.t0  # not the round-off of two sums
-    return np.array([bool(np.any(moved & train & (pb.gi == i))) for i in range(len(pb.groups))])
+    return _seconds_evidence(pb, train, "host", HOST_LAUNCH_PROBE)
 
 
 def _host_note(g: str, prof: CalibrationProfile, moved: bool, column: bool, bounds: Bounds) -> str:

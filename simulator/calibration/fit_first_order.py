@@ -203,18 +203,15 @@ def _kernel_candidates(v: float, step: float | None, bounds: Bounds) -> np.ndarr
 
 
 def _host_candidates(v: float, step: float | None, bounds: Bounds) -> np.ndarray:
-    """Host launch time (s): 0 and the cited range in 0.5 us steps (step None), else v + step x
-    top x k, k = -4 ... 4, clipped into the range (infeasible moves are rejected by ``feasible``)."""
-    lo, hi = bounds.host_launch
-    if step is None:
-        return np.concatenate([[0.0], np.linspace(lo, hi, int(round((hi - lo) / 0.5e-6)) + 1)])
-    grid: np.ndarray = np.clip(v + step * hi * np.arange(-4, 5), lo, hi)
-    return grid
+    """Host launch time (s): 0 and the cited range (``_seconds_candidates``; infeasible moves are
+    rejected by ``feasible``)."""
+    grid = _seconds_candidates(v, step, bounds.host_launch)
+    return np.concatenate([[0.0], grid]) if step is None else grid
 
 
 def _seconds_candidates(v: float, step: float | None, lo_hi: tuple[float, float]) -> np.ndarray:
-    """A per-GPU-type value in seconds inside ``lo_hi`` (``expert_call_time``): the range in 0.5 us
-    steps (step None), else v + step x top x k, k = -4 ... 4, clipped into the range."""
+    """A per-GPU-type value in seconds inside ``lo_hi`` (``host_launch_time``, ``expert_call_time``):
+    the range in 0.5 us steps (step None), else v + step x top x k, k = -4 ... 4, clipped into the range."""
     lo, hi = lo_hi
     if step is None:
         return np.linspace(lo, hi, int(round((hi - lo) / 0.5e-6)) + 1)

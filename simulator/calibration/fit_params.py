@@ -139,8 +139,8 @@ class Bounds:
     expert_call: tuple[float, float] = (0.0, 0.0)
     """Range of ``expert_call_time`` (s per routed-expert GEMM call on the unfused grouped path):
     pinned at 0 by default; ``Bounds(expert_call=EXPERT_CALL_FIT)`` fits it per GPU type. Fitted on
-    the pass of December 2026 (docs/VALIDATION.md, "A fixed time per expert call") it took the
-    in-sample figure 6.46 -> 6.16 % and the out-of-sample one 8.10 -> 8.21 % (NeMo held out 4.61 ->
+    one pass of December 2026 (docs/VALIDATION.md, December's twenty-fourth stop) it took the
+    in-sample figure 6.43 -> 6.16 % and the out-of-sample one 8.13 -> 8.21 % (NeMo held out 4.60 ->
     6.72 %: the H100 FP8 factor the other families' MoE rows leave free follows Megatron-Bridge's
     faster H100 FP8 rows), so it is not a default."""
     max_kernel_overhead: float = 25e-6
