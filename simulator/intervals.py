@@ -59,6 +59,14 @@ number): the pooled interval's log-ratio bounds times this factor, the rule of t
 SCALE_HEADROOM = 2.0
 """A prediction on more than this times the largest validated GPU count of its regime extrapolates."""
 
+TRANSFERRED_PATH = Path(__file__).parent / "calibration" / "intervals_transferred.yaml"
+"""The bundled interval of a prediction on a GPU type whose profile no row of that type fitted
+(``clustersim validate --cross-validate gpu``, ``transferred_table``)."""
+
+SAME_PART: Mapping[str, str] = {"a100_40gb": "a100"}
+"""Accelerator keys that are another memory size of a fitted part (their rows fit that part's
+profile: ``calibration.validate.part_of_row``)."""
+
 
 def generation(name: str) -> str:
     """GPU generation of an accelerator or profile name ('' when unknown)."""
@@ -325,6 +333,99 @@ def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) ->
     return pd.DataFrame(out)
 
 
+def fold_weights(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
+    """1 / (rows of the row's held-out GPU type, the ``fold`` column) per row: each held-out type
+    weighs one unit (``family_weights``' reasoning, with the GPU type as the exchangeable unit)."""
+    fold = frame.fold.astype(str)
+    weights: npt.NDArray[np.float64] = np.divide(1.0, fold.map(fold.value_counts()).to_numpy(dtype=np.float64))
+    return weights
+
+
+def type_widening(frame: pd.DataFrame, level: float) -> float:
+    """The factor on the transferred interval's log-ratio bounds that makes it hold for a GPU type not
+    seen: each held-out type (``fold``) left out in turn, its rows scored (``widening_scores``) against
+    the bounds calibrated on the other types (``fold_weights``); the split-conformal ``level``
+    quantile of the scores with each row one unit (``_family_quantile``'s reasoning), never below 1.
+    Fewer than two types: 1."""
+    if frame.fold.nunique() < 2:
+        return 1.0
+    scores = []
+    for fold, test in frame.groupby("fold"):
+        cal = frame[frame.fold != fold]
+        lo, hi = conformal_bounds(ratios(cal), level, fold_weights(cal))
+        scores.append(widening_scores(ratios(test), lo, hi))
+    s = np.concatenate(scores)
+    return max(1.0, _weighted_upper(s, np.ones(len(s)), level))
+
+
+def transferred_bounds(frame: pd.DataFrame, level: float) -> tuple[float, float]:
+    """The transferred interval of ``frame``'s leave-one-GPU-type-out rows at ``level``: the bounds
+    with each held-out type one unit, widened by ``type_widening``."""
+    lo, hi = conformal_bounds(ratios(frame), level, fold_weights(frame))
+    return _widen(lo, hi, type_widening(frame, level))
+
+
+def transferred_coverage(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> pd.DataFrame:
+    """Per held-out GPU type of a leave-one-GPU-type-out table (``fold`` column) and level: the share
+    of its rows inside the transferred interval (``transferred_bounds``: bounds and widening both)
+    calibrated on the other types' rows only; plus one "all" line per level. Columns: fold, level,
+    rows, covered, coverage."""
+    import pandas as pd  # the fitting side only
+
+    out = []
+    for level in levels:
+        tot = cov = 0
+        for fold, test in frame.groupby("fold"):
+            lo, hi = transferred_bounds(frame[frame.fold != fold], level)
+            q = ratios(test)
+            inside = int(np.sum((q >= lo) & (q <= hi)))
+            out.append({"fold": str(fold), "level": level, "rows": len(test), "covered": inside,
+                        "coverage": inside / len(test)})
+            tot, cov = tot + len(test), cov + inside
+        out.append({"fold": "all", "level": level, "rows": tot, "covered": cov, "coverage": cov / tot if tot else math.nan})
+    return pd.DataFrame(out)
+
+
+def transferred_table(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> dict[str, Any]:
+    """The data stored in ``intervals_transferred.yaml`` from a leave-one-GPU-type-out table (each row
+    held out with every row of its GPU type, the ``fold`` column): the GPU types fitted on their own
+    rows, the bounds on measured / predicted (``transferred_bounds``) and their widening, and the
+    coverage with each type scored on the others' bounds and widening (``transferred_coverage``)."""
+    cov = transferred_coverage(frame, levels)
+    every = cov[cov.fold == "all"].set_index("level").coverage
+    return {"levels": list(levels), "rows": int(len(frame)), "gpu_types": sorted(frame.fold.astype(str).unique().tolist()),
+            **{f"ratio_{int(lv * 100)}": list(transferred_bounds(frame, lv)) for lv in levels},
+            "widen": {f"ratio_{int(lv * 100)}": type_widening(frame, lv) for lv in levels},
+            "coverage_held_out_type": {f"ratio_{int(lv * 100)}": float(every[lv]) for lv in levels}}
+
+
+def load_transferred(path: str | Path = TRANSFERRED_PATH) -> dict[str, Any] | None:
+    """The stored transferred-profile interval, None where none is stored."""
+    where = Path(path)
+    if not where.exists():
+        return None
+    table: dict[str, Any] = yaml.safe_load(where.read_text())
+    return table
+
+
+def transferred_stem(gpu: str, fitted: Sequence[str]) -> str | None:
+    """The bundled profile stem a prediction on ``gpu`` runs at when no row of that GPU type fitted it
+    (its part is not among the ``fitted`` types: H800 at H100's, H200 at the copy of H100's), else
+    None (a fitted part, or a part without a bundled profile: the generic defaults)."""
+    from clustersim.simulator.profile import profile_stem_of
+    from clustersim.topologies import TopologyError
+    from clustersim.topologies.accelerators import normalise_gpu
+
+    stem = profile_stem_of(gpu)
+    if stem is None:
+        return None
+    try:
+        key = normalise_gpu(gpu)
+    except TopologyError:
+        return None
+    return None if SAME_PART.get(key, key) in fitted else stem
+
+
 def interval_table(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> dict[str, Any]:
     """The data stored in ``intervals.yaml``: per regime its rows, largest GPU count and bounds."""
     fr = with_regimes(frame)
@@ -389,11 +490,25 @@ def _bound(v: Any) -> float:
 
 
 def interval_for(step_time: float, kind: str, gpu: str, num_gpus: int, *, level: float = 0.8,
-                 table: Mapping[str, Any] | None = None) -> Interval:
-    """The interval of a prediction of ``step_time`` s for a ``kind`` model on ``num_gpus`` ``gpu``s."""
+                 table: Mapping[str, Any] | None = None, transferred: Mapping[str, Any] | None = None) -> Interval:
+    """The interval of a prediction of ``step_time`` s for a ``kind`` model on ``num_gpus`` ``gpu``s.
+
+    On a GPU type whose profile no row of that type fitted (``transferred_stem``), the transferred
+    table's bounds (``transferred``, by default the bundled ``intervals_transferred.yaml``; with
+    ``table`` given and ``transferred`` not, none): the leave-one-GPU-type-out residuals, marked
+    extrapolated."""
     tab = table if table is not None else load_intervals()
     key = f"ratio_{int(round(level * 100))}"
     reg = regime(kind, gpu)
+    moved = transferred if transferred is not None else (load_transferred() if table is None else None)
+    stem = transferred_stem(gpu, moved["gpu_types"]) if moved is not None else None
+    if moved is not None and stem is not None:
+        if key not in moved:
+            raise CalibrationError(f"interval level {level} not stored; use one of {moved['levels']}")
+        lo, hi = (_bound(v) for v in moved[key])
+        return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=True,
+                        nearest=f"no {gpu} row fitted its profile ({stem}'s); interval: leave-one-GPU-type-out "
+                                f"residuals ({moved['rows']} rows of {len(moved['gpu_types'])} held-out GPU types)")
     entry = tab["regimes"].get(reg)
     if entry is not None and key not in entry:
         raise CalibrationError(f"interval level {level} not stored; use one of {tab['levels']}")

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from clustersim.files import write_atomic
 from clustersim.simulator.errors import CalibrationError
-from clustersim.topologies import Cluster, cpu_accelerator, cpu_loopback
+from clustersim.topologies import Cluster, TopologyError, cpu_accelerator, cpu_loopback
 
 PROFILE_DIR = Path(__file__).parent / "calibration" / "profiles"
 
@@ -358,12 +358,34 @@ def save_profile(profile: CalibrationProfile, path: str | os.PathLike[str]) -> P
     return write_atomic(path, yaml.safe_dump(profile.model_dump(mode="json"), sort_keys=False))
 
 
+PROFILE_OF_PART: Mapping[str, str] = {
+    "a100": "a100", "a100_40gb": "a100", "a100-pcie": "a100", "a800": "a100",
+    "h100": "h100", "h100-pcie": "h100", "h100-nvl": "h100", "h800": "h100", "h20": "h100", "gh200": "h100",
+    "gh200-144gb": "h100", "h200": "h200", "b200": "b200", "b300": "b300", "gb200": "gb200", "gb300": "gb300"}
+"""Accelerator key (``topologies.accelerators.normalise_gpu``) -> the bundled profile its predictions
+run at: a part's own where one is fitted, else that of the part with the same GPU die (A800 and the
+A100 PCIe card: A100's; H800, H20, GH200 and the H100 PCIe / NVL cards: H100's). Efficiencies are
+fractions of each part's own datasheet peak, and the part's own peaks, HBM and links come from its
+``AcceleratorSpec``. The same table ``calibration.validate.SYSTEM_OF_PART`` reads a published row's
+part with (one prediction path). No AMD part: those run at the generic defaults."""
+
+
+def profile_stem_of(accelerator_name: str) -> str | None:
+    """The bundled profile stem ``accelerator_name`` runs at (``PROFILE_OF_PART``), None for a part
+    without one or a name no spelling table knows."""
+    from clustersim.topologies.accelerators import normalise_gpu
+    try:
+        key = normalise_gpu(accelerator_name)
+    except TopologyError:
+        return None
+    return PROFILE_OF_PART.get(key)
+
+
 def default_profile(accelerator_name: str) -> CalibrationProfile:
-    """The bundled profile for an accelerator family, or the generic defaults."""
-    key = accelerator_name.lower().split()[0]
-    for path in sorted(PROFILE_DIR.glob("*.yaml")):
-        if key.startswith(path.stem):
-            return load_profile(path)
+    """The bundled profile of an accelerator (``profile_stem_of``), or the generic defaults."""
+    stem = profile_stem_of(accelerator_name)
+    if stem is not None and (PROFILE_DIR / f"{stem}.yaml").exists():
+        return load_profile(PROFILE_DIR / f"{stem}.yaml")
     return CalibrationProfile()
 
 

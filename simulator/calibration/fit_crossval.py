@@ -314,12 +314,30 @@ class CrossValidation:
     """"simulated" at the all-families fit, or "fit_rows.csv" of the --fit-profiles run (same fit)."""
 
 
+FOLD_KINDS: tuple[str, ...] = ("family", "gpu")
+"""What one fold holds out: a publication family (``family``, the headline protocol) or a GPU type
+(``gpu``: every row of one profile's GPU type, of every family; the held-out type takes its donor's
+fitted profile times the cited ratios, ``GROUP_DONORS`` and ``fit_transfer``: the prediction a user
+gets for hardware nobody has fitted)."""
+
+
+def fold_labels(ok: pd.DataFrame, by: str = "family") -> np.ndarray:
+    """Per row of ``ok``, the fold that holds it out: its publication family (``by`` "family") or its
+    GPU type's profile stem (``by`` "gpu", the ``group`` column of the sensitivities)."""
+    if by == "family":
+        return ok.source_id.astype(str).map(family_of).to_numpy()
+    if by == "gpu":
+        return ok.group.astype(str).to_numpy()
+    raise CalibrationError(f"cross-validation by {by!r}: use one of {', '.join(FOLD_KINDS)}")
+
+
 def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Mapping[str, CalibrationProfile], *,
                             bounds: Bounds = Bounds(), sweeps: int = 4, fidelity: Fidelity = DEFAULT_FIDELITY,
                             workers: int = 2, progress: Callable[[int, int], None] | None = None,
                             reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
                             on_folds: Callable[[pd.DataFrame, Sequence[FoldFit]], None] | None = None,
-                            pooling: bool = False, transfer: bool = True, hold_shared: bool = False) -> CrossValidation:
+                            pooling: bool = False, transfer: bool = True, hold_shared: bool = False,
+                            by: str = "family") -> CrossValidation:
     """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
 
     ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).
@@ -330,12 +348,15 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     and the fold fits: the fit's own figure in minutes, the simulated one after.
     ``hold_shared``: every fold fits each GPU type's own parameters only (``fit_fold``), as the
     bundled profiles' ``--fit-only`` refit does.
+    ``by`` "gpu": leave-one-GPU-type-out instead (``FOLD_KINDS``); the rows then carry the held-out
+    type in a ``fold`` column, ``by_family`` is per held-out type, and ``family`` stays the row's
+    publication family.
     """
     ok = sens[sens.status == "ok"].reset_index(drop=True)
-    fam = ok.source_id.astype(str).map(family_of).to_numpy()
+    fam = fold_labels(ok, by)
     families = sorted(set(fam))
     if len(families) < 2:
-        raise CalibrationError(f"cross-validation by family needs 2 or more families, the rows have {families}")
+        raise CalibrationError(f"cross-validation by {by} needs 2 or more of them, the rows have {families}")
     full = fit_fold(ok, profiles, np.ones(len(ok), bool), bounds=bounds, sweeps=sweeps, pooling=pooling, transfer=transfer,
                     hold_shared=hold_shared)
     in_sample = reuse[1] if reuse is not None and same_fit(full, reuse[0]) else None
@@ -351,7 +372,9 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
         fold_of[f] = ff
         first_order[test] = _first_order_at(pb, ok, profiles, ff)[test]
     frame = ok[["row_id", "source_id", "gpu_type", "group", "measured"]].rename(columns={"measured": "measured_s"})
-    frame = frame.assign(family=fam, first_order_held_out_s=first_order)
+    frame = frame.assign(family=fold_labels(ok, "family"), first_order_held_out_s=first_order)
+    if by != "family":
+        frame = frame.assign(fold=fam)
     if on_folds is not None:
         on_folds(frame, folds)
     sim = _simulate_all(runs, ok, fam, fold_of, None if in_sample is not None else full, fidelity, workers, progress)
@@ -363,7 +386,8 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     frame["num_gpus"] = frame.row_id.map(gpus).astype(int)
     frame["error_in_pct"] = (frame.in_sample_s - frame.measured_s) / frame.measured_s * 100.0
     frame["error_out_pct"] = (frame.held_out_s - frame.measured_s) / frame.measured_s * 100.0
-    return CrossValidation(rows=frame, by_family=family_table(frame), params=param_table(full), folds=tuple(folds),
+    return CrossValidation(rows=frame, by_family=family_table(frame, "family" if by == "family" else "fold"),
+                           params=param_table(full), folds=tuple(folds),
                            in_sample_from="simulated" if in_sample is None else "fit_rows.csv")
 
 
@@ -428,16 +452,17 @@ def _gather(parts: Any, records: list[dict[str, Any]], total: int,
     return pd.DataFrame.from_records(records)
 
 
-def family_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per held-out family and "all": rows, in-sample MAPE, out-of-sample MAPE, out-of-sample bias,
-    and the repeatability floor (``repeatability.row_floors``: the least MAPE any prediction from the
-    rows' inputs can reach, their scenarios measured more than once; nan without a ``scenario`` column)."""
+def family_table(frame: pd.DataFrame, column: str = "family") -> pd.DataFrame:
+    """Per held-out family (per value of ``column``: "fold" for the held-out GPU types) and "all":
+    rows, in-sample MAPE, out-of-sample MAPE, out-of-sample bias, and the repeatability floor
+    (``repeatability.row_floors``: the least MAPE any prediction from the rows' inputs can reach,
+    their scenarios measured more than once; nan without a ``scenario`` column)."""
     def line(name: str, g: pd.DataFrame) -> dict[str, Any]:
         return {"family": name, "rows": len(g), "mape_in_sample": float(g.error_in_pct.abs().mean()),
                 "mape_out_of_sample": float(g.error_out_pct.abs().mean()),
                 "median_abs_out": float(g.error_out_pct.abs().median()), "bias_out": float(g.error_out_pct.mean()),
                 "floor_mape": float(row_floors(g.scenario, g.measured_s).mean()) if "scenario" in g else float("nan")}
-    out = [line(str(f), g) for f, g in frame.groupby("family")]
+    out = [line(str(f), g) for f, g in frame.groupby(column)]
     return pd.DataFrame(out + [line("all", frame)])
 
 

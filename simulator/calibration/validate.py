@@ -22,7 +22,7 @@ import pandas as pd
 
 from clustersim.units import GBIT
 from clustersim.simulator.step import Result, simulate_step as simulate
-from clustersim.simulator.profile import CalibrationProfile, default_profile
+from clustersim.simulator.profile import PROFILE_OF_PART, CalibrationProfile, default_profile
 from clustersim.simulator.network import DEFAULT_FIDELITY, Fidelity
 from clustersim.simulator.errors import OutOfMemoryError, ScenarioError
 from clustersim.simulator.plan import ParallelPlan
@@ -140,15 +140,17 @@ def _accelerator_overrides(row: Mapping[str, Any], precision_label: str,
     return {"accelerator": base} if base is not None else {}
 
 
-SYSTEM_OF_PART: Mapping[str, tuple[str, str]] = {
-    "a100": ("dgx-a100", "a100"), "a100_40gb": ("dgx-a100", "a100"), "a800": ("dgx-a100", "a100"),
-    "h100": ("dgx-h100", "h100"), "h800": ("dgx-h100", "h100"), "h20": ("dgx-h100", "h100"),
-    "h200": ("dgx-h200", "h200"), "b200": ("dgx-b200", "b200"), "b300": ("dgx-b300", "b300"),
-    "gb200": ("gb200-nvl72", "gb200"), "gb300": ("gb300-nvl72", "gb300")}
+_SYSTEMS: Mapping[str, str] = {
+    "a100": "dgx-a100", "a100_40gb": "dgx-a100", "a800": "dgx-a100", "h100": "dgx-h100", "h800": "dgx-h100",
+    "h20": "dgx-h100", "h200": "dgx-h200", "b200": "dgx-b200", "b300": "dgx-b300", "gb200": "gb200-nvl72",
+    "gb300": "gb300-nvl72"}
+
+SYSTEM_OF_PART: Mapping[str, tuple[str, str]] = {k: (system, PROFILE_OF_PART[k]) for k, system in _SYSTEMS.items()}
 """Accelerator key (``normalise_gpu``) -> (cluster preset of 8-GPU NVSwitch boards or NVL72 racks
-built with that part, profile stem). H800/A800/H20 are HGX boards of the same generation as
-H100/A100 (their own datasheet figures, the generation's fitted efficiencies). Parts without a
-system preset here (PCIe and NVL cards, GH200 nodes, AMD Instinct) are skipped naming the part."""
+built with that part, profile stem: ``profile.PROFILE_OF_PART``, the table ``simulate`` reads too).
+H800/A800/H20 are HGX boards of the same generation as H100/A100 (their own datasheet figures, the
+same die's fitted efficiencies). Parts without a system preset here (PCIe and NVL cards, GH200
+nodes, AMD Instinct) are skipped naming the part."""
 
 
 def part_of_row(row: Mapping[str, Any]) -> str:

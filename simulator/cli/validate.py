@@ -100,7 +100,8 @@ def validate_command(
     cross_validate: Annotated[str | None, typer.Option(
         "--cross-validate", help="family: leave-one-publication-family-out, the profile fit redone in each fold; "
         "writes cv_rows.csv, cv_families.csv, cv_coverage.csv, cv_params.csv, cv_notes.txt, intervals.yaml "
-        "into --cv-dir.")] = None,
+        "into --cv-dir. gpu: leave-one-GPU-type-out (the held-out type from its donor's fit and the cited "
+        "ratios); writes cv_rows.csv, cv_gpus.csv, cv_params.csv, cv_notes.txt.")] = None,
     cv_dir: Annotated[Path, typer.Option(help="With --cross-validate: output directory.")] = Path("cv"),
     sensitivities_csv: Annotated[Path | None, typer.Option(
         "--sensitivities", help="With --cross-validate: reuse a fit_sensitivities.csv of --fit-profiles taken at "
@@ -125,16 +126,17 @@ def validate_command(
         only = _fit_only(fit_only, fit_profiles)
         table = load_runs(runs)
         if cross_validate is not None:
-            if cross_validate != "family":
-                raise ClusterSimError(f"--cross-validate {cross_validate!r}: use family")
+            if cross_validate not in ("family", "gpu"):
+                raise ClusterSimError(f"--cross-validate {cross_validate!r}: use family or gpu")
             if calibration is not None or fit_profiles is not None:
                 raise ClusterSimError("--cross-validate starts from the bundled profiles; drop --calibration and --fit-profiles")
             from clustersim.simulator.cli.validate_cv import run_cross_validation  # heavy (pandas): imported when used
 
-            run_cross_validation(console, errors, table, model, workers, progress, cv_dir, sensitivities_csv, hold_shared)
+            run_cross_validation(console, errors, table, model, workers, progress, cv_dir, sensitivities_csv, hold_shared,
+                                 by=cross_validate)
             return
         if hold_shared:
-            raise ClusterSimError("--hold-shared applies to --cross-validate family; add it or drop --hold-shared")
+            raise ClusterSimError("--hold-shared applies to --cross-validate; add it or drop --hold-shared")
         if fit_profiles is not None:
             if calibration is not None:
                 raise ClusterSimError("--fit-profiles starts from the bundled profiles; drop --calibration")

@@ -120,7 +120,7 @@ def test_fit_only_holds_every_other_type_and_the_shared_scales() -> None:
     (["--fit-only", "b999", "--fit-profiles", "OUT"], "--fit-only 'b999': b999; use comma-separated profile stems"),
     (["--fit-only", "b300"], "--fit-only 'b300' refits profiles; add --fit-profiles OUT_DIR"),
     (["--fit-only", "h200", "--fit-profiles", "OUT"], "fit only h200: no row of the runs uses that profile"),
-    (["--hold-shared"], "--hold-shared applies to --cross-validate family; add it or drop --hold-shared"),
+    (["--hold-shared"], "--hold-shared applies to --cross-validate; add it or drop --hold-shared"),
 ])
 def test_cli_fit_only_rejects_bad_input(args: list[str], message: str, tmp_path: object) -> None:
     args = [str(tmp_path) + "/out" if a == "OUT" else a for a in args]
