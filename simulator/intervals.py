@@ -493,22 +493,31 @@ def interval_for(step_time: float, kind: str, gpu: str, num_gpus: int, *, level:
                  table: Mapping[str, Any] | None = None, transferred: Mapping[str, Any] | None = None) -> Interval:
     """The interval of a prediction of ``step_time`` s for a ``kind`` model on ``num_gpus`` ``gpu``s.
 
-    On a GPU type whose profile no row of that type fitted (``transferred_stem``), the transferred
-    table's bounds (``transferred``, by default the bundled ``intervals_transferred.yaml``; with
-    ``table`` given and ``transferred`` not, none): the leave-one-GPU-type-out residuals, marked
-    extrapolated."""
+    On a GPU type whose profile no row of that type fitted (``transferred_stem``), the union of its
+    regime's interval and the transferred table's bounds (``transferred``, by default the bundled
+    ``intervals_transferred.yaml``; with ``table`` given and ``transferred`` not, none): the
+    leave-one-GPU-type-out residuals, marked extrapolated; never narrower than a fitted part's."""
     tab = table if table is not None else load_intervals()
     key = f"ratio_{int(round(level * 100))}"
-    reg = regime(kind, gpu)
+    own = _regime_interval(step_time, kind, gpu, num_gpus, level, tab, key)
     moved = transferred if transferred is not None else (load_transferred() if table is None else None)
     stem = transferred_stem(gpu, moved["gpu_types"]) if moved is not None else None
-    if moved is not None and stem is not None:
-        if key not in moved:
-            raise CalibrationError(f"interval level {level} not stored; use one of {moved['levels']}")
-        lo, hi = (_bound(v) for v in moved[key])
-        return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=True,
-                        nearest=f"no {gpu} row fitted its profile ({stem}'s); interval: leave-one-GPU-type-out "
-                                f"residuals ({moved['rows']} rows of {len(moved['gpu_types'])} held-out GPU types)")
+    if moved is None or stem is None:
+        return own
+    if key not in moved:
+        raise CalibrationError(f"interval level {level} not stored; use one of {moved['levels']}")
+    lo, hi = (_bound(v) for v in moved[key])
+    return Interval(low_s=min(step_time * lo, own.low_s), high_s=max(step_time * hi, own.high_s), level=level,
+                    regime=own.regime, extrapolated=True,
+                    nearest=f"no {gpu} row fitted its profile ({stem}'s); interval: leave-one-GPU-type-out residuals "
+                            f"({moved['rows']} rows of {len(moved['gpu_types'])} held-out GPU types) or {own.nearest}, "
+                            "the wider")
+
+
+def _regime_interval(step_time: float, kind: str, gpu: str, num_gpus: int, level: float, tab: Mapping[str, Any],
+                     key: str) -> Interval:
+    """The interval of the prediction's regime: its own held-out residuals, or the pooled ones widened."""
+    reg = regime(kind, gpu)
     entry = tab["regimes"].get(reg)
     if entry is not None and key not in entry:
         raise CalibrationError(f"interval level {level} not stored; use one of {tab['levels']}")

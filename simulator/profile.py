@@ -136,6 +136,12 @@ class CalibrationProfile(BaseModel):
         default=[(1e6, 0.05), (1e9, 0.45), (1e11, 0.75), (1e13, 0.80)]
     )
     """(FLOP per GEMM call, fraction of peak achieved), interpolated in log10(FLOP)."""
+    gemm_curve_peak: float | None = Field(default=None, gt=0)
+    """The peak (FLOP/s) whose calls ``gemm_efficiency``'s x-axis counts: a call of F FLOP on a part of
+    peak P is read at F x this / P, the size that takes as long at peak on that part
+    (``step.compute.gemm_curve_flops``), so one curve shape serves parts of different peaks. The
+    bundled profiles: H100 SXM's BF16 peak (``GEMM_CURVE_REFERENCE_PEAK``). None: the curve counts
+    the part's own FLOP (a profile fitted on one machine, the torch backend's)."""
     attention_efficiency: list[tuple[float, float]] = Field(
         default=[(1e6, 0.05), (1e9, 0.35), (1e11, 0.60), (1e13, 0.65)]
     )
@@ -379,6 +385,12 @@ def profile_stem_of(accelerator_name: str) -> str | None:
     except TopologyError:
         return None
     return PROFILE_OF_PART.get(key)
+
+
+GEMM_CURVE_REFERENCE_PEAK = 989.4e12
+"""``gemm_curve_peak`` of the bundled profiles: H100 SXM's dense BF16 peak (FLOP/s; H100 Tensor Core GPU
+architecture whitepaper, H100 SXM5 table, ``topologies.accelerators``), the part on which the
+shared curve shape is read."""
 
 
 def default_profile(accelerator_name: str) -> CalibrationProfile:

@@ -73,6 +73,13 @@ def fp8_cast_time(op: Op, accelerator: AcceleratorSpec, profile: CalibrationProf
     return FP8_CAST_BYTES_PER_ELEMENT * elements * imbalance / (accelerator.hbm_bandwidth * profile.memory_efficiency)
 
 
+def gemm_curve_flops(flops: float, peak: float, reference: float | None) -> float:
+    """Where on the GEMM curve a call of ``flops`` FLOP runs on a part whose peak is ``peak``: at the
+    FLOP that takes as long at peak on the ``reference`` part (``CalibrationProfile.gemm_curve_peak``),
+    or at ``flops`` itself without one."""
+    return flops if reference is None else flops * reference / peak
+
+
 def gemm_call_flops(op: Op, flops: float, imbalance: float = 1.0) -> float:
     """FLOP of one GEMM call of ``op`` for a pass of ``flops`` FLOP: the whole op, except a routed
     expert's grouped GEMM, whose calls are its experts' GEMMs, one per local expert (Transformer
@@ -106,7 +113,7 @@ def op_time(
     if op.kind == "attention":
         eff = profile.attention_eff(flops) * profile.attention_kernel_efficiency.get(op.kernel, 1.0)
     elif op.kind in ("gemm", "bmm"):
-        eff = profile.gemm_eff(gemm_call_flops(op, flops, imbalance)) * (
+        eff = profile.gemm_eff(gemm_curve_flops(gemm_call_flops(op, flops, imbalance), peak, profile.gemm_curve_peak)) * (
             profile.precision_efficiency.get("fp8", 1.0) if precision == "fp8" and op.fp8 else 1.0)
     else:
         eff = 1.0

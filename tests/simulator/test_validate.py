@@ -41,7 +41,10 @@ from clustersim.workloads import Op
 # worse out of sample, not because of this guard: Llama 2 model-card GPU-hours (test_energy_published)
 # +42 / +34 / +60 % against -8 / -17 / +1 %, and a first-order family-held-out 14.93 % against 13.49 %.
 SUBSET_MAPE_MAX = 9.5
-MEGATRON_MAPE_MAX = 3.5
+MEGATRON_MAPE_MAX = 3.8
+"""In sample, the Megatron-LM README rows (3.69 % since December's twenty-fifth stop read the GEMM
+curve at a call's ideal duration: the A100 rows lose 0.6 point in sample, the table gains 0.35 out
+of sample; docs/VALIDATION.md; 3.5 before)."""
 
 
 @pytest.fixture(scope="module")
