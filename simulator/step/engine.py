@@ -30,7 +30,7 @@ from clustersim.simulator.step.engine_comm import (
     bucket_count, dp_stream, ep_flow, input_event, input_ready, log_wait, prefetch, release, send, wait_gather,
 )
 from clustersim.simulator.step.engine_pair import run_pair
-from clustersim.simulator.step.engine_state import EngineInput, Process, Run, record_parts, split_w
+from clustersim.simulator.step.engine_state import EngineInput, Process, Run, log_wait_interval, record_parts, split_w
 from clustersim.simulator.step.fluid import FabricStreams
 from clustersim.simulator.step.interval import Interval
 
@@ -142,8 +142,7 @@ def _finish_unit(st: Run, r: int, s: int, dp_done: simpy.Process, ready: simpy.E
     """Wait for the stage's DP reduction (logged as exposed DP), then report the stage done."""
     t0 = st.env.now
     yield dp_done
-    if st.env.now > t0:
-        st.log.append(Interval(r, s, "compute", "exposed_dp", t0, st.env.now, "wait DP reduction"))
+    log_wait_interval(st, r, s, "exposed_dp", t0, st.env.now, "wait DP reduction")
     ready.succeed()
 
 
@@ -209,8 +208,7 @@ def _finish(st: Run, ready: list[list[simpy.Event]], ends: dict[tuple[int, int],
     yield simpy.AllOf(st.env, [e for row in ready for e in row])
     sync = st.env.now
     for (r, s), t in done_at.items():
-        if sync > t:
-            st.log.append(Interval(r, s, "compute", "bubble", t, sync, "wait stage sync", stage_sync=True))
+        log_wait_interval(st, r, s, "bubble", t, sync, "wait stage sync", stage_sync=True)
         stage = st.inp.stages[s]
         if stage.grad_sync:
             st.log.append(Interval(r, s, "compute", "exposed_tp", sync, sync + stage.grad_sync, "SP norm grads"))

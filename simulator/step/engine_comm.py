@@ -17,7 +17,7 @@ import simpy
 from clustersim.simulator.network import Transfer
 from clustersim.simulator.plan import Action, dependency, destination
 from clustersim.simulator.step.costs import ChunkCost, StageCost
-from clustersim.simulator.step.engine_state import Process, Run
+from clustersim.simulator.step.engine_state import Process, Run, log_wait_interval
 from clustersim.simulator.step.interval import Interval
 
 
@@ -32,27 +32,16 @@ def input_ready(st: Run, r: int, s: int, action: Action) -> bool:
     return dep is None or st.event((r, dep[0], dep[1])).triggered
 
 
-WAIT_ROUNDOFF = 1e-12
-"""A wait no longer than this fraction of the clock is the floating-point round-off of two equal
-times (an input that arrives as its consumer frees up, summed along two paths: 1e-17 s waits at a
-50 s clock), not a wait: it is not logged. Logged, it made runs of different micro-batch counts
-differ by whether two sums happened to round apart, and the steady state went unfound
-(``steady``; tests/simulator/test_steady.py)."""
-
-
 def log_wait(st: Run, r: int, s: int, action: Action, t0: float) -> None:
-    """Split a wait that ended now into bubble (producer still busy) and exposed p2p; a part no
-    longer than ``WAIT_ROUNDOFF`` of the clock is round-off and not logged."""
+    """Split a wait that ended now into bubble (producer still busy) and exposed p2p (each part
+    ``log_wait_interval``: round-off is not logged)."""
     dep = dependency(action, s, st.pp, st.inp.vpp, st.inp.schedule)
     t1 = st.env.now
-    eps = WAIT_ROUNDOFF * abs(t1)
-    if dep is None or t1 - t0 <= eps:
+    if dep is None or t1 <= t0:
         return
     produced = min(max(st.produced.get((r, dep[0], dep[1]), t0), t0), t1)
-    if produced - t0 > eps:
-        st.log.append(Interval(r, s, "compute", "bubble", t0, produced, "wait"))
-    if t1 - produced > eps:
-        st.log.append(Interval(r, s, "compute", "exposed_pp", produced, t1, "wait p2p"))
+    log_wait_interval(st, r, s, "bubble", t0, produced, "wait")
+    log_wait_interval(st, r, s, "exposed_pp", produced, t1, "wait p2p")
 
 
 def send(st: Run, r: int, s: int, action: Action) -> None:
@@ -121,8 +110,7 @@ def ep_flow(st: Run, r: int, s: int, transfer: Transfer, label: str) -> Process:
     ``exposed_ep``); the EP stream logs their time alone and what sharing added (``ep_shared``)."""
     t0 = st.env.now
     yield from run_transfer(st, r, s, "ep", "ep_comm", transfer, label)
-    if st.env.now > t0:
-        st.log.append(Interval(r, s, "compute", "exposed_ep", t0, st.env.now, label))
+    log_wait_interval(st, r, s, "exposed_ep", t0, st.env.now, label)
 
 
 def _succeed(event: simpy.Event) -> None:
@@ -203,6 +191,5 @@ def wait_gather(st: Run, r: int, s: int, v: int) -> Process:
         lead = chunk.param_gather_lead - (st.env.now - started)
         if lead > 0:
             yield st.env.timeout(lead)
-    if st.env.now > t0:
-        st.log.append(Interval(r, s, "compute", "exposed_dp", t0, st.env.now, "wait param gather"))
+    log_wait_interval(st, r, s, "exposed_dp", t0, st.env.now, "wait param gather")
 

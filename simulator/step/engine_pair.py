@@ -15,7 +15,7 @@ import simpy
 from clustersim.simulator.plan import Action
 from clustersim.simulator.step.costs import ChunkCost
 from clustersim.simulator.step.engine_comm import release, send, send_at
-from clustersim.simulator.step.engine_state import Process, Run, split_w, sync_wait
+from clustersim.simulator.step.engine_state import Process, Run, log_wait_interval, split_w, sync_wait
 from clustersim.simulator.step.interval import Interval
 from clustersim.simulator.step.lower_dp import overlapped_duration
 from clustersim.simulator.step.pairing import combined_pair
@@ -65,8 +65,7 @@ def run_pair(st: Run, r: int, s: int, pair: tuple[Action, Action], dp_queue: sim
     label = "+".join(f"{k}{mb}.{v}" for k, mb, v in pair)
     if comm > 0:
         st.log.append(Interval(r, s, "ep", "ep_comm", start, start + comm, label))
-    if end > t:
-        st.log.append(Interval(r, s, "compute", "exposed_ep", t, end, f"wait all-to-all {label}"))
+    log_wait_interval(st, r, s, "exposed_ep", t, end, f"wait all-to-all {label}")
     for kind, _, v in pair:
         if kind == ("W" if split else "B"):
             left[v] -= 1

@@ -93,6 +93,22 @@ def split_w(inp: EngineInput) -> bool:
     return inp.schedule in ("zb-h1", "dualpipe")
 
 
+WAIT_ROUNDOFF = 1e-12
+"""A wait no longer than this fraction of the clock is the floating-point round-off of two equal
+times (an input that arrives as its consumer frees up, summed along two paths: 1e-17 s waits at a
+50 s clock), not a wait: it is not logged. Logged, it made runs of different micro-batch counts
+differ by whether two sums happened to round apart, and the steady state went unfound
+(``steady``; tests/simulator/test_steady.py)."""
+
+
+def log_wait_interval(st: Run, r: int, s: int, category: str, t0: float, t1: float, label: str,
+                      stage_sync: bool = False) -> None:
+    """Log a wait of unit (r, s) on its compute stream from ``t0`` to ``t1`` unless it is no longer
+    than ``WAIT_ROUNDOFF`` of the clock."""
+    if t1 - t0 > WAIT_ROUNDOFF * abs(t1):
+        st.log.append(Interval(r, s, "compute", category, t0, t1, label, stage_sync=stage_sync))
+
+
 def record_parts(st: Run, r: int, s: int, parts: dict[str, float], label: str, start: float) -> float:
     """Log a pass's ``parts`` (seconds by cause) from ``start`` one after another; returns their
     scaled duration."""

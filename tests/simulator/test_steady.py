@@ -148,7 +148,7 @@ def test_no_wait_is_float_round_off_and_the_period_is_found(nvlink: float) -> No
     from clustersim.simulator.profile import default_profile
     from clustersim.simulator.scenario import load_scenario
     from clustersim.simulator.step import simulate as simulate_module
-    from clustersim.simulator.step.engine_comm import WAIT_ROUNDOFF
+    from clustersim.simulator.step.engine_state import WAIT_ROUNDOFF
 
     sets = ["training.seq_len=2048", "training.global_batch_size=1024", "plan.pp=8", "plan.dp=1",
             "plan.schedule=interleaved", "plan.vpp=2"]
