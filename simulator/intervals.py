@@ -61,11 +61,8 @@ SCALE_HEADROOM = 2.0
 
 TRANSFERRED_PATH = Path(__file__).parent / "calibration" / "intervals_transferred.yaml"
 """The bundled interval of a prediction on a GPU type whose profile no row of that type fitted
-(``clustersim validate --cross-validate gpu``, ``transferred_table``)."""
+(``clustersim validate --cross-validate gpu``, ``calibration.intervals_transferred.transferred_table``)."""
 
-SAME_PART: Mapping[str, str] = {"a100_40gb": "a100"}
-"""Accelerator keys that are another memory size of a fitted part (their rows fit that part's
-profile: ``calibration.validate.part_of_row``)."""
 
 
 def generation(name: str) -> str:
@@ -144,7 +141,7 @@ def _calibration(frame: pd.DataFrame, reg: object) -> tuple[npt.NDArray[np.float
     return ratios(frame), family_weights(frame), True
 
 
-def _widen(lo: float, hi: float, factor: float) -> tuple[float, float]:
+def widen(lo: float, hi: float, factor: float) -> tuple[float, float]:
     """(lo, hi) with their log-ratios times ``factor`` (never narrower; inf factor: unbounded)."""
     if not math.isfinite(factor):
         return 0.0, math.inf
@@ -205,7 +202,7 @@ def _regime_bounds(cal: pd.DataFrame, reg: object, level: float, factor: list[fl
     if extrapolated:
         if not factor:
             factor.append(extrapolation_widening(cal, level)[0])
-        lo, hi = _widen(lo, hi, factor[0])
+        lo, hi = widen(lo, hi, factor[0])
     return lo, hi, extrapolated
 
 
@@ -254,8 +251,13 @@ def _family_quantile(scored: Sequence[_Scored], level: float) -> float:
     is the row-weighted distribution of the left-out scores. Families as units set the mean of the
     families' coverages instead, and with four or five families of 12 to 233 rows that lets the
     smallest biased family's tail set every interval (98.0 % of rows at 90 %, December 2026)."""
-    s = np.concatenate([x.scores for x in scored])
-    return max(1.0, _weighted_upper(s, np.ones(len(s)), level))
+    return row_quantile(np.concatenate([x.scores for x in scored]), level)
+
+
+def row_quantile(scores: npt.NDArray[np.float64], level: float) -> float:
+    """The split-conformal ``level`` quantile of widening ``scores`` with each row one unit, never
+    below 1 (``_family_quantile``; ``calibration.intervals_transferred.type_widening``)."""
+    return max(1.0, _weighted_upper(scores, np.ones(len(scores)), level))
 
 
 def family_widening(frame: pd.DataFrame, level: float) -> float:
@@ -317,7 +319,7 @@ def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) ->
             mine: list[float] = []
             for reg, part in test.groupby("regime_key"):
                 lo, hi, extrapolated = _regime_bounds(cal, reg, level, factor)
-                lo, hi = _widen(lo, hi, between[distance_class(extrapolated)])
+                lo, hi = widen(lo, hi, between[distance_class(extrapolated)])
                 extra += len(part) if extrapolated else 0
                 q = ratios(part)
                 inside += int(np.sum((q >= lo) & (q <= hi)))
@@ -333,72 +335,6 @@ def coverage_by_family(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) ->
     return pd.DataFrame(out)
 
 
-def fold_weights(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
-    """1 / (rows of the row's held-out GPU type, the ``fold`` column) per row: each held-out type
-    weighs one unit (``family_weights``' reasoning, with the GPU type as the exchangeable unit)."""
-    fold = frame.fold.astype(str)
-    weights: npt.NDArray[np.float64] = np.divide(1.0, fold.map(fold.value_counts()).to_numpy(dtype=np.float64))
-    return weights
-
-
-def type_widening(frame: pd.DataFrame, level: float) -> float:
-    """The factor on the transferred interval's log-ratio bounds that makes it hold for a GPU type not
-    seen: each held-out type (``fold``) left out in turn, its rows scored (``widening_scores``) against
-    the bounds calibrated on the other types (``fold_weights``); the split-conformal ``level``
-    quantile of the scores with each row one unit (``_family_quantile``'s reasoning), never below 1.
-    Fewer than two types: 1."""
-    if frame.fold.nunique() < 2:
-        return 1.0
-    scores = []
-    for fold, test in frame.groupby("fold"):
-        cal = frame[frame.fold != fold]
-        lo, hi = conformal_bounds(ratios(cal), level, fold_weights(cal))
-        scores.append(widening_scores(ratios(test), lo, hi))
-    s = np.concatenate(scores)
-    return max(1.0, _weighted_upper(s, np.ones(len(s)), level))
-
-
-def transferred_bounds(frame: pd.DataFrame, level: float) -> tuple[float, float]:
-    """The transferred interval of ``frame``'s leave-one-GPU-type-out rows at ``level``: the bounds
-    with each held-out type one unit, widened by ``type_widening``."""
-    lo, hi = conformal_bounds(ratios(frame), level, fold_weights(frame))
-    return _widen(lo, hi, type_widening(frame, level))
-
-
-def transferred_coverage(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> pd.DataFrame:
-    """Per held-out GPU type of a leave-one-GPU-type-out table (``fold`` column) and level: the share
-    of its rows inside the transferred interval (``transferred_bounds``: bounds and widening both)
-    calibrated on the other types' rows only; plus one "all" line per level. Columns: fold, level,
-    rows, covered, coverage."""
-    import pandas as pd  # the fitting side only
-
-    out = []
-    for level in levels:
-        tot = cov = 0
-        for fold, test in frame.groupby("fold"):
-            lo, hi = transferred_bounds(frame[frame.fold != fold], level)
-            q = ratios(test)
-            inside = int(np.sum((q >= lo) & (q <= hi)))
-            out.append({"fold": str(fold), "level": level, "rows": len(test), "covered": inside,
-                        "coverage": inside / len(test)})
-            tot, cov = tot + len(test), cov + inside
-        out.append({"fold": "all", "level": level, "rows": tot, "covered": cov, "coverage": cov / tot if tot else math.nan})
-    return pd.DataFrame(out)
-
-
-def transferred_table(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> dict[str, Any]:
-    """The data stored in ``intervals_transferred.yaml`` from a leave-one-GPU-type-out table (each row
-    held out with every row of its GPU type, the ``fold`` column): the GPU types fitted on their own
-    rows, the bounds on measured / predicted (``transferred_bounds``) and their widening, and the
-    coverage with each type scored on the others' bounds and widening (``transferred_coverage``)."""
-    cov = transferred_coverage(frame, levels)
-    every = cov[cov.fold == "all"].set_index("level").coverage
-    return {"levels": list(levels), "rows": int(len(frame)), "gpu_types": sorted(frame.fold.astype(str).unique().tolist()),
-            **{f"ratio_{int(lv * 100)}": list(transferred_bounds(frame, lv)) for lv in levels},
-            "widen": {f"ratio_{int(lv * 100)}": type_widening(frame, lv) for lv in levels},
-            "coverage_held_out_type": {f"ratio_{int(lv * 100)}": float(every[lv]) for lv in levels}}
-
-
 def load_transferred(path: str | Path = TRANSFERRED_PATH) -> dict[str, Any] | None:
     """The stored transferred-profile interval, None where none is stored."""
     where = Path(path)
@@ -412,18 +348,13 @@ def transferred_stem(gpu: str, fitted: Sequence[str]) -> str | None:
     """The bundled profile stem a prediction on ``gpu`` runs at when no row of that GPU type fitted it
     (its part is not among the ``fitted`` types: H800 at H100's, H200 at the copy of H100's), else
     None (a fitted part, or a part without a bundled profile: the generic defaults)."""
-    from clustersim.simulator.profile import profile_stem_of
-    from clustersim.topologies import TopologyError
-    from clustersim.topologies.accelerators import normalise_gpu
+    from clustersim.simulator.profile import MEMORY_VARIANTS, PROFILE_OF_PART, part_key
 
-    stem = profile_stem_of(gpu)
-    if stem is None:
+    key = part_key(gpu)
+    stem = PROFILE_OF_PART.get(key) if key is not None else None
+    if key is None or stem is None:
         return None
-    try:
-        key = normalise_gpu(gpu)
-    except TopologyError:
-        return None
-    return None if SAME_PART.get(key, key) in fitted else stem
+    return None if MEMORY_VARIANTS.get(key, key) in fitted else stem
 
 
 def interval_table(frame: pd.DataFrame, levels: Sequence[float] = LEVELS) -> dict[str, Any]:
@@ -522,13 +453,13 @@ def _regime_interval(step_time: float, kind: str, gpu: str, num_gpus: int, level
     if entry is not None and key not in entry:
         raise CalibrationError(f"interval level {level} not stored; use one of {tab['levels']}")
     if entry is not None and entry["rows"] >= tab["min_regime_rows"] and num_gpus <= SCALE_HEADROOM * entry["max_gpus"]:
-        lo, hi = _widen(_bound(entry[key][0]), _bound(entry[key][1]), stored_family_widening(tab, key, "validated"))
+        lo, hi = widen(_bound(entry[key][0]), _bound(entry[key][1]), stored_family_widening(tab, key, "validated"))
         return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=False,
                         nearest=f"{reg} ({entry['rows']} held-out rows, up to {entry['max_gpus']} GPUs)")
     factor = stored_widening(tab, key)
     pooled_lo, pooled_hi = (_bound(v) for v in tab["pooled"][key])
-    lo, hi = _widen(pooled_lo, pooled_hi, factor)
-    lo, hi = _widen(lo, hi, stored_family_widening(tab, key, "extrapolated"))
+    lo, hi = widen(pooled_lo, pooled_hi, factor)
+    lo, hi = widen(lo, hi, stored_family_widening(tab, key, "extrapolated"))
     near = _nearest(tab, reg, factor)
     return Interval(low_s=step_time * lo, high_s=step_time * hi, level=level, regime=reg, extrapolated=True,
                     nearest=near)

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from clustersim.files import write_atomic
 from clustersim.simulator.errors import CalibrationError
 from clustersim.topologies import Cluster, TopologyError, cpu_accelerator, cpu_loopback
+from clustersim.topologies.accelerators import normalise_gpu
 
 PROFILE_DIR = Path(__file__).parent / "calibration" / "profiles"
 
@@ -376,15 +377,25 @@ fractions of each part's own datasheet peak, and the part's own peaks, HBM and l
 part with (one prediction path). No AMD part: those run at the generic defaults."""
 
 
+MEMORY_VARIANTS: Mapping[str, str] = {"a100_40gb": "a100"}
+"""Accelerator keys that are another memory size of a fitted part: their rows fit that part's
+profile (``calibration.validate.part_of_row``), so it is their own, not borrowed."""
+
+
+def part_key(accelerator_name: str) -> str | None:
+    """The accelerator key of a name (``topologies.accelerators.normalise_gpu``), None for a name no
+    spelling table knows."""
+    try:
+        return normalise_gpu(accelerator_name)
+    except TopologyError:
+        return None
+
+
 def profile_stem_of(accelerator_name: str) -> str | None:
     """The bundled profile stem ``accelerator_name`` runs at (``PROFILE_OF_PART``), None for a part
     without one or a name no spelling table knows."""
-    from clustersim.topologies.accelerators import normalise_gpu
-    try:
-        key = normalise_gpu(accelerator_name)
-    except TopologyError:
-        return None
-    return PROFILE_OF_PART.get(key)
+    key = part_key(accelerator_name)
+    return PROFILE_OF_PART.get(key) if key is not None else None
 
 
 GEMM_CURVE_REFERENCE_PEAK = 989.4e12

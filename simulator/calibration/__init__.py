@@ -19,6 +19,7 @@ from clustersim.simulator.calibration.imported_runs import (
     measured_long_run,
     write_run,
 )
+from clustersim.simulator.calibration.intervals_transferred import transferred_coverage, transferred_table
 from clustersim.simulator.calibration.ranks import (
     SlowRank,
     detection_reports,
@@ -111,5 +112,7 @@ __all__ = [
     "standard_plans",
     "summary",
     "torch_available",
+    "transferred_coverage",
+    "transferred_table",
     "write_run",
 ]

@@ -372,7 +372,7 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
         fold_of[f] = ff
         first_order[test] = _first_order_at(pb, ok, profiles, ff)[test]
     frame = ok[["row_id", "source_id", "gpu_type", "group", "measured"]].rename(columns={"measured": "measured_s"})
-    frame = frame.assign(family=fold_labels(ok, "family"), first_order_held_out_s=first_order)
+    frame = frame.assign(family=fam if by == "family" else fold_labels(ok, "family"), first_order_held_out_s=first_order)
     if by != "family":
         frame = frame.assign(fold=fam)
     if on_folds is not None:

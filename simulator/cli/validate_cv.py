@@ -20,9 +20,8 @@ from rich.table import Table
 from clustersim.files import write_atomic
 from clustersim.simulator.calibration.fit_crossval import CrossValidation, FoldFit, cross_validate_families
 from clustersim.simulator.calibration.fit_defaults import sensitivities
-from clustersim.simulator.intervals import (
-    coverage_by_family, interval_table, transferred_coverage, transferred_table, write_intervals,
-)
+from clustersim.simulator.intervals import coverage_by_family, interval_table, write_intervals
+from clustersim.simulator.calibration import transferred_coverage, transferred_table
 from clustersim.simulator.profile import PROFILE_DIR, CalibrationProfile, load_profile
 from clustersim.simulator.errors import ClusterSimError
 from clustersim.simulator.network import Fidelity
@@ -58,8 +57,9 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
                                      reuse=_fit_run(sens_csv), on_folds=lambda fr, folds: _write_folds(out_dir, fr, folds),
                                      hold_shared=hold_shared, by=by)
     if by == "gpu":
-        _write_gpu(out_dir, cv, sens if sens_csv is None else None)
-        _print_gpu(console, cv, t_sens, time.perf_counter() - start - t_sens, out_dir)
+        moved = transferred_coverage(cv.rows)
+        _write_gpu(out_dir, cv, moved, sens if sens_csv is None else None)
+        _print_gpu(console, cv, moved, t_sens, time.perf_counter() - start - t_sens, out_dir)
         return cv
     coverage = coverage_by_family(cv.rows)
     _write(out_dir, cv, coverage, sens if sens_csv is None else None)
@@ -102,22 +102,24 @@ TRANSFERRED_HEADER = (
     "Prediction interval of the step time on a GPU type whose profile no row of that type fitted (H800, H20,\n"
     "GH200 at H100's, A800 at A100's, H200 at the copy of H100's): split-conformal bounds on measured / predicted\n"
     "from the leave-one-GPU-type-out residuals of `clustersim validate --cross-validate gpu` (each held-out type\n"
-    "one unit; simulator/intervals.py transferred_table) on workloads/data/published_runs.csv. gpu_types: the\n"
+    "one unit; simulator/calibration/intervals_transferred.py transferred_table) on workloads/data/published_runs.csv. gpu_types: the\n"
     "types fitted on their own rows. Method and coverage: docs/VALIDATION.md.")
 
 
-def _write_gpu(out_dir: Path, cv: CrossValidation, sens: pd.DataFrame | None) -> None:
+def _write_gpu(out_dir: Path, cv: CrossValidation, coverage: pd.DataFrame, sens: pd.DataFrame | None) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     for name, frame in (("cv_rows", cv.rows), ("cv_gpus", cv.by_family), ("cv_params", cv.params),
-                        ("cv_coverage", transferred_coverage(cv.rows))):
+                        ("cv_coverage", coverage)):
         write_atomic(out_dir / f"{name}.csv", frame.to_csv(index=False))
     if sens is not None:
         write_atomic(out_dir / "fit_sensitivities.csv", sens.to_csv(index=False))
     write_atomic(out_dir / "cv_notes.txt", _notes(cv.folds))
-    write_intervals(transferred_table(cv.rows), out_dir / "intervals_transferred.yaml", header=TRANSFERRED_HEADER)
+    write_intervals(transferred_table(cv.rows, coverage=coverage), out_dir / "intervals_transferred.yaml",
+                    header=TRANSFERRED_HEADER)
 
 
-def _print_gpu(console: Console, cv: CrossValidation, t_sens: float, t_cv: float, out_dir: Path) -> None:
+def _print_gpu(console: Console, cv: CrossValidation, coverage: pd.DataFrame, t_sens: float, t_cv: float,
+               out_dir: Path) -> None:
     t = Table(title="step-time error by held-out GPU type (MAPE %; the held-out type from its donor's fit x cited "
                     "ratios; in-sample: the fit on every row)")
     for col in ("held-out GPU type", "rows", "in-sample", "out-of-sample", "median |err| out", "bias out"):
@@ -128,8 +130,7 @@ def _print_gpu(console: Console, cv: CrossValidation, t_sens: float, t_cv: float
     console.print(t)
     for f in cv.folds[1:]:
         console.print("".join(f"  {n}" for n in f.notes if n.startswith(f"{f.family}: no training row")))
-    cov = transferred_coverage(cv.rows)
-    every = cov[cov.fold == "all"]
+    every = coverage[coverage.fold == "all"]
     console.print("coverage of the transferred interval, each type scored on the others' bounds: " + ", ".join(
         f"{lv:.0%} -> {100 * c:.1f} %" for lv, c in zip(every.level, every.coverage)))
     console.print(f"sensitivities {t_sens:.0f} s, folds and held-out re-simulation {t_cv:.0f} s; files in {out_dir}")

@@ -18,8 +18,10 @@ from clustersim.simulator.calibration.fit_crossval import cross_validate_familie
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.intervals import (
-    conformal_bounds, fold_weights, interval_for, load_intervals, load_transferred, transferred_bounds,
-    transferred_coverage, transferred_stem, transferred_table, type_widening,
+    conformal_bounds, interval_for, load_intervals, load_transferred, transferred_stem,
+)
+from clustersim.simulator.calibration.intervals_transferred import (
+    fold_weights, transferred_bounds, transferred_coverage, transferred_table, type_widening,
 )
 from clustersim.simulator.profile import PROFILE_DIR, PROFILE_OF_PART, default_profile, load_profile, profile_stem_of
 from clustersim.topologies.accelerators import ACCELERATORS
