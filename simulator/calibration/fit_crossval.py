@@ -26,7 +26,7 @@ from typing import Any, Callable, Mapping, Sequence
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.calibration.fit_defaults import profile_key
+from clustersim.simulator.calibration.fit_defaults import profile_key, sensitivities
 from clustersim.simulator.calibration.fit_first_order import (
     apply_scales, first_order_problem, measured_times, row_weights, shared_held,
 )
@@ -337,7 +337,8 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
                             reuse: tuple[Mapping[str, CalibrationProfile], Mapping[int, float]] | None = None,
                             on_folds: Callable[[pd.DataFrame, Sequence[FoldFit]], None] | None = None,
                             pooling: bool = False, transfer: bool = True, hold_shared: bool = False,
-                            by: str = "family") -> CrossValidation:
+                            by: str = "family", rounds: int = 1,
+                            round_progress: Callable[[str, int, int], None] | None = None) -> CrossValidation:
     """Leave-one-family-out: fit without each family, re-simulate its rows at that fit.
 
     ``sens`` are the sensitivities taken at ``profiles`` (``fit_defaults.sensitivities``).
@@ -351,14 +352,27 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     ``by`` "gpu": leave-one-GPU-type-out instead (``FOLD_KINDS``); the rows then carry the held-out
     type in a ``fold`` column, ``by_family`` is per held-out type, and ``family`` stays the row's
     publication family.
+    ``rounds`` > 1: each fold's fit (and the all-families one) is re-linearised ``rounds`` - 1 times,
+    each time from sensitivities of that fold's training rows only, simulated at its previous fit
+    (``relinearised``): what ``--fit-profiles --fit-rounds`` does for the bundled profiles, so the
+    shared scales, free without ``hold_shared``, are fitted inside each fold and not read off a
+    linearisation at the all-families profiles. ``round_progress(label, done, total)`` follows
+    those passes.
     """
     ok = sens[sens.status == "ok"].reset_index(drop=True)
     fam = fold_labels(ok, by)
     families = sorted(set(fam))
     if len(families) < 2:
         raise CalibrationError(f"cross-validation by {by} needs 2 or more of them, the rows have {families}")
-    full = fit_fold(ok, profiles, np.ones(len(ok), bool), bounds=bounds, sweeps=sweeps, pooling=pooling, transfer=transfer,
-                    hold_shared=hold_shared)
+    if rounds < 1:
+        raise CalibrationError(f"cross-validation rounds = {rounds}; use 1 or more")
+    fit_kw: dict[str, Any] = dict(bounds=bounds, sweeps=sweeps, pooling=pooling, transfer=transfer, hold_shared=hold_shared)
+
+    def again(ff: FoldFit, train_ids: np.ndarray) -> FoldFit:
+        return relinearised(ff, train_ids, runs=runs, rounds=rounds, fidelity=fidelity, workers=workers,
+                            progress=round_progress, fit_kw=fit_kw)
+    full = fit_fold(ok, profiles, np.ones(len(ok), bool), **fit_kw)
+    full = again(full, ok.row_id.to_numpy())
     in_sample = reuse[1] if reuse is not None and same_fit(full, reuse[0]) else None
     folds = [full]
     fold_of: dict[str, FoldFit] = {}
@@ -366,8 +380,8 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     first_order = np.zeros(len(ok))
     for f in families:
         test = fam == f
-        ff = fit_fold(ok, profiles, ~test, family=f, bounds=bounds, sweeps=sweeps, pooling=pooling, transfer=transfer,
-                      hold_shared=hold_shared)
+        ff = fit_fold(ok, profiles, ~test, family=f, **fit_kw)
+        ff = again(ff, ok.row_id.to_numpy()[~test])
         folds.append(ff)
         fold_of[f] = ff
         first_order[test] = _first_order_at(pb, ok, profiles, ff)[test]
@@ -389,6 +403,24 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
     return CrossValidation(rows=frame, by_family=family_table(frame, "family" if by == "family" else "fold"),
                            params=param_table(full), folds=tuple(folds),
                            in_sample_from="simulated" if in_sample is None else "fit_rows.csv")
+
+
+def relinearised(ff: FoldFit, train_ids: np.ndarray, *, runs: pd.DataFrame, rounds: int, fidelity: Fidelity,
+                 workers: int, progress: Callable[[str, int, int], None] | None, fit_kw: Mapping[str, Any]) -> FoldFit:
+    """``ff`` refitted ``rounds`` - 1 more times, each from the sensitivities of its training rows
+    (``train_ids``; the held-out rows are never simulated) taken at the previous fit's profiles."""
+    if rounds <= 1:
+        return ff
+    train_runs = runs[runs.row_id.astype(int).isin({int(i) for i in train_ids})]
+    label = ff.family or "all families"
+    notes = list(ff.notes)
+    for r in range(2, rounds + 1):
+        tell = (lambda d, t, r=r: progress(f"{label}, round {r}", d, t)) if progress is not None else None
+        sens = sensitivities(train_runs, ff.profiles, fidelity=fidelity, workers=workers, progress=tell)
+        ok = sens[sens.status == "ok"].reset_index(drop=True)
+        ff = fit_fold(ok, dict(ff.profiles), np.ones(len(ok), bool), family=ff.family, **fit_kw)
+        notes = [f"round {r}: refitted from {len(ok)} training rows simulated at round {r - 1}'s fit", *ff.notes]
+    return FoldFit(family=ff.family, profiles=ff.profiles, fitted_params=ff.fitted_params, notes=tuple(notes))
 
 
 def same_fit(full: FoldFit, fitted: Mapping[str, CalibrationProfile]) -> bool:

@@ -92,7 +92,9 @@ def validate_command(
     fit_profiles: Annotated[Path | None, typer.Option(
         "--fit-profiles", help="Refit the default profiles on the runs from the bundled ones and write them, "
         "with fit_report.csv, fit_folds.csv, fit_rows.csv and fit_sensitivities.csv, into this directory.")] = None,
-    fit_rounds: Annotated[int, typer.Option(help="With --fit-profiles: rounds of simulate-and-fit.", min=1)] = 1,
+    fit_rounds: Annotated[int, typer.Option(help="With --fit-profiles: rounds of simulate-and-fit. With --cross-validate: "
+                                            "the same inside each fold (each later round simulates the fold's training "
+                                            "rows at its previous fit).", min=1)] = 1,
     fit_only: Annotated[str | None, typer.Option(
         "--fit-only", help="With --fit-profiles: refit only these profiles (comma-separated stems, e.g. b300,gb300); "
         "the others and the shared curve shape, kernel overhead and memory efficiency stay as bundled.")] = None,
@@ -133,7 +135,7 @@ def validate_command(
             from clustersim.simulator.cli.validate_cv import run_cross_validation  # heavy (pandas): imported when used
 
             run_cross_validation(console, errors, table, model, workers, progress, cv_dir, sensitivities_csv, hold_shared,
-                                 by=cross_validate)
+                                 by=cross_validate, rounds=fit_rounds)
             return
         if hold_shared:
             raise ClusterSimError("--hold-shared applies to --cross-validate; add it or drop --hold-shared")

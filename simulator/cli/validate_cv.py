@@ -14,7 +14,7 @@ from typing import Sequence
 
 import pandas as pd
 from rich.console import Console
-from rich.progress import Progress
+from rich.progress import Progress, TaskID
 from rich.table import Table
 
 from clustersim.files import write_atomic
@@ -35,7 +35,7 @@ INTERVALS_HEADER = (
 
 def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame, fidelity: Fidelity, workers: int,
                          progress: bool, out_dir: Path, sens_csv: Path | None, hold_shared: bool = False,
-                         by: str = "family") -> CrossValidation:
+                         by: str = "family", rounds: int = 1) -> CrossValidation:
     """Sensitivities (cached or one pass), the folds, coverage; files into ``out_dir``; tables printed.
     ``by`` "gpu": leave-one-GPU-type-out, its own table and files (``_write_gpu``): no intervals nor
     coverage, which are calibrated on held-out families."""
@@ -51,11 +51,17 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
             sens = sensitivities(table, profiles, fidelity=fidelity, workers=workers,
                                  progress=lambda d, _t: bar.update(task, completed=d))
         t_sens = time.perf_counter() - start
+        passes: dict[str, TaskID] = {}
+
+        def round_tick(label: str, done: int, total: int) -> None:
+            if label not in passes:
+                passes[label] = bar.add_task(f"fold fit: {label}", total=total)
+            bar.update(passes[label], completed=done)
         task2 = bar.add_task("held-out re-simulation", total=int((sens.status == "ok").sum()))
         cv = cross_validate_families(table, sens, profiles, fidelity=fidelity, workers=workers,
                                      progress=lambda d, _t: bar.update(task2, completed=d),
                                      reuse=_fit_run(sens_csv), on_folds=lambda fr, folds: _write_folds(out_dir, fr, folds),
-                                     hold_shared=hold_shared, by=by)
+                                     hold_shared=hold_shared, by=by, rounds=rounds, round_progress=round_tick)
     if by == "gpu":
         moved = transferred_coverage(cv.rows)
         _write_gpu(out_dir, cv, moved, sens if sens_csv is None else None)
