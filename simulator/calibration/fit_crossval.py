@@ -20,7 +20,7 @@ It does not compute intervals (``simulator.intervals``) nor print (``cli.validat
 from __future__ import annotations
 
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
@@ -413,14 +413,13 @@ def relinearised(ff: FoldFit, train_ids: np.ndarray, *, runs: pd.DataFrame, roun
         return ff
     train_runs = runs[runs.row_id.astype(int).isin({int(i) for i in train_ids})]
     label = ff.family or "all families"
-    notes = list(ff.notes)
     for r in range(2, rounds + 1):
         tell = (lambda d, t, r=r: progress(f"{label}, round {r}", d, t)) if progress is not None else None
         sens = sensitivities(train_runs, ff.profiles, fidelity=fidelity, workers=workers, progress=tell)
         ok = sens[sens.status == "ok"].reset_index(drop=True)
         ff = fit_fold(ok, dict(ff.profiles), np.ones(len(ok), bool), family=ff.family, **fit_kw)
-        notes = [f"round {r}: refitted from {len(ok)} training rows simulated at round {r - 1}'s fit", *ff.notes]
-    return FoldFit(family=ff.family, profiles=ff.profiles, fitted_params=ff.fitted_params, notes=tuple(notes))
+    said = f"round {rounds}: refitted from {len(ok)} training rows simulated at round {rounds - 1}'s fit"
+    return replace(ff, notes=(said, *ff.notes))
 
 
 def same_fit(full: FoldFit, fitted: Mapping[str, CalibrationProfile]) -> bool:

@@ -176,17 +176,12 @@ def _run_fit(table: pd.DataFrame, fidelity: Fidelity, rounds: int, workers: int,
              errors: Console, only: tuple[str, ...] | None = None) -> FitOutcome:
     """The fit pipeline of ``clustersim.simulator.calibration.fit_defaults`` with one progress bar per simulation pass."""
     from clustersim.simulator.calibration.fit_defaults import fit_default_profiles  # heavy (pandas/matplotlib): imported when the command runs
+    from clustersim.simulator.cli.validate_cv import pass_ticker
 
     start = {p.stem: load_profile(p) for p in sorted(PROFILE_DIR.glob("*.yaml"))}
     with Progress(console=errors, disable=not progress, transient=True) as bar:
-        tasks: dict[str, Any] = {}
-
-        def tick(label: str, done: int, total: int) -> None:
-            if label not in tasks:
-                tasks[label] = bar.add_task(f"fit: {label}", total=total)
-            bar.update(tasks[label], completed=done)
         return fit_default_profiles(table, start, rounds=rounds, fidelity=fidelity,
-                                    workers=workers, progress=tick, only=only)
+                                    workers=workers, progress=pass_ticker(bar, "fit"), only=only)
 
 
 def _write_fit(console: Console, outcome: FitOutcome, out_dir: Path, only: tuple[str, ...] | None = None) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import Callable, Sequence
 
 import pandas as pd
 from rich.console import Console
@@ -51,17 +51,11 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
             sens = sensitivities(table, profiles, fidelity=fidelity, workers=workers,
                                  progress=lambda d, _t: bar.update(task, completed=d))
         t_sens = time.perf_counter() - start
-        passes: dict[str, TaskID] = {}
-
-        def round_tick(label: str, done: int, total: int) -> None:
-            if label not in passes:
-                passes[label] = bar.add_task(f"fold fit: {label}", total=total)
-            bar.update(passes[label], completed=done)
         task2 = bar.add_task("held-out re-simulation", total=int((sens.status == "ok").sum()))
         cv = cross_validate_families(table, sens, profiles, fidelity=fidelity, workers=workers,
                                      progress=lambda d, _t: bar.update(task2, completed=d),
                                      reuse=_fit_run(sens_csv), on_folds=lambda fr, folds: _write_folds(out_dir, fr, folds),
-                                     hold_shared=hold_shared, by=by, rounds=rounds, round_progress=round_tick)
+                                     hold_shared=hold_shared, by=by, rounds=rounds, round_progress=pass_ticker(bar, "fold fit"))
     if by == "gpu":
         moved = transferred_coverage(cv.rows)
         _write_gpu(out_dir, cv, moved, sens if sens_csv is None else None)
@@ -71,6 +65,17 @@ def run_cross_validation(console: Console, errors: Console, table: pd.DataFrame,
     _write(out_dir, cv, coverage, sens if sens_csv is None else None)
     _print(console, cv, coverage, t_sens, time.perf_counter() - start - t_sens, out_dir)
     return cv
+
+
+def pass_ticker(bar: Progress, prefix: str) -> Callable[[str, int, int], None]:
+    """A ``progress(label, done, total)`` callback drawing one bar per simulation pass (label) on ``bar``."""
+    tasks: dict[str, TaskID] = {}
+
+    def tick(label: str, done: int, total: int) -> None:
+        if label not in tasks:
+            tasks[label] = bar.add_task(f"{prefix}: {label}", total=total)
+        bar.update(tasks[label], completed=done)
+    return tick
 
 
 def _fit_run(sens_csv: Path | None) -> tuple[dict[str, CalibrationProfile], dict[int, float]] | None:
