@@ -10,8 +10,8 @@ its donor, ``GROUP_DONORS``, times the cited part-to-part ratios of ``fit_transf
 without training rows takes the pooled levels, ``fit_pooling``, the strength chosen by
 leave-one-family-out inside the training families), and the schedule knobs a row leaves unpublished (re-tuned at the fold's
 profile by ``validate_row``, which picks the fastest plan and never looks at the measured time).
-Held-out rows are then re-simulated at their fold's profile, so the held-out error is the
-simulator's, not the first-order model's. One pass of sensitivities (``fit_defaults.sensitivities``,
+Held-out rows are then re-simulated at their fold's profile (``fit_crossval_rows``), so the held-out
+error is the simulator's, not the first-order model's. One pass of sensitivities (``fit_defaults.sensitivities``,
 or a cached ``fit_sensitivities.csv``) serves every fold: the fit only rescales them.
 It also reports the fitted parameters per GPU type and the values sitting at their bounds.
 It does not compute intervals (``simulator.intervals``) nor print (``cli.validate``).
@@ -19,14 +19,14 @@ It does not compute intervals (``simulator.intervals``) nor print (``cli.validat
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.calibration.fit_defaults import profile_key, sensitivities
+from clustersim.simulator.calibration.fit_crossval_rows import family_table, simulate_held_out
+from clustersim.simulator.calibration.fit_defaults import sensitivities
 from clustersim.simulator.calibration.fit_first_order import (
     apply_scales, first_order_problem, measured_times, row_weights, shared_held,
 )
@@ -37,12 +37,9 @@ from clustersim.simulator.calibration.fit_pooling import choose_strength, eviden
 from clustersim.simulator.calibration.fit_identify import fit_identified
 from clustersim.simulator.calibration.fit_transfer import DONOR_MIN_FAMILIES, GROUP_DONORS, transfer_profile
 from clustersim.simulator.profile import GROUPED_GEMM_EFFICIENCY_PRIOR, CalibrationProfile
-from clustersim.simulator.calibration.repeatability import row_floors
-from clustersim.simulator.calibration.validate import ClusterKey, family_of, validate_row
-from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
+from clustersim.simulator.calibration.validate import family_of
 from clustersim.simulator.errors import CalibrationError
 from clustersim.simulator.network import DEFAULT_FIDELITY, Fidelity
-from clustersim.topologies import Cluster
 
 PRIORS: Mapping[str, tuple[str, float]] = {
     "exp": ("expert_efficiency", GROUPED_GEMM_EFFICIENCY_PRIOR), "fp8": ("fp8", 1.0), "fp4": ("fp4", 1.0),
@@ -272,30 +269,6 @@ def _host_note(g: str, prof: CalibrationProfile, moved: bool, column: bool, boun
     return f"{g} host_launch_time fitted: {prof.host_launch_time * 1e6:.1f} us per launch"
 
 
-def regime_of_row(row: Mapping[str, Any]) -> str:
-    """dense | moe | hybrid of the row's model (the row mapping's own model); '' if unreadable."""
-    try:
-        model = model_for_row(row, [])
-    except (SkipRow, ValueError):
-        return ""
-    return "hybrid" if model.layer_pattern is not None else ("moe" if model.is_moe else "dense")
-
-
-def _simulate_chunk(items: list[tuple[dict[str, Any], CalibrationProfile, CalibrationProfile | None]],
-                    fidelity: Fidelity) -> list[dict[str, Any]]:
-    """Worker: each row at its fold profile (held out) and, unless None, at the all-families profile."""
-    cache: dict[ClusterKey, Cluster] = {}
-    out = []
-    for row, fold_prof, full_prof in items:
-        held = validate_row(row, profile=fold_prof, fidelity=fidelity, cache=cache)
-        full = validate_row(row, profile=full_prof, fidelity=fidelity, cache=cache) if full_prof is not None else None
-        out.append({"row_id": int(row["row_id"]), "held_out_s": held["predicted_step_time_s"],
-                    "in_sample_s": full["predicted_step_time_s"] if full else None, "held_status": held["status"],
-                    "held_reason": held["reason"], "regime": regime_of_row(row), "scenario": held["scenario"],
-                    "predicted_oom": "memory check lifted" in str((full or held)["inferred"] or "")})
-    return out
-
-
 @dataclass(frozen=True, kw_only=True)
 class CrossValidation:
     """Everything ``cross_validate_families`` produces."""
@@ -391,7 +364,7 @@ def cross_validate_families(runs: pd.DataFrame, sens: pd.DataFrame, profiles: Ma
         frame = frame.assign(fold=fam)
     if on_folds is not None:
         on_folds(frame, folds)
-    sim = _simulate_all(runs, ok, fam, fold_of, None if in_sample is not None else full, fidelity, workers, progress)
+    sim = simulate_held_out(runs, ok, fam, fold_of, None if in_sample is not None else full, fidelity, workers, progress)
     if in_sample is not None:
         sim["in_sample_s"] = sim.row_id.map(in_sample)
     frame = frame.merge(sim, on="row_id", how="left")
@@ -452,49 +425,6 @@ def _first_order_at(pb: Any, ok: pd.DataFrame, profiles: Mapping[str, Calibratio
         t[rows] += pb.slopes.get("host", np.zeros_like(t))[rows] * (new.host_launch_time - base.host_launch_time)
         t[rows] += pb.slopes.get("ecall", np.zeros_like(t))[rows] * (new.expert_call_time - base.expert_call_time)
     return t
-
-
-def _simulate_all(runs: pd.DataFrame, ok: pd.DataFrame, fam: np.ndarray, fold_of: Mapping[str, FoldFit],
-                  full: FoldFit | None, fidelity: Fidelity, workers: int,
-                  progress: Callable[[int, int], None] | None) -> pd.DataFrame:
-    by_id = {int(r["row_id"]): {str(k): v for k, v in r.items()} for r in runs.to_dict("records")}
-    keys = list(next(iter(fold_of.values())).profiles)
-    items = []
-    for rid, f, gpu in zip(ok.row_id.astype(int), fam, ok.gpu_type.astype(str)):
-        key = profile_key(gpu, keys)
-        if key is None:
-            raise CalibrationError(f"gpu_type {gpu!r} of an ok row: no profile among {keys}")
-        items.append((by_id[rid], fold_of[f].profiles[key], full.profiles[key] if full is not None else None))
-    chunks = [items[i:i + 8] for i in range(0, len(items), 8)]
-    records: list[dict[str, Any]] = []
-    if workers <= 1:
-        parts: Any = (_simulate_chunk(c, fidelity) for c in chunks)
-        return _gather(parts, records, len(items), progress)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return _gather(pool.map(_simulate_chunk, chunks, [fidelity] * len(chunks)), records, len(items), progress)
-
-
-def _gather(parts: Any, records: list[dict[str, Any]], total: int,
-            progress: Callable[[int, int], None] | None) -> pd.DataFrame:
-    for part in parts:
-        records.extend(part)
-        if progress is not None:
-            progress(len(records), total)
-    return pd.DataFrame.from_records(records)
-
-
-def family_table(frame: pd.DataFrame, column: str = "family") -> pd.DataFrame:
-    """Per held-out family (per value of ``column``: "fold" for the held-out GPU types) and "all":
-    rows, in-sample MAPE, out-of-sample MAPE, out-of-sample bias, and the repeatability floor
-    (``repeatability.row_floors``: the least MAPE any prediction from the rows' inputs can reach,
-    their scenarios measured more than once; nan without a ``scenario`` column)."""
-    def line(name: str, g: pd.DataFrame) -> dict[str, Any]:
-        return {"family": name, "rows": len(g), "mape_in_sample": float(g.error_in_pct.abs().mean()),
-                "mape_out_of_sample": float(g.error_out_pct.abs().mean()),
-                "median_abs_out": float(g.error_out_pct.abs().median()), "bias_out": float(g.error_out_pct.mean()),
-                "floor_mape": float(row_floors(g.scenario, g.measured_s).mean()) if "scenario" in g else float("nan")}
-    out = [line(str(f), g) for f, g in frame.groupby(column)]
-    return pd.DataFrame(out + [line("all", frame)])
 
 
 def param_table(full: FoldFit, stems: Sequence[str] | None = None) -> pd.DataFrame:

@@ -123,7 +123,7 @@ def test_later_rounds_simulate_only_each_folds_training_rows_at_its_previous_fit
         return pd.DataFrame({"row_id": ok.row_id, "held_out_s": held, "in_sample_s": inner, "held_status": "ok",
                              "held_reason": "", "regime": "dense", "scenario": ok.row_id.astype(str), "predicted_oom": False})
 
-    monkeypatch.setattr(fc, "_simulate_all", first_order)
+    monkeypatch.setattr(fc, "simulate_held_out", first_order)
     sens = sim.frame(np.arange(ROWS), {"h100": BASE})
     cv = fc.cross_validate_families(RUNS, sens, {"h100": BASE}, sweeps=2, rounds=2)
     assert [len(rows) for rows, _ in sim.calls] == [60, 30, 30]  # all families, then each fold's training half

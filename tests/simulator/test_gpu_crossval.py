@@ -67,7 +67,7 @@ def test_cross_validation_by_gpu_type_holds_out_each_type_with_all_its_rows(monk
         return pd.DataFrame({"row_id": ok.row_id, "held_out_s": held, "in_sample_s": inner, "held_status": "ok",
                              "held_reason": "", "regime": "dense", "scenario": ok.row_id.astype(str), "predicted_oom": False})
 
-    monkeypatch.setattr(fc, "_simulate_all", first_order)
+    monkeypatch.setattr(fc, "simulate_held_out", first_order)
     sens = _families().assign(row_id=np.arange(60))
     a100 = (sens.row_id < 30) & (sens.row_id % 2 == 0)
     sens.loc[a100, "group"], sens.loc[a100, "gpu_type"] = "a100", "A100"

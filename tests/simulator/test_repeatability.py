@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
-from clustersim.simulator.calibration.fit_crossval import family_table
+from clustersim.simulator.calibration.fit_crossval_rows import family_table
 from clustersim.simulator.calibration.fit_first_order import row_weights
 from clustersim.simulator.calibration.repeatability import best_constant_errors, repeatability_floor, scenario_key
 from clustersim.simulator.calibration.validate import load_runs, validate_row, validate_runs
