@@ -14,14 +14,26 @@ fp32, and shared experts like a dense MLP; context parallelism shards the sequen
 keys stay s long in the s^2 term). With `flash_attention` (default, as Megatron-core with
 Transformer Engine runs) the s^2 softmax tensors are never stored; the fused kernel keeps its
 fp32 log-sum-exp (a*s*b*4 bytes) instead, which selective recompute also drops.
+Dropout: Korthikanti's 34 and 5 count the masks of a model trained with dropout (Megatron-LM's
+default, 0.1: the two residual masks, 2 of 34, and the attention dropout's mask and output, 3 of 5).
+A dropout of p = 0 returns its input and keeps no mask (ATen Dropout.cpp: ``p == 0`` returns the
+input; Megatron's bias-dropout-add calls it), so a model without dropout (``ModelSpec.hidden_dropout``,
+``attention_dropout`` = 0, every config.json model here) keeps 32 and 2.
 Masks are 1 byte per element. FP8 runs (Transformer Engine: `transformer_engine/pytorch/module/linear.py`
 and `layernorm_linear.py` save the quantised input, column-wise usage only, for the wgrad GEMM) keep the
 tensors saved only as a linear layer's input at 1 byte (`gemm_input_bytes`); tensors another kernel also
 saves (Q/K/V and the attention output, kept by the fused attention kernel; the residual stream; the
 activation-function input) stay at the activation dtype. The routed experts' grouped linears
 (TE ``GroupedLinear``, same save rule) keep their inputs, the permuted tokens (fc1) and the activation
-output (fc2), at 1 byte too; the activation input and the expert output (kept by the unpermute for the
-router-probability gradient) stay. Does not place activations on pipeline stages (simulator/).
+output (fc2), at 1 byte too; the activation input stays. The router probabilities reach the experts
+permuted with the tokens (fp32, one per token-expert pair) and are applied inside the activation
+(Megatron-Core ``TEGroupedMLP.forward``: ``activation_func_with_probs(fc1_output, permuted_probs)``,
+the weighted SwiGLU, which saves its input and the probabilities); the unpermute after the combine takes
+no probabilities (``MoEAlltoAllTokenDispatcher.combine_postprocess``, ``_DeepepManager.
+get_restored_hidden_states_by_experts``: ``unpermute(..., routing_map=...)``), an index scatter whose
+backward is a gather, so the expert output is not kept (megatron/core/transformer/moe/experts.py and
+token_dispatcher.py, NVIDIA/Megatron-LM 0014f13713bf). Does not place activations on pipeline stages
+(simulator/).
 
 Per-module recompute (Megatron-Core ``TransformerConfig.recompute_modules``,
 megatron/core/transformer/transformer_config.py; ``recompute_modules`` argument) drops, per layer:
@@ -81,6 +93,9 @@ class ActivationTerm:
     Engine keeps it quantised, 1 byte per element (``layer_activation_bytes(gemm_input_bytes=)``)."""
     dropped_by: frozenset[str] = frozenset()
     """The ``RECOMPUTE_MODULES`` whose recompute frees this tensor (module docstring)."""
+    act_input: bool = False
+    """The input of an MLP's activation function (the fc1 output), which Megatron-Core's
+    ``activation_func_fp8_input_store`` keeps in FP8 (``layer_activation_bytes(act_input_fp8=)``)."""
 
 
 
@@ -109,12 +124,20 @@ def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape
     return (
         ActivationTerm(name="attn_norm_input", bytes=dt * n * h, sharding="sp"),
         *attention,
-        ActivationTerm(name="attn_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
+        *_hidden_mask(model, "attn", n),
         ActivationTerm(name="mlp_norm_input", bytes=dt * n * h, sharding="sp"),
         ActivationTerm(name="mlp_input", bytes=dt * n * h, sharding="sp", gemm_input=True, dropped_by=mlp_input),
         *mlp,
-        ActivationTerm(name="mlp_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
+        *_hidden_mask(model, "mlp", n),
     )
+
+
+def _hidden_mask(model: ModelSpec, kind: str, n: float) -> tuple[ActivationTerm, ...]:
+    """The 1-byte mask of a residual-stream dropout (bias-dropout-add), kept only when
+    ``model.hidden_dropout`` > 0 (module docstring)."""
+    if model.hidden_dropout <= 0.0:
+        return ()
+    return (ActivationTerm(name=f"{kind}_dropout_mask", bytes=MASK_BYTES * n * model.hidden_size, sharding="sp"),)
 
 
 def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: int,
@@ -123,7 +146,7 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: i
                            etp: int = 1, flash_attention: bool = True,
                            gemm_input_bytes: int | None = None,
                            recompute_modules: tuple[str, ...] = (),
-                           recompute_saved: tuple[str, ...] = ()) -> float:
+                           recompute_saved: tuple[str, ...] = (), act_input_fp8: bool = False) -> float:
     """Bytes of activations layer `layer_index` keeps on one device for one micro-batch.
 
     ``gemm_input_bytes`` (default ``dtype_bytes``): bytes per element of the tensors saved only as
@@ -131,7 +154,10 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: i
     ``recompute_modules``: Megatron-Core modules recomputed in backward (``RECOMPUTE_MODULES``);
     their tensors are not kept (module docstring).
     ``recompute_saved``: with full recompute, the outputs kept besides the layer input
-    (``SAVED_OUTPUTS``: 'qkv_proj' keeps Q, K and V, as MaxText's remat policy save_qkv_proj)."""
+    (``SAVED_OUTPUTS``: 'qkv_proj' keeps Q, K and V, as MaxText's remat policy save_qkv_proj).
+    ``act_input_fp8``: the SwiGLU inputs (``ActivationTerm.act_input``) kept at 1 byte, Megatron-Core's
+    ``activation_func_fp8_input_store`` (``ParallelPlan.activation_fp8_input_store``); gated MLPs whose
+    activation is not clamped only (the fused SwiGLU kernels are the ones that take the option)."""
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes)
     if recompute == "full":
@@ -140,7 +166,9 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: i
     terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention)
     kept = [t for t in terms if not _recomputed(t, recompute, recompute_modules)]
     narrow = 1.0 if gemm_input_bytes is None else gemm_input_bytes / dtype_bytes
-    return sum(_per_device(t, tp, sp) * (narrow if t.gemm_input else 1.0) for t in kept)
+    fp8_act = 1.0 / dtype_bytes if act_input_fp8 and model.gated_mlp and model.activation_clamp is None else 1.0
+    return sum(_per_device(t, tp, sp) * (narrow if t.gemm_input else fp8_act if t.act_input else 1.0)
+               for t in kept)
 
 
 def _recomputed(term: ActivationTerm, recompute: Recompute, modules: tuple[str, ...]) -> bool:
@@ -154,7 +182,10 @@ def _recomputed(term: ActivationTerm, recompute: Recompute, modules: tuple[str, 
 
 def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int,
                                tp: int = 1, cp: int = 1, sp: bool = False) -> float:
-    """The embedding dropout mask, s*b*h bytes (/t with sp) (Korthikanti et al. sec. 4.3)."""
+    """The embedding dropout mask, s*b*h bytes (/t with sp) (Korthikanti et al. sec. 4.3); 0 when the
+    model trains without hidden dropout (Megatron's embedding dropout takes ``hidden_dropout``)."""
+    if model.hidden_dropout <= 0.0:
+        return 0.0
     tokens = micro_batch * seq_len / cp
     return MASK_BYTES * tokens * model.hidden_size / (tp if sp else 1)
 
@@ -228,7 +259,7 @@ def _hybrid_terms(model: ModelSpec, layer_index: int, shape: LocalShape, n: int,
     return (
         ActivationTerm(name=f"{kind}_norm_input", bytes=dt * n * h, sharding="sp"),
         *block,
-        ActivationTerm(name=f"{kind}_dropout_mask", bytes=MASK_BYTES * n * h, sharding="sp"),
+        *_hidden_mask(model, kind, n),
     )
 
 
@@ -278,15 +309,17 @@ def _attention_terms(model: ModelSpec, shape: LocalShape, n: int, flash: bool,
 def _core_term(model: ModelSpec, shape: LocalShape, n: int, flash: bool,
                window: int | None) -> ActivationTerm:
     """Softmax output (2), its dropout mask (1) and dropout output (2) per score: 5*a*s_q*s_k*b
-    (s_k = the window in sliding-window layers); with a fused (flash) kernel only the fp32
-    log-sum-exp per query and head."""
+    (s_k = the window in sliding-window layers); without attention dropout the softmax output only
+    (2*a*s_q*s_k*b); with a fused (flash) kernel only the fp32 log-sum-exp per query and head."""
     a = model.num_heads
     s_k = shape.seq_len if window is None else min(window, shape.seq_len)
     if flash:
         return ActivationTerm(name="softmax_lse", bytes=FP32_BYTES * a * n, sharding="tp",
                               attention_core=True)
     scores = a * n * s_k
-    per_score = 2 * shape.dtype_bytes + MASK_BYTES  # softmax out + dropout out (dt each) + mask
+    per_score = shape.dtype_bytes  # the softmax output
+    if model.attention_dropout > 0.0:
+        per_score += MASK_BYTES + shape.dtype_bytes  # the dropout's mask and output
     return ActivationTerm(name="softmax", bytes=per_score * scores, sharding="tp",
                           attention_core=True)
 
@@ -297,7 +330,7 @@ def _mlp_terms(model: ModelSpec, n: float, ffn: int, prefix: str, dt: int,
     n_in = 2 if model.gated_mlp else 1
     return [
         ActivationTerm(name=f"{prefix}_act_input", bytes=dt * n * n_in * ffn, sharding="tp",
-                       dropped_by=dropped_by),
+                       dropped_by=dropped_by, act_input=True),
         ActivationTerm(name=f"{prefix}_fc2_input", bytes=dt * n * ffn, sharding="tp", gemm_input=True,
                        dropped_by=dropped_by),
     ]
@@ -315,10 +348,11 @@ def _moe_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[ActivationTe
                        sharding="sp", dropped_by=moe),
         ActivationTerm(name="expert_fc1_input", bytes=dt * pairs * h, sharding="device", gemm_input=True,
                        dropped_by=moe),
-        ActivationTerm(name="expert_act_input", bytes=dt * pairs * n_in * f, sharding="device", dropped_by=moe),
+        ActivationTerm(name="expert_act_input", bytes=dt * pairs * n_in * f, sharding="device", dropped_by=moe,
+                       act_input=True),
         ActivationTerm(name="expert_fc2_input", bytes=dt * pairs * f, sharding="device", gemm_input=True,
                        dropped_by=moe | {"moe_act"}),
-        ActivationTerm(name="expert_output", bytes=dt * pairs * h, sharding="device", dropped_by=moe),
+        ActivationTerm(name="expert_probs", bytes=FP32_BYTES * pairs, sharding="device", dropped_by=moe),
     ]
     if model.activation_clamp is not None and not shape.fused_grouped_mlp:
         # the clamped, concatenated gate|up that the fused GLU saves, beside the fc1 output the

@@ -282,6 +282,27 @@ NOT_MODELLED: Mapping[str, str] = {
 """What each mapping knowingly leaves out."""
 
 
+DROPOUT_KEYS: dict[str, tuple[str, ...]] = {
+    "attention_dropout": ("attention_dropout", "attn_pdrop", "attention_probs_dropout_prob"),
+    "hidden_dropout": ("hidden_dropout", "resid_pdrop", "hidden_dropout_prob"),
+}
+"""ModelSpec dropout field -> the config.json spellings of it (transformers' LlamaConfig, Qwen, DeepSeek,
+Gemma, OLMo 2 ``attention_dropout``; GPT-NeoX and Falcon ``hidden_dropout``; GPT-2, Phi-3 and DBRX
+``attn_pdrop`` / ``resid_pdrop``; BERT-style ``*_dropout_prob``), first found wins; absent = 0."""
+
+
+def _dropout(cfg: Config) -> dict[str, float]:
+    """The dropout probabilities a config sets (nested ``attn_config`` too, as DBRX); ModelSpec checks
+    they are in [0, 1)."""
+    out: dict[str, float] = {}
+    scopes = [cfg, *(v for v in cfg.values() if isinstance(v, Mapping))]
+    for field, keys in DROPOUT_KEYS.items():
+        found = next((scope[k] for k in keys for scope in scopes if scope.get(k) is not None), None)
+        if found is not None:
+            out[field] = float(found)
+    return out
+
+
 def model_from_hf_config(source: str | Path | Config, name: str | None = None) -> ModelSpec:
     """The ModelSpec of a ``config.json`` (a path or the parsed mapping)."""
     if isinstance(source, Mapping):
@@ -298,7 +319,7 @@ def model_from_hf_config(source: str | Path | Config, name: str | None = None) -
     kind = str(cfg.get("model_type", ""))
     if kind not in ARCHITECTURES:
         raise WorkloadError(f"hf_config {where}: model_type {kind!r} not supported; use one of {sorted(ARCHITECTURES)}")
-    fields = ARCHITECTURES[kind](cfg, where)
+    fields = {**ARCHITECTURES[kind](cfg, where), **_dropout(cfg)}
     label = name or str(cfg.get("_name_or_path") or Path(where).parent.name or kind)
     note = f"; not modelled: {NOT_MODELLED[kind]}" if kind in NOT_MODELLED else ""
     return ModelSpec(name=label, source=f"Hugging Face config.json {where} (model_type {kind}){note}", **fields)

@@ -132,6 +132,16 @@ class ModelSpec:
     """Normalisation: RMSNorm (weight only) or LayerNorm (weight and bias)."""
     linear_bias: bool = False
     """Linear layers carry biases (GPT-3/Megatron GPT, gpt-oss)."""
+    hidden_dropout: float = 0.0
+    """Dropout probability on the residual stream (after attention, after the MLP, on the embedding;
+    Megatron ``hidden_dropout``, HF ``hidden_dropout`` / ``resid_pdrop``). Memory only: with p > 0 each
+    dropout keeps a 1-byte mask for backward; with p = 0 torch's dropout returns its input and keeps
+    nothing (ATen Dropout.cpp), as every config.json preset here trains (workloads/activations.py)."""
+    attention_dropout: float = 0.0
+    """Dropout probability on the attention probabilities (Megatron ``attention_dropout``, HF
+    ``attention_dropout`` / ``attn_pdrop``). Memory only, and only without a fused attention kernel: the
+    unfused core keeps the dropout's mask and output beside the softmax output; a fused kernel
+    regenerates its mask from the RNG state (workloads/activations.py)."""
     learned_position_embeddings: bool = False
     """Absolute learned position embeddings of max_seq_len rows (GPT-3, MPT) instead of RoPE."""
     sliding_window: int | None = None
@@ -166,6 +176,7 @@ class ModelSpec:
         _check_moe(self)
         _check_mla(self)
         _check_pattern(self)
+        _check_dropout(self)
 
     # ---- derived shapes -------------------------------------------------------------------
     @property
@@ -388,6 +399,15 @@ def _check_types(m: ModelSpec) -> None:
         if not ok:
             shown = str(value) if isinstance(value, float) else repr(value)
             raise WorkloadError(f"{getattr(m, 'name', '?')}: {name} = {shown}: must be {want}")
+
+
+def _check_dropout(m: ModelSpec) -> None:
+    """Dropout probabilities in [0, 1)."""
+    for name in ("hidden_dropout", "attention_dropout"):
+        p = getattr(m, name)
+        if not 0.0 <= p < 1.0:
+            raise WorkloadError(f"{m.name}: {name} = {p}: must be a probability in [0, 1) "
+                                "(0 = no dropout, as modern pretraining runs; Megatron-LM's default is 0.1)")
 
 
 def _check_sizes(m: ModelSpec) -> None:

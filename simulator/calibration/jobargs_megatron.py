@@ -48,7 +48,8 @@ MEGATRON_USED = {
     "num-layers", "hidden-size", "ffn-hidden-size", "num-attention-heads", "group-query-attention",
     "num-query-groups", "kv-channels", "seq-length", "max-position-embeddings", "global-batch-size",
     "micro-batch-size", "vocab-size", "swiglu", "normalization", "untie-embeddings-and-output-weights",
-    "disable-bias-linear", "position-embedding-type", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+    "disable-bias-linear", "position-embedding-type", "hidden-dropout", "attention-dropout",
+    "activation-func-fp8-input-store", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "expert-model-parallel-size", "sequence-parallel", "num-layers-per-virtual-pipeline-stage",
     "num-virtual-stages-per-pipeline-rank", "recompute-granularity", "recompute-num-layers",
@@ -68,6 +69,20 @@ def _int(args: Mapping[str, Any], key: str, where: str) -> int:
 
 def _opt_int(args: Mapping[str, Any], key: str, where: str) -> int | None:
     return _int(args, key, where) if key in args and args[key] is not True else None
+
+
+MEGATRON_DROPOUT = 0.1
+"""Megatron-LM's --hidden-dropout and --attention-dropout default (megatron/training/arguments.py
+``_add_regularization_args``; Megatron-Core ``TransformerConfig`` and NeMo's YAML keep it)."""
+
+
+def _float(args: Mapping[str, Any], key: str, where: str, default: float) -> float:
+    if key not in args:
+        return default
+    try:
+        return float(args[key])
+    except (TypeError, ValueError):
+        raise JobArgsError(f"{where}: --{key} = {args[key]!r} is not a number; give a probability such as 0.0") from None
 
 
 def _flag(args: Mapping[str, Any], key: str) -> bool:
@@ -100,6 +115,11 @@ def megatron_model(a: Mapping[str, Any], where: str, notes: list[str]) -> dict[s
     }
     if "kv-channels" in a:
         fields["head_dim"] = _int(a, "kv-channels", where)
+    for key in ("hidden-dropout", "attention-dropout"):  # arguments.py _add_regularization_args: 0.1
+        fields[key.replace("-", "_")] = _float(a, key, where, MEGATRON_DROPOUT)
+        if key not in a:
+            notes.append(f"{key.replace('-', '_')} = {MEGATRON_DROPOUT}: Megatron's default (not given); "
+                         "it keeps dropout masks, memory only")
     if _opt_int(a, "num-experts", where):
         fields.update(num_experts=_int(a, "num-experts", where), top_k=_opt_int(a, "moe-router-topk", where) or 2)
         if "moe-ffn-hidden-size" in a:
@@ -121,6 +141,7 @@ def megatron_plan(a: Mapping[str, Any], where: str, layers: int) -> dict[str, An
         "vpp": vpp or 1, "schedule": "interleaved" if (vpp or 1) > 1 else "1f1b",
         "zero": 1 if _flag(a, "use-distributed-optimizer") else 0,
         "overlap_grad_reduce": _flag(a, "overlap-grad-reduce"), "overlap_param_gather": _flag(a, "overlap-param-gather"),
+        "activation_fp8_input_store": _flag(a, "activation-func-fp8-input-store"),
     }
     for flag, spelled in (("use-torch-fsdp2", "FSDP2 fully_shard"), ("use-megatron-fsdp", "Megatron-FSDP")):
         if _flag(a, flag):  # arguments.py: FSDP2 / Megatron-FSDP instead of DDP + distributed optimizer

@@ -71,6 +71,13 @@ class ParallelPlan:
     Engine's CPU offload context). Megatron-Core allows it only with pp = 1, without recompute and
     below num_layers (transformer_config.py ``__post_init__``); the copies run on the host link
     behind the next layer's compute, what they outlast it by is exposed."""
+    activation_fp8_input_store: bool = False
+    """Keep the SwiGLU activation's input (the fc1 output of dense MLPs, shared and routed experts) in
+    FP8 for backward, cast back there (Megatron-Core ``activation_func_fp8_input_store``,
+    ``--activation-func-fp8-input-store``: ``bias_swiglu_impl`` / ``weighted_bias_swiglu_impl`` save
+    ``input.to(torch.float8_e4m3fn)``; DeepSeek-V3 report sec. 3.3.3 caches the same tensor in FP8).
+    Memory only: the fused kernel writes the 1-byte copy in the pass that reads its input, and backward
+    reads 1 byte instead of 2 (``workloads.activations``). Gated (SwiGLU) MLPs without a clamp only."""
     zero: int = 0
     """ZeRO stage: 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params."""
     fsdp: Fsdp = "none"
@@ -226,6 +233,8 @@ class ParallelPlan:
             parts.append("keep:" + "+".join(self.recompute_saved))
         if self.cpu_offloading_num_layers:
             parts.append(f"offload{self.cpu_offloading_num_layers}")
+        if self.activation_fp8_input_store:
+            parts.append("act-in-fp8")
         if self.fsdp != "none":
             parts.append(f"fsdp-{self.fsdp}")
         elif self.zero:

@@ -218,7 +218,7 @@ def layer_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, la
                                   ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention,
                                   gemm_input_bytes=training.gemm_input_bytes,
                                   recompute_modules=plan.recompute_modules, recompute_saved=plan.recompute_saved,
-                                  **shard)
+                                  act_input_fp8=plan.activation_fp8_input_store, **shard)
 
 
 def kept_layer_bytes(per_layer: list[float], offloaded: int) -> float:

@@ -34,7 +34,10 @@ PAIRS = N * K  # token-expert pairs on one device (tp 1)
 
 
 def _hand_terms() -> dict[str, tuple[float, frozenset[str]]]:
-    """Bytes (bf16) of each tensor one DeepSeek-V3 MoE layer keeps, and the modules that free it."""
+    """Bytes (bf16) of each tensor one DeepSeek-V3 MoE layer keeps, and the modules that free it. No
+    dropout masks (config.json attention_dropout 0.0, no hidden dropout); the routed experts keep the
+    fp32 probabilities their weighted activation applies, not their output (the unpermute takes no
+    probabilities, Megatron-Core >= 0.13)."""
     f, latent = 2048, 1536 + 512
     none: frozenset[str] = frozenset()
     ln, up, moe = frozenset({"layernorm"}), frozenset({"mla_up_proj"}), frozenset({"moe"})
@@ -43,11 +46,11 @@ def _hand_terms() -> dict[str, tuple[float, frozenset[str]]]:
         "mla_latents": (2 * 2 * N * latent, none),
         "query": (2 * N * HEADS * 192, up), "key": (2 * N * HEADS * 192, up), "value": (2 * N * HEADS * 128, up),
         "softmax_lse": (4 * HEADS * N, frozenset({"core_attn"})), "out_proj_input": (2 * N * HEADS * 128, none),
-        "attn_dropout_mask": (N * H, none), "mlp_norm_input": (2 * N * H, none), "mlp_input": (2 * N * H, ln),
+        "mlp_norm_input": (2 * N * H, none), "mlp_input": (2 * N * H, ln),
         "router_probs": (4 * N * 256, moe), "expert_fc1_input": (2 * PAIRS * H, moe),
         "expert_act_input": (2 * PAIRS * 2 * f, moe), "expert_fc2_input": (2 * PAIRS * f, moe | {"moe_act"}),
-        "expert_output": (2 * PAIRS * H, moe), "shared_act_input": (2 * N * 2 * f, moe | {"shared_experts"}),
-        "shared_fc2_input": (2 * N * f, moe | {"shared_experts"}), "mlp_dropout_mask": (N * H, none),
+        "expert_probs": (4 * PAIRS, moe), "shared_act_input": (2 * N * 2 * f, moe | {"shared_experts"}),
+        "shared_fc2_input": (2 * N * f, moe | {"shared_experts"}),
     }
 
 
@@ -260,3 +263,31 @@ def test_stage_chunks_unchanged_by_recompute() -> None:
 def test_each_module_recomputes_its_megatron_submodule(layer: int, modules: tuple[str, ...], names: list[str]) -> None:
     ops = list(layer_ops(DSV3, layer, micro_batch=1, seq_len=N, tp=1, cp=1, ep=64, etp=1, dtype_bytes=2, sp=False))
     assert [o.name for o in recomputed_ops(ops, DSV3.is_moe_layer(layer), True, modules)] == names
+
+
+def test_the_fp8_activation_input_store_halves_the_swiglu_inputs() -> None:
+    # Megatron-Core activation_func_fp8_input_store: the routed experts' fc1 output (2 x 2048 per pair)
+    # and the shared expert's (2 x 2048 per token) kept at 1 byte instead of 2; nothing else moves
+    saved = _layer(()) - _layer((), act_input_fp8=True)
+    assert saved == pytest.approx(PAIRS * 2 * 2048 + N * 2 * 2048)
+    # what moe_act frees (the fc2 input) is not an activation input: the two savings add up
+    both = _layer(("moe_act",), act_input_fp8=True)
+    assert _layer(()) - both == pytest.approx(saved + 2 * PAIRS * 2048)
+    # a clamped (gpt-oss) or non-gated MLP keeps its input as it is: the option has no kernel there
+    for model in (get_model("gpt-oss-20b"), replace(get_model("gpt3-175b"), num_layers=2)):
+        plain = layer_activation_bytes(model, 1, micro_batch=1, seq_len=N)
+        assert layer_activation_bytes(model, 1, micro_batch=1, seq_len=N, act_input_fp8=True) == plain
+
+
+def test_the_deepseek_v3_report_plan_fits_an_h800_with_the_reports_memory_measures() -> None:
+    # report sec. 3.2 plan (PP16 DualPipe, EP64, ZeRO-1 over 128), sec. 3.2.3 recompute (RMSNorm, MLA
+    # up-projections), sec. 3.3.3 FP8 cache of the SwiGLU input and BF16 AdamW moments: every stage
+    # within the H800's 80 GB; without the recompute and the FP8 cache a middle stage is not
+    from clustersim.topologies.accelerators import H800
+    training = TrainingSpec(seq_len=N, global_batch_size=15360, precision="fp8", optimizer_state_dtype_bytes=2)
+    measures = replace(PLAN, recompute="selective", recompute_modules=("mla_up_proj", "layernorm", "moe_act"),
+                       activation_fp8_input_store=True)
+    peak = max(s.memory.total for s in partition_plan(DSV3, training, measures).stages)
+    assert peak < H800.hbm_capacity
+    bare = max(s.memory.total for s in partition_plan(DSV3, training, PLAN).stages)
+    assert bare > H800.hbm_capacity

@@ -122,6 +122,20 @@ def test_megatron_defaults_are_noted_and_missing_fields_named(tmp_path: Path) ->
     job = read_job(p)
     assert job.model["ffn_hidden_size"] == int(4 * 960 * 2 / 3 / 64) * 64  # type: ignore[index]
     assert any("ffn_hidden_size" in n for n in job.notes) and any("fp32" in n for n in job.notes)
+    # dropout: Megatron's 0.1 when not given (noted), the given value otherwise; the FP8 SwiGLU input store read
+    assert (job.model["hidden_dropout"], job.model["attention_dropout"]) == (0.1, 0.1)  # type: ignore[index]
+    assert any("hidden_dropout = 0.1: Megatron's default" in n for n in job.notes)
+    assert job.plan["activation_fp8_input_store"] is False
+    p.write_text("--num-layers 2 --hidden-size 960 --num-attention-heads 8 --seq-length 128 --global-batch-size 8 "
+                 "--vocab-size 1000 --swiglu --hidden-dropout 0.0 --attention-dropout 0 --activation-func-fp8-input-store\n")
+    job = read_job(p)
+    assert (job.model["hidden_dropout"], job.model["attention_dropout"]) == (0.0, 0.0)  # type: ignore[index]
+    assert job.plan["activation_fp8_input_store"] is True
+    assert not any("dropout" in n for n in job.notes)
+    p.write_text("--num-layers 2 --hidden-size 960 --num-attention-heads 8 --seq-length 128 --global-batch-size 8 "
+                 "--vocab-size 1000 --hidden-dropout none\n")
+    with pytest.raises(JobArgsError, match="--hidden-dropout = 'none' is not a number"):
+        read_job(p)
     p.write_text("--num-layers 2 --hidden-size 64 --num-attention-heads 8 --seq-length 128 --global-batch-size 8\n")
     with pytest.raises(JobArgsError, match="vocab size not given"):
         read_job(p)

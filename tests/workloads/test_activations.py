@@ -6,6 +6,7 @@ import pytest
 
 from clustersim.workloads import get_model, head_activation_bytes, layer_activation_bytes
 from clustersim.workloads.activations import embedding_activation_bytes
+from clustersim.workloads.errors import WorkloadError
 
 # Korthikanti et al. 2022, "Reducing Activation Recomputation in Large Transformer Models",
 # Table 2: activation bytes per layer in units of s*b*h (a = heads, t = tp degree).
@@ -101,8 +102,38 @@ def test_embedding_and_head_activations() -> None:
     logits = 4 * tokens * m.vocab_size / 4  # fp32 logits over tp = 4
     head = head_activation_bytes(m, micro_batch=1, seq_len=tokens, tp=4, sp=True)
     assert head == pytest.approx(logits + 2 * 2 * tokens * m.hidden_size / 4)
-    emb = embedding_activation_bytes(m, micro_batch=1, seq_len=tokens, tp=4, sp=True)
+    # Llama 3 trains without dropout: no embedding mask; with p > 0 one byte per element (sp-sharded)
+    assert m.hidden_dropout == 0.0
+    assert embedding_activation_bytes(m, micro_batch=1, seq_len=tokens, tp=4, sp=True) == 0.0
+    dropped = dataclasses.replace(m, hidden_dropout=0.1)
+    emb = embedding_activation_bytes(dropped, micro_batch=1, seq_len=tokens, tp=4, sp=True)
     assert emb == pytest.approx(tokens * m.hidden_size / 4)
+
+
+@pytest.mark.parametrize("flash", [True, False])
+def test_dropout_masks_are_kept_only_when_dropout_is_on(flash: bool) -> None:
+    # Korthikanti's 34 + 5as/h counts the masks of p = 0.1 (the GPT-3 preset, Megatron-LM's default);
+    # at p = 0 the two residual masks go (34 -> 32 units of sbh) and, without a fused kernel, the
+    # attention dropout's mask and output (5 -> 2 bytes per score); a fused kernel keeps neither
+    m = _gpt()
+    a, h = m.num_heads, m.hidden_size
+    def units(model) -> float:
+        return layer_activation_bytes(model, 0, micro_batch=B, seq_len=S, flash_attention=flash) / (S * B * h)
+    lse = 4 * a / h  # the fused kernel's fp32 log-sum-exp, per token and unit of h
+    with_dropout = 34 + (lse if flash else 5 * a * S / h)
+    assert (m.hidden_dropout, m.attention_dropout) == (0.1, 0.1)
+    assert units(m) == pytest.approx(with_dropout)
+    assert units(dataclasses.replace(m, hidden_dropout=0.0)) == pytest.approx(with_dropout - 2)
+    no_attn = dataclasses.replace(m, attention_dropout=0.0)
+    assert units(no_attn) == pytest.approx(34 + (lse if flash else 2 * a * S / h))
+    assert units(dataclasses.replace(no_attn, hidden_dropout=0.0)) == pytest.approx(units(no_attn) - 2)
+
+
+@pytest.mark.parametrize("field", ["hidden_dropout", "attention_dropout"])
+@pytest.mark.parametrize("value", [-0.1, 1.0, 2.0])
+def test_a_dropout_outside_zero_to_one_is_rejected(field: str, value: float) -> None:
+    with pytest.raises(WorkloadError, match=f"{field} = {value}: must be a probability"):
+        dataclasses.replace(get_model("llama3-8b"), **{field: value})
 
 
 def test_fp8_keeps_linear_only_inputs_at_one_byte() -> None:

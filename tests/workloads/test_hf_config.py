@@ -143,3 +143,25 @@ def test_llama4_reads_its_decoder_from_text_config_and_matches_the_preset() -> N
         model_from_hf_config(_llama4_text(moe_layers=[0, 2]))
     with pytest.raises(WorkloadError, match="'text_config'"):
         model_from_hf_config({"model_type": "llama4"})
+
+
+@pytest.mark.parametrize(("folder", "edits", "expected"), [
+    # spellings of each family (the shipped configs all train without dropout: 0.0 or absent)
+    ("gpt-neox-20b", {"attention_dropout": 0.1, "hidden_dropout": 0.2}, (0.2, 0.1)),
+    ("Phi-3-mini-4k-instruct", {"attention_dropout": 0.05, "resid_pdrop": 0.1}, (0.1, 0.05)),
+    ("Meta-Llama-3-8B", {"attention_dropout": 0.1}, (0.0, 0.1)),
+    ("Meta-Llama-3-8B", {}, (0.0, 0.0)),
+    ("falcon-40b-instruct", {}, (0.0, 0.0)),
+])
+def test_dropout_is_read_from_each_spelling(folder: str, edits: dict[str, float], expected: tuple[float, float]) -> None:
+    cfg = {**json.loads((DATA / folder / "config.json").read_text()), **edits}
+    m = model_from_hf_config(cfg)
+    assert (m.hidden_dropout, m.attention_dropout) == expected
+
+
+def test_dbrx_nested_attention_dropout_is_read_and_a_bad_one_named() -> None:
+    cfg = json.loads((DATA / "dbrx-instruct" / "config.json").read_text())
+    cfg["attn_config"] = {**cfg["attn_config"], "attn_pdrop": 0.1}
+    assert model_from_hf_config(cfg).attention_dropout == 0.1
+    with pytest.raises(WorkloadError, match="hidden_dropout = 1.5: must be a probability"):
+        model_from_hf_config({**cfg, "resid_pdrop": 1.5})
