@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Protocol
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.calibration.fit_defaults import profile_key
+from clustersim.simulator.calibration.fit_defaults import collect_records, profile_key
 from clustersim.simulator.calibration.repeatability import row_floors
 from clustersim.simulator.calibration.validate import ClusterKey, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
@@ -75,18 +75,9 @@ def simulate_held_out(runs: pd.DataFrame, ok: pd.DataFrame, fam: np.ndarray, fol
     records: list[dict[str, Any]] = []
     if workers <= 1:
         parts: Any = (simulate_chunk(c, fidelity) for c in chunks)
-        return _gather(parts, records, len(items), progress)
+        return collect_records(parts, records, len(items), progress)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        return _gather(pool.map(simulate_chunk, chunks, [fidelity] * len(chunks)), records, len(items), progress)
-
-
-def _gather(parts: Any, records: list[dict[str, Any]], total: int,
-            progress: Callable[[int, int], None] | None) -> pd.DataFrame:
-    for part in parts:
-        records.extend(part)
-        if progress is not None:
-            progress(len(records), total)
-    return pd.DataFrame.from_records(records)
+        return collect_records(pool.map(simulate_chunk, chunks, [fidelity] * len(chunks)), records, len(items), progress)
 
 
 def family_table(frame: pd.DataFrame, column: str = "family") -> pd.DataFrame:

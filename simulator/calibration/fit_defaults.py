@@ -161,14 +161,15 @@ def sensitivities(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile]
     results: Iterable[list[dict[str, Any]]]
     if workers <= 1:
         results = (_chunk_records(c, prof, ps, fidelity) for c in chunks)
-        return _collect(results, records, len(rows), progress)
+        return collect_records(results, records, len(rows), progress)
     with ProcessPoolExecutor(max_workers=workers) as pool:
         results = pool.map(_chunk_records, chunks, *zip(*[(prof, ps, fidelity)] * len(chunks)))
-        return _collect(results, records, len(rows), progress)
+        return collect_records(results, records, len(rows), progress)
 
 
-def _collect(results: Any, records: list[dict[str, Any]], total: int,
-             progress: Callable[[int, int], None] | None) -> pd.DataFrame:
+def collect_records(results: Any, records: list[dict[str, Any]], total: int,
+                    progress: Callable[[int, int], None] | None) -> pd.DataFrame:
+    """The records of chunked worker results in one frame, ``progress(done, total)`` after each chunk."""
     for part in results:
         records.extend(part)
         if progress is not None:
