@@ -90,8 +90,10 @@ def _flag(args: Mapping[str, Any], key: str) -> bool:
     return v is True or str(v).lower() in ("true", "1", "yes")
 
 
-def megatron_model(a: Mapping[str, Any], where: str, notes: list[str]) -> dict[str, Any]:
-    """ModelSpec fields from Megatron names (defaults of megatron/training/arguments.py, noted)."""
+def megatron_model(a: Mapping[str, Any], where: str, notes: list[str], command_line: bool = True) -> dict[str, Any]:
+    """ModelSpec fields from Megatron names (defaults of megatron/training/arguments.py, noted).
+    ``command_line``: the names come from a Megatron-LM command line, whose argparse defaults hold for
+    a flag not given; False for NeMo / Megatron-Bridge YAML, where a missing key says nothing."""
     h, heads = _int(a, "hidden-size", where), _int(a, "num-attention-heads", where)
     if "vocab-size" not in a:
         raise JobArgsError(f"{where}: vocab size not given (Megatron takes it from the tokenizer); "
@@ -115,11 +117,17 @@ def megatron_model(a: Mapping[str, Any], where: str, notes: list[str]) -> dict[s
     }
     if "kv-channels" in a:
         fields["head_dim"] = _int(a, "kv-channels", where)
-    for key in ("hidden-dropout", "attention-dropout"):  # arguments.py _add_regularization_args: 0.1
-        fields[key.replace("-", "_")] = _float(a, key, where, MEGATRON_DROPOUT)
-        if key not in a:
-            notes.append(f"{key.replace('-', '_')} = {MEGATRON_DROPOUT}: Megatron's default (not given); "
+    for key in ("hidden-dropout", "attention-dropout"):
+        name = key.replace("-", "_")
+        if key in a:
+            fields[name] = _float(a, key, where, MEGATRON_DROPOUT)
+        elif command_line:  # arguments.py _add_regularization_args: 0.1 when the flag is absent
+            fields[name] = MEGATRON_DROPOUT
+            notes.append(f"{name} = {MEGATRON_DROPOUT}: Megatron-LM's default (flag not given); "
                          "it keeps dropout masks, memory only")
+        else:  # a YAML without the key: the model's own default applies, which a partial file does not say
+            notes.append(f"{name} not given: 0 (Megatron-Bridge's and NeMo 2's current model providers set 0, "
+                         f"Megatron-Core's bare TransformerConfig {MEGATRON_DROPOUT}); memory only")
     if _opt_int(a, "num-experts", where):
         fields.update(num_experts=_int(a, "num-experts", where), top_k=_opt_int(a, "moe-router-topk", where) or 2)
         if "moe-ffn-hidden-size" in a:
@@ -179,7 +187,7 @@ def read_megatron(args: Mapping[str, Any], where: str, framework: str = "megatro
         raise JobArgsError(f"{where}: missing {', '.join('--' + k for k in missing)}; "
                            "the scenario needs the model shape, sequence length and global batch")
     notes: list[str] = []
-    model = megatron_model(args, where, notes)
+    model = megatron_model(args, where, notes, command_line=framework == "megatron")
     training = {"seq_len": _int(args, "seq-length", where), "global_batch_size": _int(args, "global-batch-size", where),
                 "precision": _megatron_precision(args, where, notes)}
     nodes, per = _opt_int(args, "nnodes", where), _opt_int(args, "nproc_per_node", where) or _opt_int(args, "nproc-per-node", where)

@@ -124,7 +124,7 @@ def test_megatron_defaults_are_noted_and_missing_fields_named(tmp_path: Path) ->
     assert any("ffn_hidden_size" in n for n in job.notes) and any("fp32" in n for n in job.notes)
     # dropout: Megatron's 0.1 when not given (noted), the given value otherwise; the FP8 SwiGLU input store read
     assert (job.model["hidden_dropout"], job.model["attention_dropout"]) == (0.1, 0.1)  # type: ignore[index]
-    assert any("hidden_dropout = 0.1: Megatron's default" in n for n in job.notes)
+    assert any("hidden_dropout = 0.1: Megatron-LM's default" in n for n in job.notes)
     assert job.plan["activation_fp8_input_store"] is False
     p.write_text("--num-layers 2 --hidden-size 960 --num-attention-heads 8 --seq-length 128 --global-batch-size 8 "
                  "--vocab-size 1000 --swiglu --hidden-dropout 0.0 --attention-dropout 0 --activation-func-fp8-input-store\n")
@@ -149,6 +149,8 @@ def test_nemo_bridge_torchtitan_composer_configs() -> None:
     assert nemo.num_gpus == 8 and nemo.plan["zero"] == 1 and nemo.training["precision"] == "bf16"
     assert nemo.model["gated_mlp"] and not nemo.model["linear_bias"]  # type: ignore[index]
     assert (nemo.checkpoint_interval, nemo.eval_interval) == (50, 50)
+    # a YAML without dropout keys says nothing: the model default (0) with a note, not the command line's 0.1
+    assert "hidden_dropout" not in nemo.model and any("hidden_dropout not given: 0" in n for n in nemo.notes)  # type: ignore[operator]
     bridge = read_job(DATA / "bridge_llama3_8b.yaml")
     assert bridge.plan["tp"] == 2 and bridge.plan["sp"] and bridge.num_gpus is None
     titan = read_job(DATA / "torchtitan_llama3_8b.toml")
@@ -159,6 +161,15 @@ def test_nemo_bridge_torchtitan_composer_configs() -> None:
     assert comp.model["hidden_size"] == 4096 and comp.model["ffn_hidden_size"] == 16384  # type: ignore[index]
     assert comp.plan == {"fsdp": "full", "zero": 0, "recompute": "none", "micro_batch": 8}
     assert (comp.eval_interval, comp.checkpoint_interval) == (20, 1000)
+
+
+def test_a_yaml_dropout_key_is_read(tmp_path: Path) -> None:
+    text = (DATA / "nemo_llama3_8b.yaml").read_text().replace("  bias: false\n", "  bias: false\n  hidden_dropout: 0.1\n"
+                                                                "  attention_dropout: 0.05\n")
+    (tmp_path / "nemo.yaml").write_text(text)
+    job = read_job(tmp_path / "nemo.yaml")
+    assert (job.model["hidden_dropout"], job.model["attention_dropout"]) == (0.1, 0.05)  # type: ignore[index]
+    assert not any("dropout" in n for n in job.notes)
 
 
 def test_bad_configs_are_named(tmp_path: Path) -> None:
