@@ -10,13 +10,12 @@ family). The folds themselves, what is fitted inside each and the protocol are
 
 from __future__ import annotations
 
-from concurrent.futures import ProcessPoolExecutor
 from typing import Any, Callable, Mapping, Protocol
 
 import numpy as np
 import pandas as pd
 
-from clustersim.simulator.calibration.fit_defaults import collect_records, profile_key
+from clustersim.simulator.calibration.fit_defaults import map_chunks, profile_key
 from clustersim.simulator.calibration.repeatability import row_floors
 from clustersim.simulator.calibration.validate import ClusterKey, validate_row
 from clustersim.simulator.calibration.validate_rules import SkipRow, model_for_row
@@ -72,12 +71,7 @@ def simulate_held_out(runs: pd.DataFrame, ok: pd.DataFrame, fam: np.ndarray, fol
             raise CalibrationError(f"gpu_type {gpu!r} of an ok row: no profile among {keys}")
         items.append((by_id[rid], fold_of[f].profiles[key], full.profiles[key] if full is not None else None))
     chunks = [items[i:i + 8] for i in range(0, len(items), 8)]
-    records: list[dict[str, Any]] = []
-    if workers <= 1:
-        parts: Any = (simulate_chunk(c, fidelity) for c in chunks)
-        return collect_records(parts, records, len(items), progress)
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        return collect_records(pool.map(simulate_chunk, chunks, [fidelity] * len(chunks)), records, len(items), progress)
+    return map_chunks(simulate_chunk, chunks, (fidelity,), workers=workers, total=len(items), progress=progress)
 
 
 def family_table(frame: pd.DataFrame, column: str = "family") -> pd.DataFrame:

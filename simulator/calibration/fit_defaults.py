@@ -156,20 +156,23 @@ def sensitivities(runs: pd.DataFrame, profiles: Mapping[str, CalibrationProfile]
     """
     rows = [{str(k): v for k, v in row.items()} for row in runs.to_dict("records")]
     chunks = [rows[i:i + chunk] for i in range(0, len(rows), chunk)]
-    prof, ps = dict(profiles), tuple(params)
-    records: list[dict[str, Any]] = []
-    results: Iterable[list[dict[str, Any]]]
+    return map_chunks(_chunk_records, chunks, (dict(profiles), tuple(params), fidelity), workers=workers,
+                      total=len(rows), progress=progress)
+
+
+def map_chunks(worker: Callable[..., list[dict[str, Any]]], chunks: Sequence[Any], args: tuple[Any, ...], *,
+               workers: int, total: int, progress: Callable[[int, int], None] | None) -> pd.DataFrame:
+    """``worker(chunk, *args)`` for each chunk, in a process pool when ``workers`` > 1, its records in one
+    frame in chunk order; ``progress(records so far, total)`` after each chunk."""
     if workers <= 1:
-        results = (_chunk_records(c, prof, ps, fidelity) for c in chunks)
-        return collect_records(results, records, len(rows), progress)
+        return _collect((worker(c, *args) for c in chunks), total, progress)
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        results = pool.map(_chunk_records, chunks, *zip(*[(prof, ps, fidelity)] * len(chunks)))
-        return collect_records(results, records, len(rows), progress)
+        return _collect(pool.map(worker, chunks, *zip(*[args] * len(chunks))), total, progress)
 
 
-def collect_records(results: Any, records: list[dict[str, Any]], total: int,
-                    progress: Callable[[int, int], None] | None) -> pd.DataFrame:
-    """The records of chunked worker results in one frame, ``progress(done, total)`` after each chunk."""
+def _collect(results: Iterable[list[dict[str, Any]]], total: int,
+             progress: Callable[[int, int], None] | None) -> pd.DataFrame:
+    records: list[dict[str, Any]] = []
     for part in results:
         records.extend(part)
         if progress is not None:

@@ -76,9 +76,7 @@ MEGATRON_DROPOUT = 0.1
 ``_add_regularization_args``; Megatron-Core ``TransformerConfig`` and NeMo's YAML keep it)."""
 
 
-def _float(args: Mapping[str, Any], key: str, where: str, default: float) -> float:
-    if key not in args:
-        return default
+def _float(args: Mapping[str, Any], key: str, where: str) -> float:
     try:
         return float(args[key])
     except (TypeError, ValueError):
@@ -120,7 +118,7 @@ def megatron_model(a: Mapping[str, Any], where: str, notes: list[str], command_l
     for key in ("hidden-dropout", "attention-dropout"):
         name = key.replace("-", "_")
         if key in a:
-            fields[name] = _float(a, key, where, MEGATRON_DROPOUT)
+            fields[name] = _float(a, key, where)
         elif command_line:  # arguments.py _add_regularization_args: 0.1 when the flag is absent
             fields[name] = MEGATRON_DROPOUT
             notes.append(f"{name} = {MEGATRON_DROPOUT}: Megatron-LM's default (flag not given); "
