@@ -58,7 +58,7 @@ PLAN_BOUNDS: Mapping[str, Bounds] = {
     **{axis: (1, MAX_GPUS, False) for axis in ("tp", "pp", "dp", "cp", "ep", "etp", "dp_shard")},
     "vpp": (1, MAX_LAYERS, False), "micro_batch": (1, training_fields.MAX_GLOBAL_BATCH, False),
     "recompute_layers": (0, MAX_LAYERS, False), "cpu_offloading_num_layers": (0, MAX_LAYERS, False),
-    "zero": (0, 3, False), "grad_dtype_bytes": (2, 4, False),
+    "zero": (0, 3, False), "grad_dtype_bytes": (2, 4, False), "zero_hpz_partition_size": (1, MAX_GPUS, False),
     "bucket_size": (*BUCKET_RANGE, False), "first_bucket_size": (0.0, BUCKET_RANGE[1], False),
     "tp_comm_overlap": (0.0, 1.0, False),
     "ep_comm_overlap": (0.0, 1.0, False), "expert_imbalance": (1.0, 1024.0, False),

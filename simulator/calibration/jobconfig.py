@@ -81,5 +81,9 @@ def read_sharding(value: Any, where: str, key: str) -> dict[str, Any]:
     except UnknownSpelling as exc:
         raise JobArgsError(f"{where}: {key} = {value!r}: {str(exc).split(': ', 1)[-1]}; "
                            "pass --set plan.fsdp=none|full|hybrid (or plan.zero=N)") from None
+    if sh.zeropp:  # no job format read here spells ZeRO++; its hpZ group needs the cluster
+        raise JobArgsError(f"{where}: {key} = {value!r}: ZeRO++ is read from published rows only; pass --set "
+                           "plan.zero=3 plan.zero_quantized_weights=true plan.zero_quantized_gradients=true "
+                           "plan.zero_hpz_partition_size=<GPUs per node>")
     return {"fsdp": sh.fsdp, "zero": sh.zero, "shard_within_node": sh.shard_within_node}
 

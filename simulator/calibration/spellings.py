@@ -66,11 +66,14 @@ class Sharding:
     """none | full | hybrid (ParallelPlan.fsdp)."""
     shard_within_node: bool = False
     """HSDP of FSDP1 HYBRID_SHARD: shard inside a node, replicate across nodes."""
+    zeropp: bool = False
+    """DeepSpeed ZeRO++ on ZeRO-3: qwZ, qgZ and hpZ over a node's ranks, the tutorial's configuration
+    (microsoft/DeepSpeed docs/_tutorials/zeropp.md @ 13c52bea: all three on, ``zero_hpz_partition_size``
+    "ideal is number of ranks (gpus) per node")."""
 
 
 SHARDING_SPELLINGS: tuple[tuple[str, Sharding | str, str], ...] = (
-    (r"zero\+\+|zeropp", "ZeRO++ (quantised weight/gradient communication) is not modelled",
-     "ZeRO++"),
+    (r"zero\+\+|zeropp", Sharding(zero=3, zeropp=True), "ZeRO++, ZeRO-3++, zeropp (DeepSpeed ZeRO-3 with qwZ, hpZ, qgZ)"),
     (r"hybrid_shard|hybrid shard|\bhsdp\b", Sharding(fsdp="hybrid", shard_within_node=True),
      "FSDP HYBRID_SHARD, _HYBRID_SHARD_ZERO2, HSDP"),
     (r"shard_grad_op|zero[- _]?2\b|zero stage 2|stage[ =:]*2", Sharding(zero=2),
@@ -114,20 +117,23 @@ NIC_KINDS: tuple[tuple[str, str, str], ...] = (
 def nic_gbps_per_gpu(value: str, gpus_per_node: int) -> tuple[float, str]:
     """(Gb/s per GPU, how it was read) from a NIC description; raises ``UnknownSpelling``."""
     s = value.strip().lower()
-    m = re.search(r"(\d+(?:\.\d+)?)\s*(g|t)(?:b(?:it)?)?(?:/s|ps|bps)\b", s)
+    m = (re.search(r"(\d+(?:\.\d+)?)\s*(g|t)(?:b(?:it)?)?(?:/s|ps|bps)\b", s)
+         or re.search(r"(\d+(?:\.\d+)?)\s*(g|t)\b", s))  # "400G", "ConnectX-7 400G": the port speed, Gb/s
+    in_bytes = re.search(r"\d\s*[GT]B(?:/s|ps)\b", value.strip()) is not None  # "50 GB/s": bytes, as printed
     if m is None:
         kind = next((gbps for pattern, gbps, _ in NIC_KINDS if re.search(pattern, s)), None)
         if kind is None:
             raise UnknownSpelling(f"inter_node_interconnect {value!r}: no Gb/s figure and no known link kind")
         return float(kind), f"{kind} Gb/s per NIC from the link kind, one NIC per GPU"
-    gbps = float(m.group(1)) * (1000.0 if m.group(2) == "t" else 1.0)
+    gbps = float(m.group(1)) * (1000.0 if m.group(2) == "t" else 1.0) * (8.0 if in_bytes else 1.0)
     count = re.search(r"(\d+)\s*[x×]\s*" + re.escape(m.group(0)), s)
     if count:
         gbps *= int(count.group(1))
     scope = next((sc for pattern, sc, _ in NIC_SCOPES if re.search(pattern, s)), "nic")
+    unit = " (printed in GB/s, bytes: x 8)" if in_bytes else ""
     if scope == "node" or count:
-        return gbps / gpus_per_node, f"{gbps:g} Gb/s per node / {gpus_per_node} GPUs"
-    return gbps, f"{gbps:g} Gb/s per {'GPU' if scope == 'gpu' else 'NIC, one NIC per GPU'}"
+        return gbps / gpus_per_node, f"{gbps:g} Gb/s per node / {gpus_per_node} GPUs{unit}"
+    return gbps, f"{gbps:g} Gb/s per {'GPU' if scope == 'gpu' else 'NIC, one NIC per GPU'}{unit}"
 
 
 # ---------------------------------------------------------------- framework batch fields

@@ -12,6 +12,7 @@ sentence to ``notes``; the cells and the model are ``validate_rules``'.
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, Mapping
 
 from clustersim.simulator.calibration.recipe_moe import (
@@ -134,6 +135,8 @@ def _sharding(row: Mapping[str, Any], cluster: Cluster, recipe: tuple[str, tuple
         return {"fsdp": "hybrid", "dp_shard": shard, "zero": 0, "grad_dtype_bytes": grad}
     if sh.fsdp == "full":
         return {"fsdp": "full", "zero": 0, "grad_dtype_bytes": grad}
+    if sh.zeropp:
+        return _zeropp(cluster, tp * cp, cluster.num_gpus // (tp * max(recipe[1][1], 1)), notes)
     if sh.zero == 3 and "deepspeed" in text(row, "framework").lower():
         notes.append("DeepSpeed ZeRO-3: one all-gather / reduce-scatter per parameter tensor above 1e5 elements "
                      "(list API), host-synchronised before each gather (no prefetch overlap), fp16/bf16 gradients")
@@ -141,6 +144,22 @@ def _sharding(row: Mapping[str, Any], cluster: Cluster, recipe: tuple[str, tuple
     if sh.zero == 2:
         return {"zero": 2, "grad_dtype_bytes": grad}
     return {"zero": sh.zero, "grad_dtype_bytes": grad}
+
+
+ZEROPP_PLAN: dict[str, Any] = {"zero": 3, "zero_quantized_weights": True, "zero_quantized_gradients": True,
+                               "grad_dtype_bytes": 2}
+"""A row spelled ZeRO++: DeepSpeed ZeRO-3 with qwZ and qgZ on (``spellings.Sharding.zeropp``), fp16/bf16
+gradients as DeepSpeed reduces them; one coalesced gather per module, prefetched (DeepSpeed's ZeRO-3
+since 2023, which ZeRO++ needs: not the 2021 list API of ``DEEPSPEED_ZERO3``)."""
+
+
+def _zeropp(cluster: Cluster, tp_cp: int, shard: int, notes: list[str]) -> dict[str, Any]:
+    """ZeRO++'s plan fields with hpZ over a node's ranks (GPUs per node / (tp x cp), at most the
+    ``shard`` group of dp x cp ranks, which it divides)."""
+    hpz = math.gcd(max(cluster.gpus_per_node // tp_cp, 1), max(shard, 1))
+    notes.append(f"ZeRO++: ZeRO-3 with qwZ, qgZ and hpZ over {hpz} ranks (GPUs per node / (tp*cp), DeepSpeed's "
+                 "zeropp tutorial), bf16/fp16 gradients")
+    return {**ZEROPP_PLAN, "zero_hpz_partition_size": hpz}
 
 
 def _grad_bytes(row: Mapping[str, Any], recipe: tuple[str, tuple[int, int, int, int, int]], notes: list[str]) -> int:

@@ -36,8 +36,9 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
 
 
 INT_FIELDS = ("tp", "pp", "dp", "cp", "ep", "etp", "vpp", "micro_batch", "zero", "grad_dtype_bytes",
-              "cpu_offloading_num_layers", "param_persistence_threshold")
-FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap", "moe_fused_grouped_mlp", "tp_overlap")
+              "cpu_offloading_num_layers", "param_persistence_threshold", "zero_hpz_partition_size")
+FLAG_FIELDS = ("sp", "overlap_grad_reduce", "overlap_param_gather", "ep_overlap", "moe_fused_grouped_mlp", "tp_overlap",
+               "zero_quantized_weights", "zero_quantized_gradients")
 REAL_FIELDS = ("bucket_size", "first_bucket_size", "tp_comm_overlap", "ep_comm_overlap", "expert_imbalance")
 OPTIONAL_REAL_FIELDS = ("ep_comm_overlap",)
 """Real fields that may be None (None: decided by the mechanism, not the override)."""
@@ -296,3 +297,19 @@ def _check_sharding(plan: ParallelPlan) -> None:
                         "(elements; 0 shards every tensor)")
     if plan.fsdp != "none" and plan.zero not in (0, 3):
         raise PlanError(f"plan.fsdp = {plan.fsdp} already shards like ZeRO-3; drop plan.zero = {plan.zero}")
+    _check_zeropp(plan)
+
+
+def _check_zeropp(plan: ParallelPlan) -> None:
+    """ZeRO++ extends DeepSpeed ZeRO-3: its three switches need zero = 3 and no FSDP; hpZ's group
+    divides the shard group."""
+    on = [name for name, value in (("zero_quantized_weights", plan.zero_quantized_weights),
+                                   ("zero_hpz_partition_size", plan.zero_hpz_partition_size > 1),
+                                   ("zero_quantized_gradients", plan.zero_quantized_gradients)) if value]
+    if on and (plan.zero != 3 or plan.fsdp != "none"):
+        raise PlanError(f"plan.{on[0]} is ZeRO++, which extends DeepSpeed ZeRO-3: set plan.zero = 3 and plan.fsdp = "
+                        f"none (now zero = {plan.zero}, fsdp = {plan.fsdp}), or turn it off")
+    hpz = plan.zero_hpz_partition_size
+    if hpz < 1 or plan.shard_degree % hpz:
+        raise PlanError(f"plan.zero_hpz_partition_size = {hpz} must be >= 1 and divide the shard group dp x cp = "
+                        f"{plan.shard_degree} (the DeepSpeed tutorial's choice: the GPUs of one node)")

@@ -24,10 +24,13 @@ import numpy as np
 from clustersim.simulator.errors import PlanError
 from clustersim.simulator.plan.plan import ParallelPlan
 
-Axis = Literal["tp", "cp", "dp", "pp", "ep", "etp", "edp", "dp+cp", "tp+cp", "dp_shard", "dp_rep"]
+Axis = Literal["tp", "cp", "dp", "pp", "ep", "etp", "edp", "dp+cp", "tp+cp", "dp_shard", "dp_rep", "dp_hpz",
+               "dp_local", "dp_across"]
 """The process-group axes collectives run on: a mesh axis, a joint axis (``dp+cp``: the DP
-reduction with context parallelism; ``tp+cp``: one engine unit), or the FSDP split of dp(*cp)
-into shard groups (``dp_shard``) and replica groups (``dp_rep``, HSDP)."""
+reduction with context parallelism; ``tp+cp``: one engine unit), the FSDP split of dp(*cp)
+into shard groups (``dp_shard``) and replica groups (``dp_rep``, HSDP), or ZeRO++'s splits of a
+shard group: hpZ's secondary groups (``dp_hpz``) and qgZ's two hops, the group's ranks inside one
+node (``dp_local``) and those at the same place in every node (``dp_across``)."""
 DENSE_AXES: tuple[str, ...] = ("tp", "cp", "dp", "pp")
 EXPERT_AXES: tuple[str, ...] = ("etp", "ep", "edp", "pp")
 
@@ -77,6 +80,8 @@ class Placement:
         ``dp_shard`` and ``dp_rep`` split dp*cp for ZeRO-3/FSDP: consecutive ranks form a shard group
         of ``plan.shard_degree``; ranks at the same shard index form a replica group (HSDP).
         """
+        if axis in ("dp_hpz", "dp_local", "dp_across"):
+            return self._shard_split(axis)
         if axis in ("dp_shard", "dp_rep"):
             shard = self.plan.shard_degree
             joint = self.groups("dp+cp" if self.plan.cp > 1 else "dp")
@@ -92,6 +97,26 @@ class Placement:
         moved = np.moveaxis(mesh, dims, list(range(mesh.ndim - len(dims), mesh.ndim)))
         size = int(np.prod([self.sizes()[a] for a in names]))
         return moved.reshape(-1, size)
+
+    def node_local_shard(self) -> int:
+        """Ranks of a shard group (``dp_shard``) that share a server and are consecutive in it: the
+        size of ZeRO++ qgZ's intra-node hop; 1 when the group's consecutive ranks sit on different
+        servers (then every hop crosses nodes)."""
+        group = self.groups("dp_shard")[0]
+        node = group // self.gpus_per_node
+        local = int(np.sum(node == node[0]))
+        rows = group.reshape(-1, local) // self.gpus_per_node if group.size % local == 0 else None
+        return local if rows is not None and bool(np.all(rows == rows[:, :1])) else 1
+
+    def _shard_split(self, axis: Axis) -> np.ndarray:
+        """ZeRO++'s groups inside each shard group: consecutive ``plan.zero_hpz_partition_size`` ranks
+        (``dp_hpz``), the node-local ranks (``dp_local``), or one per node-local slot across (``dp_across``)."""
+        shard = self.groups("dp_shard")
+        if axis == "dp_hpz":
+            return shard.reshape(-1, self.plan.zero_hpz_partition_size)
+        local = self.node_local_shard()
+        split = shard.reshape(shard.shape[0], shard.shape[1] // local, local)
+        return split.reshape(-1, local) if axis == "dp_local" else split.transpose(0, 2, 1).reshape(-1, split.shape[1])
 
     def coords(self, rank: int) -> dict[str, int]:
         """Dense coordinates (tp, cp, dp, pp) of ``rank``."""

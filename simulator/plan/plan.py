@@ -100,6 +100,20 @@ class ParallelPlan:
     """With ``param_gather_unit = tensor``: parameter tensors of at most this many elements are kept
     whole on every rank and never gathered per step (DeepSpeed ``stage3_param_persistence_threshold``,
     default 1e5); 0 shards every tensor."""
+    zero_quantized_weights: bool = False
+    """ZeRO++ qwZ (DeepSpeed ``zero_optimization.zero_quantized_weights``; ZeRO-3 only): each rank
+    quantises its weight shard to int8 in blocks before the all-gather and every rank dequantises
+    the gathered layer after it, so a parameter gather moves 1 byte per element plus one fp32 scale
+    per block (``step.zeropp``) instead of the weights' dtype."""
+    zero_hpz_partition_size: int = 1
+    """ZeRO++ hpZ (DeepSpeed ``zero_optimization.zero_hpz_partition_size``; 1 = off; ZeRO-3 only):
+    after the forward gather each rank keeps a secondary copy of the weights sharded over groups of
+    this many consecutive shard ranks (the DeepSpeed tutorial's ideal: the GPUs of a node), so the
+    backward gathers run inside such a group; the copy costs weights x dtype / size per GPU."""
+    zero_quantized_gradients: bool = False
+    """ZeRO++ qgZ (DeepSpeed ``zero_optimization.zero_quantized_gradients``; ZeRO-3 only): the
+    gradient reduce-scatter becomes an int4 all-to-all inside each node, a reduction, and a second
+    int4 all-to-all across nodes of the node's share (``coalesced_collectives.all_to_all_quant_reduce``)."""
     bucket_size: float = 40e6 * 4
     """DP gradient bucket in bytes (Megatron default 40M fp32 grads)."""
     first_bucket_size: float = 0.0
@@ -239,6 +253,12 @@ class ParallelPlan:
             parts.append(f"fsdp-{self.fsdp}")
         elif self.zero:
             parts.append(f"zero{self.zero}")
+        if self.zero_quantized_weights:
+            parts.append("qwZ")
+        if self.zero_hpz_partition_size > 1:
+            parts.append(f"hpZ{self.zero_hpz_partition_size}")
+        if self.zero_quantized_gradients:
+            parts.append("qgZ")
         return " ".join(parts)
 
 

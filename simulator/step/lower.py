@@ -24,7 +24,7 @@ from clustersim.simulator.step.costing import Costing
 from clustersim.simulator.step.costs import Call, ChunkCost, Lowered, StageCost
 from clustersim.simulator.step.dispatch import dispatch_time, ep_shape
 from clustersim.simulator.step.offload import chunk_offload
-from clustersim.simulator.step.lower_dp import fsdp_calls, fsdp_exposed, grad_buckets, param_gathers, unit_tensors
+from clustersim.simulator.step.lower_dp import fsdp_calls, fsdp_exposed, grad_buckets, param_gathers, unit_calls
 from clustersim.simulator.step.partition import ChunkPart, Partition, chunk_ops, partition_plan
 from clustersim.simulator.step.tp_overlap import block_exposed, tp_blocks
 from clustersim.simulator.step.recompute import full_recompute_ops, moe_recomputes_dispatch, recomputed_ops
@@ -327,12 +327,11 @@ def step_calls(c: Costing, part: Partition | None = None) -> tuple[tuple[Call, .
             if plan.param_shard > 1 and per_layer:
                 root, layers = fsdp_calls(c, list(ch.ops), per_layer)
                 for p, (ops, _) in zip(layers, per_layer):
-                    for t in unit_tensors(plan, p, ops):
-                        add("all_gather", t * c.training.param_bytes, "dp_shard", 2 * m)
-                        add("reduce_scatter", t * plan.grad_dtype_bytes, "dp_shard", m)
-                for t in unit_tensors(plan, root, None):
-                    add("all_gather", t * c.training.param_bytes, "dp_shard", m)
-                    add("reduce_scatter", t * plan.grad_dtype_bytes, "dp_shard", m)
+                    for k in (k for calls in unit_calls(c, p, ops) for k in calls):
+                        add(k.kind, k.size, k.axis, m)
+                fwd_root, _, grad_root = unit_calls(c, root, None)
+                for k in fwd_root + grad_root:
+                    add(k.kind, k.size, k.axis, m)
             for b in grad_buckets(c, list(ch.ops)):
                 if b.call is not None:
                     add(b.call.kind, b.call.size, b.call.axis, b.call.count)

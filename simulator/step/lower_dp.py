@@ -20,6 +20,7 @@ from clustersim.simulator.network import CollectiveKind
 from clustersim.simulator.plan import Axis, ParallelPlan
 from clustersim.simulator.step.costing import Costing
 from clustersim.simulator.step.compute import is_routed_expert
+from clustersim.simulator.step import zeropp
 from clustersim.simulator.step.costs import Bucket, Call
 from clustersim.simulator.step.host import list_api_time
 from clustersim.workloads import Op
@@ -77,59 +78,82 @@ def unit_tensors(plan: ParallelPlan, params: float, ops: list[Op] | None) -> lis
     return [float(o.params) for o in ops if o.params > plan.param_persistence_threshold]
 
 
-def tensor_copies_time(c: Costing, nbytes: float) -> float:
+def tensor_copies_time(c: Costing, nbytes: float, ranks: int | None = None) -> float:
     """PyTorch's list-API collectives (``param_gather_unit = tensor``): ProcessGroupNCCL gathers into
     a flat buffer and copies it out to the n per-rank views (``allgather``), or copies n views into
     one before reducing (``reduce_scatter``, ``flatten_for_scatter_gather``): n eager copy ops, each
-    the profile's per-op overhead, moving the buffer once through HBM (read and write). The GPU side
-    only: the host's loops that issue them are ``step.host.list_api_time``. 0 for ``module`` (one
-    flat buffer, ``_all_gather_base``)."""
+    the profile's per-op overhead, moving the buffer once through HBM (read and write); n =
+    ``ranks``, the shard group by default. The GPU side only: the host's loops that issue them are
+    ``step.host.list_api_time``. 0 for ``module`` (one flat buffer, ``_all_gather_base``)."""
     if c.plan.param_gather_unit == "module" or nbytes <= 0:
         return 0.0
     hbm = c.accelerator.hbm_bandwidth * c.profile.memory_efficiency
-    return c.plan.param_shard * c.profile.kernel_overhead + 2.0 * nbytes / hbm
+    return (ranks or c.plan.param_shard) * c.profile.kernel_overhead + 2.0 * nbytes / hbm
 
 
-def tensor_call_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], nbytes: float) -> float:
-    """Seconds of one parameter collective of ``nbytes``: the NCCL call for ``module``; for ``tensor``
-    the list API's host loops and copies around it (``step.host.list_api_time``)."""
-    coll = c.pricer.time(kind, nbytes, "dp_shard")
+def tensor_call_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], nbytes: float,
+                     axis: Axis = "dp_shard") -> float:
+    """Seconds of one parameter collective of ``nbytes`` on ``axis``: the NCCL call for ``module``;
+    for ``tensor`` the list API's host loops and copies around it (``step.host.list_api_time``)."""
+    coll = c.pricer.time(kind, nbytes, axis)
     if c.plan.param_gather_unit == "module" or nbytes <= 0:
         return coll
-    return list_api_time(kind, c.plan.param_shard, coll, tensor_copies_time(c, nbytes), c.profile)
+    ranks = int(c.pricer.placement.groups(axis).shape[1])
+    return list_api_time(kind, ranks, coll, tensor_copies_time(c, nbytes, ranks), c.profile)
 
 
-def _unit_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], params: float, ops: list[Op] | None,
-               nbytes: int) -> float:
-    """Seconds of one unit's parameter all-gather or gradient reduce-scatter, tensor by tensor."""
-    return sum(tensor_call_time(c, kind, p * nbytes) for p in unit_tensors(c.plan, params, ops))
+def _call_time(c: Costing, call: Call) -> float:
+    """Seconds of one unit call: a parameter gather or gradient scatter as ``tensor_call_time``,
+    ZeRO++ qgZ's all-to-alls (one coalesced call each, not the list API) as priced."""
+    if call.kind in ("all_gather", "reduce_scatter"):
+        return tensor_call_time(c, call.kind, call.size, call.axis)
+    return c.pricer.time(call.kind, call.size, call.axis)
+
+
+def unit_time(c: Costing, params: float, ops: list[Op] | None, phase: Literal["fwd", "bwd", "grad"]) -> float:
+    """Seconds of one unit's parameter all-gather before its forward (``fwd``) or backward (``bwd``),
+    or of its gradient reduction (``grad``), tensor by tensor, with ZeRO++'s calls and kernels
+    (``step.zeropp``) where the plan turns them on."""
+    tensors = unit_tensors(c.plan, params, ops)
+    if phase == "grad":
+        return sum(_call_time(c, k) for k in zeropp.scatter_calls(c, tensors)) + zeropp.scatter_kernels(c, tensors)
+    return (sum(_call_time(c, k) for k in zeropp.gather_calls(c, tensors, phase))
+            + zeropp.gather_kernels(c, tensors, phase))
 
 
 def fsdp_exposed(c: Costing, ops_all: list[Op], per_layer: list[tuple[list[Op], bool]]) -> tuple[float, float]:
     """FSDP/ZeRO-3: gather each layer's weights before forward and backward, reduce-scatter grads;
     the root unit (``fsdp_calls``) gathered before the first layer, reduce-scattered after the last.
-    Each unit's collectives are ``unit_tensors`` (one flat buffer, or one per tensor)."""
+    Each unit's collectives are ``unit_tensors`` (one flat buffer, or one per tensor); under ZeRO++
+    the backward gathers and the reductions are ``step.zeropp``'s."""
     plan = c.plan
     if plan.param_shard <= 1 or not per_layer:
         return 0.0, 0.0
-    wbytes, gbytes = c.training.param_bytes, plan.grad_dtype_bytes
     root, layers = fsdp_calls(c, ops_all, per_layer)
     # nccl-tests convention: all-gather / reduce-scatter size is the full (gathered) buffer
-    gathers = [_unit_time(c, "all_gather", p, ops, wbytes) for p, (ops, _) in zip(layers, per_layer)]
-    scatters = [_unit_time(c, "reduce_scatter", p, ops, gbytes) for p, (ops, _) in zip(layers, per_layer)]
-    root_gather = _unit_time(c, "all_gather", root, None, wbytes)
-    root_scatter = _unit_time(c, "reduce_scatter", root, None, gbytes)
+    gathers = [unit_time(c, p, ops, "fwd") for p, (ops, _) in zip(layers, per_layer)]
+    regathers = [unit_time(c, p, ops, "bwd") for p, (ops, _) in zip(layers, per_layer)]
+    scatters = [unit_time(c, p, ops, "grad") for p, (ops, _) in zip(layers, per_layer)]
+    root_gather = unit_time(c, root, None, "fwd")
+    root_scatter = unit_time(c, root, None, "grad")
     fwd = [c.time(ops, "fwd") for ops, _ in per_layer]
     bwd = [c.time(ops, "bwd") for ops, _ in per_layer]
     if not plan.overlap_param_gather:
-        return root_gather + sum(gathers), sum(gathers) + sum(scatters) + root_scatter
+        return root_gather + sum(gathers), sum(regathers) + sum(scatters) + root_scatter
     # backward: the comm stream carries the next layer's gather and the previous layer's scatter
-    comm_b = [g + (scatters[i - 1] if i > 0 else 0.0) for i, g in enumerate(gathers)]
+    comm_b = [g + (scatters[i - 1] if i > 0 else 0.0) for i, g in enumerate(regathers)]
     slow = c.profile.overlap_slowdown
     f_ag, f_rs = slow.get("all_gather", 0.0), slow.get("reduce_scatter", 0.0)
-    f_b = (f_ag * sum(gathers) + f_rs * sum(scatters[:-1])) / max(sum(gathers) + sum(scatters[:-1]), 1e-300)
+    f_b = (f_ag * sum(regathers) + f_rs * sum(scatters[:-1])) / max(sum(regathers) + sum(scatters[:-1]), 1e-300)
     return (root_gather + flow_shop(fwd, gathers, f_ag),
             flow_shop(bwd[::-1], comm_b, f_b) + scatters[-1] + root_scatter)
+
+
+def unit_calls(c: Costing, params: float, ops: list[Op] | None) -> tuple[list[Call], list[Call], list[Call]]:
+    """One unit's calls per micro-batch: (forward gathers, backward gathers, gradient reductions)."""
+    tensors = unit_tensors(c.plan, params, ops)
+    return (zeropp.gather_calls(c, tensors, "fwd"), zeropp.gather_calls(c, tensors, "bwd"),
+            zeropp.scatter_calls(c, tensors))
 
 
 def _grad_axis(plan: ParallelPlan) -> tuple[CollectiveKind, Axis]:

@@ -108,7 +108,7 @@ def test_composer_spellings_and_hsdp(tmp_path: Path) -> None:
     assert sc.plan.fsdp == "hybrid" and sc.plan.dp_shard == 8  # one node of the cluster, as validate_rules reads HSDP
     data["fsdp_config"]["sharding_strategy"] = "ZeRO++"
     p.write_text(yaml.safe_dump(data))
-    with pytest.raises(JobArgsError, match="sharding_strategy = 'ZeRO\\+\\+': ZeRO\\+\\+ .* is not modelled"):
+    with pytest.raises(JobArgsError, match="sharding_strategy = 'ZeRO\\+\\+': ZeRO\\+\\+ is read from published rows only"):
         read_job(p)
     data["fsdp_config"]["sharding_strategy"] = "FULL_SHARD"
     data["precision"] = "amp_int4"
