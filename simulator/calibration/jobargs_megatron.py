@@ -13,6 +13,7 @@ import re
 import shlex
 from typing import Any, Mapping
 
+from clustersim.simulator.calibration.jobargs_deepspeed import DEEPSPEED_ARGS, read_deepspeed
 from clustersim.simulator.calibration.jobconfig import JobArgsError, JobConfig, read_precision, read_sharding
 
 
@@ -56,6 +57,7 @@ MEGATRON_USED = {
     "use-distributed-optimizer", "bf16", "fp16", "fp8-format", "save-interval", "eval-interval",
     "nnodes", "nproc_per_node", "nproc-per-node", "overlap-grad-reduce", "overlap-param-gather",
     "fp8-recipe", "fp4-format", "mixed-precision", "lightning-precision", "use-torch-fsdp2", "use-megatron-fsdp",
+    "checkpoint-activations", "recompute-activations", "num_nodes", "num_gpus",
 }
 
 
@@ -154,6 +156,10 @@ def megatron_plan(a: Mapping[str, Any], where: str, layers: int) -> dict[str, An
             sh = read_sharding(spelled, where, f"--{flag}")
             plan.update(fsdp=sh["fsdp"], zero=sh["zero"])
     gran = a.get("recompute-granularity")
+    if gran is None and _flag(a, "checkpoint-activations"):  # Megatron-DeepSpeed: every layer checkpointed
+        gran = "full"
+    elif gran is None and _flag(a, "recompute-activations"):  # arguments.py: recompute_granularity = 'selective'
+        gran = "selective"
     if gran in ("selective", "full"):
         plan["recompute"] = gran
         if gran == "full" and "recompute-num-layers" in a:
@@ -188,13 +194,18 @@ def read_megatron(args: Mapping[str, Any], where: str, framework: str = "megatro
     model = megatron_model(args, where, notes, command_line=framework == "megatron")
     training = {"seq_len": _int(args, "seq-length", where), "global_batch_size": _int(args, "global-batch-size", where),
                 "precision": _megatron_precision(args, where, notes)}
-    nodes, per = _opt_int(args, "nnodes", where), _opt_int(args, "nproc_per_node", where) or _opt_int(args, "nproc-per-node", where)
-    return JobConfig(framework=framework, source=where, model=model, training=training,
-                     plan=megatron_plan(args, where, model["num_layers"]),
+    nodes = _opt_int(args, "nnodes", where) or _opt_int(args, "num_nodes", where)  # torchrun, or the deepspeed launcher
+    per = (_opt_int(args, "nproc_per_node", where) or _opt_int(args, "nproc-per-node", where)
+           or _opt_int(args, "num_gpus", where))
+    plan = megatron_plan(args, where, model["num_layers"])
+    if framework == "megatron":  # Megatron-DeepSpeed: the JSON its --deepspeed_config names
+        read_deepspeed(args, where, plan, training, notes)
+    return JobConfig(framework=framework, source=where, model=model, training=training, plan=plan,
                      num_gpus=nodes * per if nodes and per else None,
                      checkpoint_interval=_opt_int(args, "save-interval", where),
                      eval_interval=_opt_int(args, "eval-interval", where),
-                     ignored=tuple(sorted(k for k in args if k not in MEGATRON_USED)), notes=tuple(notes))
+                     ignored=tuple(sorted(k for k in args if k not in MEGATRON_USED | DEEPSPEED_ARGS)),
+                     notes=tuple(notes))
 
 
 # ---------------------------------------------------------------- NeMo / Megatron-Bridge YAML
