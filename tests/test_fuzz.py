@@ -53,6 +53,10 @@ def scenarios(draw: st.DrawFn) -> dict[str, Any]:
             "overlap_grad_reduce": draw(_maybe(st.booleans())), "grad_dtype_bytes": draw(_maybe(st.sampled_from((2, 4))))}
     if draw(st.booleans()):
         plan["recompute_layers"] = draw(_maybe(st.integers(0, layers)))
+    if draw(st.integers(0, 3)) == 0:  # ZeRO++ switches (valid with zero 3, refused otherwise)
+        plan.update(zero_quantized_weights=draw(_maybe(st.booleans())),
+                    zero_hpz_partition_size=draw(_maybe(st.sampled_from((1, 2, 4)))),
+                    zero_quantized_gradients=draw(_maybe(st.booleans())))
     training = {"seq_len": draw(_maybe(st.sampled_from((256, 1024, 4096)))),
                 "global_batch_size": draw(_maybe(st.just(dp * mb * draw(st.sampled_from((1, 2, 4, 8))))))}
     cluster = {"preset": "dgx-h100", "num_gpus": draw(_maybe(st.just(tp * pp * dp)))}
@@ -86,6 +90,7 @@ def test_random_scenarios_raise_only_project_errors_and_keep_invariants(data: di
 
 
 SET_KEYS = ("plan.tp", "plan.pp", "plan.dp", "plan.micro_batch", "plan.sp", "plan.zero", "plan.bucket_size",
+            "plan.zero_quantized_weights", "plan.zero_hpz_partition_size",
             "plan.recompute_layers", "plan.schedule", "training.seq_len", "training.global_batch_size",
             "model.num_layers", "model.hidden_size", "cluster.num_gpus", "cluster.nvlink_bandwidth_gb_s",
             "cluster.gpus_per_node", "seed", "mode", "plan", "plan.tp.x", "")
