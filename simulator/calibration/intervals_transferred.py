@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING, Any, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from clustersim.simulator.intervals import LEVELS, conformal_bounds, ratios, row_quantile, widen, widening_scores
+from clustersim.simulator.interval_fit import conformal_bounds, ratios, row_quantile, widening_scores
+from clustersim.simulator.intervals import LEVELS, widen
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -26,7 +27,7 @@ if TYPE_CHECKING:
 
 def fold_weights(frame: pd.DataFrame) -> npt.NDArray[np.float64]:
     """1 / (rows of the row's held-out GPU type, the ``fold`` column) per row: each held-out type
-    weighs one unit (``intervals.family_weights``' reasoning, with the GPU type as the exchangeable unit)."""
+    weighs one unit (``interval_fit.family_weights``' reasoning, with the GPU type as the exchangeable unit)."""
     fold = frame.fold.astype(str)
     weights: npt.NDArray[np.float64] = np.divide(1.0, fold.map(fold.value_counts()).to_numpy(dtype=np.float64))
     return weights

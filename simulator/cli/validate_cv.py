@@ -20,7 +20,7 @@ from rich.table import Table
 from clustersim.files import write_atomic
 from clustersim.simulator.calibration.fit_crossval import CrossValidation, FoldFit, cross_validate_families
 from clustersim.simulator.calibration.fit_defaults import sensitivities
-from clustersim.simulator.intervals import coverage_by_family, interval_table, write_intervals
+from clustersim.simulator.interval_fit import coverage_by_family, interval_table, write_intervals
 from clustersim.simulator.calibration import transferred_coverage, transferred_table
 from clustersim.simulator.profile import PROFILE_DIR, CalibrationProfile, load_profile
 from clustersim.simulator.errors import ClusterSimError

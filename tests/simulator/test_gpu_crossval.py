@@ -17,9 +17,8 @@ import pytest
 from clustersim.simulator.calibration.fit_crossval import cross_validate_families, fit_fold, fold_labels
 from clustersim.simulator.calibration.validate import SYSTEM_OF_PART
 from clustersim.simulator.errors import CalibrationError
-from clustersim.simulator.intervals import (
-    conformal_bounds, interval_for, load_intervals, load_transferred, transferred_stem,
-)
+from clustersim.simulator.interval_fit import conformal_bounds
+from clustersim.simulator.intervals import interval_for, load_intervals, load_transferred, transferred_stem
 from clustersim.simulator.calibration.intervals_transferred import (
     fold_weights, transferred_bounds, transferred_coverage, transferred_table, type_widening,
 )
@@ -117,7 +116,7 @@ def test_a_type_biased_against_the_others_widens_their_interval() -> None:
 
 
 def test_transferred_table_round_trip_and_interval(tmp_path) -> None:
-    from clustersim.simulator.intervals import write_intervals
+    from clustersim.simulator.interval_fit import write_intervals
     frame = _types({t: list(np.round(np.arange(0.90, 1.095, 0.01), 2)) for t in ("a100", "h100", "b200")})
     tab = transferred_table(frame)
     path = write_intervals(tab, tmp_path / "t.yaml")

@@ -14,10 +14,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from clustersim.simulator.intervals import (
-    MIN_REGIME_ROWS, WIDEN_FALLBACK, conformal_bounds, coverage_by_family, extrapolation_widening, generation,
-    interval_for, interval_table, load_intervals, widening_scores, write_intervals,
+from clustersim.simulator.interval_fit import (
+    conformal_bounds, coverage_by_family, extrapolation_widening, interval_table, widening_scores, write_intervals,
 )
+from clustersim.simulator.intervals import MIN_REGIME_ROWS, WIDEN_FALLBACK, generation, interval_for, load_intervals
 
 VALUES = np.round(np.arange(0.90, 1.095, 0.01), 2)
 
@@ -94,7 +94,7 @@ def test_interval_of_a_result_uses_its_regime() -> None:
 
 
 def test_family_weights_make_each_family_one_unit_of_evidence() -> None:
-    from clustersim.simulator.intervals import family_weights
+    from clustersim.simulator.interval_fit import family_weights
     # family a: 100 ratios 0.90 ... 0.999 (one bias), family b: 10 ratios of 1.5 (another)
     a = np.round(np.linspace(0.90, 0.999, 100), 4)
     frame = pd.DataFrame({"family": ["a"] * 100 + ["b"] * 10, "measured_s": np.r_[a, [1.5] * 10], "held_out_s": 1.0})
@@ -152,7 +152,7 @@ def _families_at(ratios_by_family: dict[str, float]) -> pd.DataFrame:
 
 
 def test_family_widening_known_answer() -> None:
-    from clustersim.simulator.intervals import family_widening
+    from clustersim.simulator.interval_fit import family_widening
     # a, b at 1.1, c at 1.21 = 1.1^2 (one dense/hopper regime, 20 rows each). Left out: a (and b)
     # against b+c's family-weighted [1.1, 1.21] scores log 1.1 / log 1.21 = 0.5; c against a+b's
     # [1.1, 1.1] scores 2. 40 rows at 0.5, 20 at 2.0: rank ceil(61 x 0.8) = 49 is among c's 2.0s
@@ -163,7 +163,7 @@ def test_family_widening_known_answer() -> None:
 
 
 def test_coverage_of_a_biased_family_uses_the_spread_of_the_others() -> None:
-    from clustersim.simulator.intervals import family_widening
+    from clustersim.simulator.interval_fit import family_widening
     # d (1.331 = 1.1^3) held out: a, b, c calibrate [1.1, 1.21], which misses d; the spread among
     # a, b, c (b off the others by 1.1) gives factor 2 (as the known answer above), so the
     # interval reaches 1.21^2 = 1.4641 and covers d
@@ -192,7 +192,7 @@ def _validated_and_extrapolated() -> pd.DataFrame:
 
 
 def test_class_widening_known_answer() -> None:
-    from clustersim.simulator.intervals import class_widening, family_widening
+    from clustersim.simulator.interval_fit import class_widening, family_widening
     frame = _validated_and_extrapolated()
     # a (or b) left out: its regimes are validated by the other's rows, [1.1, 1.1]: score 1 (its
     # log-ratio is the bound's). c left out: MoE has no rows in a + b, so the pooled [1.1, 1.1]
@@ -208,7 +208,7 @@ def test_class_widening_known_answer() -> None:
 
 
 def test_coverage_applies_the_factor_of_each_rows_class() -> None:
-    from clustersim.simulator.intervals import class_widening
+    from clustersim.simulator.interval_fit import class_widening
     frame = _validated_and_extrapolated()
     cov = coverage_by_family(frame, levels=(0.8,)).set_index("family")
     # a left out: b + c calibrate; within b + c, b left out is extrapolated against c alone (one
@@ -236,7 +236,7 @@ def test_interval_for_applies_the_stored_factor_of_its_class() -> None:
 
 
 def test_family_widening_counts_rows() -> None:
-    from clustersim.simulator.intervals import family_widening
+    from clustersim.simulator.interval_fit import family_widening
     # a, c: 80 rows at 1.1; b: 20 rows at 1.21. a (or c) left out: b + c's family-weighted dense
     # interval is [1.1, 1.21], score log 1.1 / log 1.21 = 0.5; b left out: [1.1, 1.1], score 2.
     # 160 rows at 0.5, 20 at 2: rank ceil(181 x 0.8) = 145 <= 160 is a 0.5, floored at 1. (Families
