@@ -8,6 +8,7 @@ other commands import no engine.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 from pathlib import Path
 from typing import Any, Optional
@@ -186,42 +187,78 @@ def register(app: typer.Typer) -> None:
         else:
             result = simulate(sc.model, sc.training, sc.cluster, sc.plan, profile=profile,
                               mode=chosen or sc.mode, seed=sc.seed, fabric_sharing=shared, fabric_load=load)
-        title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
-        energy = step_energy(result, sc.cluster)
+        shown = Shown(sc=sc, result=result, energy=step_energy(result, sc.cluster), calibration=calibration,
+                      beside_line=beside_line, colocation=colocation)
         to_stdout = json_out is not None and str(json_out) == output.STDOUT
-        iv = interval_of(result, sc.model) if INTERVALS_PATH.exists() else None
-        from clustersim.simulator.fitted_interval import fitted_interval_json, fitted_interval_text
-
-        fitted_json = fitted_interval_json(calibration, result.step_time)  # a user's cluster: calibrate fit --runs
-        fitted = fitted_interval_text(fitted_json) if fitted_json else None
         if not to_stdout:
-            console.print(result_table(result, title, energy))
-            if beside_line:
-                console.print(beside_line)
-            if fitted is not None:
-                console.print(fitted)
-            elif iv is not None:
-                console.print(f"80 % interval {iv.low_s:.3g}-{iv.high_s:.3g} s ({iv.regime}"
-                              f"{', EXTRAPOLATED; nearest validated: ' + iv.nearest if iv.extrapolated else ''}; docs/VALIDATION.md)")
-            if result.collectives:
-                console.print(collectives_table(result))
-            if show_placement:
-                console.print(placement_table(sc))
-            if fabric_report:
-                console.print(fabric_table(result))
+            print_step(shown, show_placement, fabric_report)
         say = output.err_console if to_stdout else console.console  # keep standard output pure JSON; rich on first use
-        if json_out:
-            output.emit_json(output.stamped({**result.to_dict(), "energy": energy.to_dict(),
-                                             **({"interval": dataclasses.asdict(iv)} if iv else {}),
-                                             **({"fitted_interval": fitted_json} if fitted_json else {}),
-                                             **({"colocation": colocation} if colocation else {})}), json_out, say())
-        if plot:
-            from clustersim.reports.waterfall import write_waterfall  # matplotlib: only when plotting
+        write_files(shown, json_out, plot, trace, say())
 
-            write_waterfall(result.to_dict(), plot)
-            output.said(plot, say(), "compute-loss waterfall")
-        if trace:
-            from clustersim.simulator.step import write_trace
 
-            write_trace(result, trace)
-            output.said(trace, say(), "open in https://ui.perfetto.dev")
+@dataclasses.dataclass(frozen=True)
+class Shown:
+    """What ``simulate`` prints and writes: the scenario, its step, the step's energy, the interval
+    inputs (the ``--calibration`` profile, for its fitted interval) and, beside co-tenants, their line."""
+
+    sc: Any
+    result: Result
+    energy: StepEnergy
+    calibration: Optional[Path]
+    beside_line: Optional[str]
+    colocation: Optional[dict[str, Any]]
+
+    @functools.cached_property
+    def interval(self) -> Any:
+        """The bundled interval of the prediction (None without the bundled table)."""
+        return interval_of(self.result, self.sc.model) if INTERVALS_PATH.exists() else None
+
+    @functools.cached_property
+    def fitted(self) -> Optional[dict[str, Any]]:
+        """The interval of a user's fitted profile (``calibrate fit --runs``), when it has one."""
+        from clustersim.simulator.fitted_interval import fitted_interval_json
+
+        return fitted_interval_json(self.calibration, self.result.step_time)
+
+
+def print_step(shown: Shown, show_placement: bool, fabric_report: bool) -> None:
+    """The step's table, its interval line and the optional tables, on the terminal."""
+    from clustersim.simulator.fitted_interval import fitted_interval_text
+
+    sc, result = shown.sc, shown.result
+    title = f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}) - {sc.plan.describe()}"
+    console.print(result_table(result, title, shown.energy))
+    if shown.beside_line:
+        console.print(shown.beside_line)
+    fitted, iv = shown.fitted, shown.interval
+    if fitted:
+        console.print(fitted_interval_text(fitted))
+    elif iv is not None:
+        console.print(f"80 % interval {iv.low_s:.3g}-{iv.high_s:.3g} s ({iv.regime}"
+                      f"{', EXTRAPOLATED; nearest validated: ' + iv.nearest if iv.extrapolated else ''}; docs/VALIDATION.md)")
+    if result.collectives:
+        console.print(collectives_table(result))
+    if show_placement:
+        console.print(placement_table(sc))
+    if fabric_report:
+        console.print(fabric_table(result))
+
+
+def write_files(shown: Shown, json_out: Optional[Path], plot: Optional[Path], trace: Optional[Path], say: Any) -> None:
+    """The Result as JSON (with energy, intervals and colocation), the waterfall PNG, the trace."""
+    result, iv, fitted = shown.result, shown.interval, shown.fitted
+    if json_out:
+        output.emit_json(output.stamped({**result.to_dict(), "energy": shown.energy.to_dict(),
+                                         **({"interval": dataclasses.asdict(iv)} if iv else {}),
+                                         **({"fitted_interval": fitted} if fitted else {}),
+                                         **({"colocation": shown.colocation} if shown.colocation else {})}), json_out, say)
+    if plot:
+        from clustersim.reports.waterfall import write_waterfall  # matplotlib: only when plotting
+
+        write_waterfall(result.to_dict(), plot)
+        output.said(plot, say, "compute-loss waterfall")
+    if trace:
+        from clustersim.simulator.step import write_trace
+
+        write_trace(result, trace)
+        output.said(trace, say, "open in https://ui.perfetto.dev")
