@@ -35,12 +35,21 @@ def megatron_argv(text: str) -> dict[str, str | bool]:
             if eq:
                 out[key] = value
             elif k + 1 < len(tokens) and not tokens[k + 1].startswith("--"):
-                out[key] = tokens[k + 1]
+                values = [tokens[k + 1]]
+                while key in MULTI_VALUE and k + 2 < len(tokens) and not tokens[k + 2].startswith("--"):
+                    values.append(tokens[k + 2])
+                    k += 1
+                out[key] = " ".join(values)
                 k += 1
             else:
                 out[key] = True
         k += 1
     return out
+
+
+MULTI_VALUE = frozenset({"cuda-graph-scope", "recompute-modules"})
+"""Megatron arguments that take several values (``nargs='+'`` in megatron/training/arguments.py),
+kept space-separated."""
 
 
 MEGATRON_REQUIRED = ("num-layers", "hidden-size", "num-attention-heads", "seq-length", "global-batch-size")
@@ -57,7 +66,8 @@ MEGATRON_USED = {
     "use-distributed-optimizer", "bf16", "fp16", "fp8-format", "save-interval", "eval-interval",
     "nnodes", "nproc_per_node", "nproc-per-node", "overlap-grad-reduce", "overlap-param-gather",
     "fp8-recipe", "fp4-format", "mixed-precision", "lightning-precision", "use-torch-fsdp2", "use-megatron-fsdp",
-    "checkpoint-activations", "recompute-activations", "num_nodes", "num_gpus",
+    "checkpoint-activations", "recompute-activations", "num_nodes", "num_gpus", "cuda-graph-impl",
+    "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph", "recompute-modules",
 }
 
 
@@ -155,6 +165,7 @@ def megatron_plan(a: Mapping[str, Any], where: str, layers: int) -> dict[str, An
         if _flag(a, flag):  # arguments.py: FSDP2 / Megatron-FSDP instead of DDP + distributed optimizer
             sh = read_sharding(spelled, where, f"--{flag}")
             plan.update(fsdp=sh["fsdp"], zero=sh["zero"])
+    plan.update(_cuda_graphs(a))
     gran = a.get("recompute-granularity")
     if gran is None and _flag(a, "checkpoint-activations"):  # Megatron-DeepSpeed: every layer checkpointed
         gran = "full"
@@ -162,9 +173,27 @@ def megatron_plan(a: Mapping[str, Any], where: str, layers: int) -> dict[str, An
         gran = "selective"
     if gran in ("selective", "full"):
         plan["recompute"] = gran
+        if gran == "selective" and "recompute-modules" in a:
+            plan["recompute_modules"] = _names(a["recompute-modules"])
         if gran == "full" and "recompute-num-layers" in a:
             plan["recompute_layers"] = _int(a, "recompute-num-layers", where)
     return plan
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    """A multi-value argument (space-separated on a command line, a list in YAML) as names."""
+    return tuple(str(v) for v in value) if isinstance(value, (list, tuple)) else tuple(str(value).split())
+
+
+def _cuda_graphs(a: Mapping[str, Any]) -> dict[str, Any]:
+    """``plan.cuda_graph_scope`` from ``--cuda-graph-impl`` / ``--cuda-graph-scope`` (arguments.py: no scope
+    captures the whole layer; the older scope name ``full`` is the same) or the older
+    ``--enable-cuda-graph`` / ``--external-cuda-graph`` (whole layers); nothing without an implementation."""
+    impl = str(a.get("cuda-graph-impl", "none")).lower()
+    if impl in ("local", "transformer_engine") or _flag(a, "enable-cuda-graph") or _flag(a, "external-cuda-graph"):
+        scopes = _names(a["cuda-graph-scope"]) if "cuda-graph-scope" in a and a["cuda-graph-scope"] is not True else ()
+        return {"cuda_graph_scope": tuple("layer" if x == "full" else x for x in scopes) or ("layer",)}
+    return {}
 
 
 def _megatron_precision(a: Mapping[str, Any], where: str, notes: list[str]) -> str:
@@ -198,6 +227,9 @@ def read_megatron(args: Mapping[str, Any], where: str, framework: str = "megatro
     per = (_opt_int(args, "nproc_per_node", where) or _opt_int(args, "nproc-per-node", where)
            or _opt_int(args, "num_gpus", where))
     plan = megatron_plan(args, where, model["num_layers"])
+    if "cuda-graph-scope" in args and "cuda_graph_scope" not in plan:
+        notes.append(f"cuda-graph-scope {args['cuda-graph-scope']!r} not used: no --cuda-graph-impl (Megatron-LM: "
+                     "the scope has no effect when --cuda-graph-impl=none)")
     if framework == "megatron":  # Megatron-DeepSpeed: the JSON its --deepspeed_config names
         read_deepspeed(args, where, plan, training, notes)
     return JobConfig(framework=framework, source=where, model=model, training=training, plan=plan,

@@ -11,7 +11,7 @@ import math
 
 from clustersim.simulator.errors import PlanError
 from clustersim.simulator.plan.layout import layout_split
-from clustersim.simulator.plan.plan import AXES, RECOMPUTES, SCHEDULES, ParallelPlan
+from clustersim.simulator.plan.plan import AXES, CUDA_GRAPH_SCOPES, RECOMPUTES, SCHEDULES, ParallelPlan
 from clustersim.simulator.plan.schedules import num_model_chunks
 from clustersim.topologies import Cluster
 from clustersim.workloads import RECOMPUTE_MODULES, SAVED_OUTPUTS, ModelSpec, TrainingSpec
@@ -24,6 +24,7 @@ def check_plan(model: ModelSpec, training: TrainingSpec, cluster: Cluster, plan:
     _check_recompute(model, plan)
     _check_recompute_modules(model, plan)
     _check_recompute_saved(model, plan)
+    _check_cuda_graphs(model, plan)
     _check_offloading(model, plan)
     _check_host_link(plan, cluster)
     _check_world(plan, cluster)
@@ -117,6 +118,25 @@ def _check_recompute_saved(model: ModelSpec, plan: ParallelPlan) -> None:
     if saved and (model.attention == "mla" or model.layer_pattern is not None):
         raise PlanError(f"plan.recompute_saved = {list(saved)}: {model.name} has no fused QKV projection in every "
                         "layer (MLA or a hybrid stack); drop it")
+
+
+def _check_cuda_graphs(model: ModelSpec, plan: ParallelPlan) -> None:
+    """Megatron-Core's rules for ``cuda_graph_scope`` (megatron/training/arguments.py help text):
+    known scopes, once each; ``full_iteration`` alone; ``moe_preprocess`` with ``moe_router``; no
+    capture across a dropless MoE layer's host sync (its token counts are read on the host:
+    ``moe``, ``layer`` and ``full_iteration`` need drop-and-pad)."""
+    scopes = plan.cuda_graph_scope
+    _check_names("cuda_graph_scope", scopes, CUDA_GRAPH_SCOPES, "scope")
+    if "full_iteration" in scopes and len(scopes) > 1:
+        raise PlanError(f"plan.cuda_graph_scope = {list(scopes)}: full_iteration captures the whole step; list it alone")
+    if "moe_preprocess" in scopes and "moe_router" not in scopes:
+        raise PlanError(f"plan.cuda_graph_scope = {list(scopes)}: moe_preprocess must be used together with moe_router")
+    dropless = model.is_moe and not (model.capacity_factor is not None and model.pad_to_capacity)
+    across = [s for s in scopes if s in ("moe", "layer", "full_iteration")]
+    if dropless and across:
+        raise PlanError(f"plan.cuda_graph_scope = {list(scopes)}: {across[0]} captures {model.name}'s dropless MoE "
+                        "layers, whose dispatcher reads token counts on the host; capture moe_router (and "
+                        "moe_preprocess) instead, or run drop-and-pad (model.capacity_factor with pad_to_capacity)")
 
 
 def _check_offloading(model: ModelSpec, plan: ParallelPlan) -> None:

@@ -23,6 +23,10 @@ MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
+CUDA_GRAPH_SCOPES: tuple[str, ...] = ("attn", "mlp", "moe", "moe_router", "moe_preprocess", "mamba", "layer",
+                                      "full_iteration")
+"""Megatron-Core's ``CudaGraphScope`` names (megatron/core/transformer/enums.py) and ``layer``, the
+whole-layer capture an implementation takes when no scope is given (``step.graphs``)."""
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -78,6 +82,10 @@ class ParallelPlan:
     ``input.to(torch.float8_e4m3fn)``; DeepSeek-V3 report sec. 3.3.3 caches the same tensor in FP8).
     Memory only: the fused kernel writes the 1-byte copy in the pass that reads its input, and backward
     reads 1 byte instead of 2 (``workloads.activations``). Gated (SwiGLU) MLPs without a clamp only."""
+    cuda_graph_scope: tuple[str, ...] = ()
+    """Megatron-Core CUDA graphs (``--cuda-graph-impl`` / ``--cuda-graph-scope``): the parts of each
+    layer replayed as one graph launch per pass (``CUDA_GRAPH_SCOPES``; ``step.graphs``): host
+    launches only, so it matters where the host binds (a profile with ``host_launch_time``)."""
     zero: int = 0
     """ZeRO stage: 0 none, 1 optimizer (Megatron distributed optimizer), 2 +grads, 3 +params."""
     fsdp: Fsdp = "none"
@@ -249,6 +257,8 @@ class ParallelPlan:
             parts.append(f"offload{self.cpu_offloading_num_layers}")
         if self.activation_fp8_input_store:
             parts.append("act-in-fp8")
+        if self.cuda_graph_scope:
+            parts.append("cg:" + "+".join(self.cuda_graph_scope))
         if self.fsdp != "none":
             parts.append(f"fsdp-{self.fsdp}")
         elif self.zero:
@@ -268,7 +278,7 @@ def plan_from_mapping(data: dict[str, object]) -> ParallelPlan:
     unknown = sorted(set(data) - valid)
     if unknown:
         raise PlanError(f"plan: unknown field(s) {unknown}; valid fields: {sorted(valid)}")
-    for key in ("layer_split", "recompute_modules", "recompute_saved"):
+    for key in ("layer_split", "recompute_modules", "recompute_saved", "cuda_graph_scope"):
         value = data.get(key)
         if isinstance(value, list):
             data = {**data, key: tuple(value)}

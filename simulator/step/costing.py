@@ -16,6 +16,7 @@ from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.profile import CalibrationProfile
 from clustersim.simulator.step.compute import Pass, local_experts, ops_time
 from clustersim.simulator.step.dispatch import expert_load
+from clustersim.simulator.step.graphs import layer_launches
 from clustersim.simulator.step.host import HostExcess, eager_excess, host_excess
 from clustersim.topologies import AcceleratorSpec
 from clustersim.workloads import ModelSpec, Op, TrainingSpec
@@ -48,8 +49,12 @@ class Costing:
         def gpu(ops: Sequence[Op], which: Pass) -> float:
             return self.time(list(ops), which)
 
-        launch = host_excess(self.model, layers, recomputed, gpu, self.profile.host_launch_time,
-                             local, self.plan.moe_fused_grouped_mlp, self.plan.ep)
+        scopes, fused, ep = self.plan.cuda_graph_scope, self.plan.moe_fused_grouped_mlp, self.plan.ep
+
+        def launches(ops: Sequence[Op], which: Pass) -> list[int]:
+            return layer_launches(ops, which, scopes, local, fused, ep)
+
+        launch = host_excess(self.model, layers, recomputed, gpu, self.profile.host_launch_time, launches)
         eager = eager_excess(layers, self.profile.eager_layer_overhead, self.profile.kernel_overhead,
                              gpu if self.profile.kernels_async else None)
         return HostExcess(fwd=launch.fwd + eager.fwd, bwd=launch.bwd + eager.bwd, recompute=launch.recompute)

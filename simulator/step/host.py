@@ -24,8 +24,8 @@ Owns the kernel count of an op (``kernel_launches``), whether a MoE layer syncs 
 (``layer_syncs_host``, ``sync_pieces``), the combining rule (``host_bound``), the seconds the host adds to one
 chunk's passes (``host_excess``) and to one list-API collective of a synchronised ZeRO-3 gather
 (``list_api_time``). Does not own any op's GPU time (``step.compute``) nor the schedule
-(``step.engine``). CUDA graphs (which replace a captured scope's launches by one) are not modelled:
-no bundled row records them.
+(``step.engine``); what CUDA graphs leave to launch is ``step.graphs``' (``host_excess`` takes the
+per-op counts from it).
 """
 
 from __future__ import annotations
@@ -171,25 +171,35 @@ def host_bound(gpu: Sequence[float], host: Sequence[float], syncs: Sequence[bool
     return total + max(g, h)
 
 
+Launches = Callable[[Sequence[Op], Pass], Sequence[int]]
+"""Kernels the host issues for each op of one layer's pass (``graphs.layer_launches``: the plan's
+CUDA graphs applied; ``kernel_launches`` per op without)."""
+
+
 def host_excess(model: ModelSpec, per_layer: Sequence[Sequence[Op]], recomputed: Sequence[Sequence[Op]],
-                gpu_time: Callable[[Sequence[Op], Pass], float], launch: float, local_experts: int,
-                fused_grouped_mlp: bool, ep: int = 1) -> HostExcess:
+                gpu_time: Callable[[Sequence[Op], Pass], float], launch: float, launches: Launches) -> HostExcess:
     """What the host adds to one chunk's forward, backward and recomputed forward over their GPU
-    time, at ``launch`` seconds per kernel: the forward split at each syncing MoE layer, the
-    backward (input and weight gradients) one stretch, the recompute split like the forward."""
+    time, at ``launch`` seconds per kernel and ``launches`` kernels per op: the forward split at each
+    syncing MoE layer, the backward (input and weight gradients) one stretch, the recompute split
+    like the forward."""
     if launch <= 0:
         return HostExcess()
 
-    def host(ops: Sequence[Op], which: Pass) -> float:
-        return launch * sum(kernel_launches(o, which, local_experts, fused_grouped_mlp, ep) for o in ops)
-
     def forward(layers: Sequence[Sequence[Op]]) -> float:
-        pieces = [piece for ops in layers for piece in sync_pieces(model, ops)]
-        gpu = [gpu_time(ops, "fwd") for ops, _ in pieces]
-        return host_bound(gpu, [host(ops, "fwd") for ops, _ in pieces], [s for _, s in pieces]) - sum(gpu)
+        gpu: list[float] = []
+        host: list[float] = []
+        syncs: list[bool] = []
+        for ops in layers:
+            counts, start = launches(ops, "fwd"), 0
+            for piece, sync in sync_pieces(model, ops):
+                gpu.append(gpu_time(piece, "fwd"))
+                host.append(launch * sum(counts[start:start + len(piece)]))
+                syncs.append(sync)
+                start += len(piece)
+        return host_bound(gpu, host, syncs) - sum(gpu)
 
     bwd_gpu = sum(gpu_time(ops, "bwd_input") + gpu_time(ops, "bwd_weight") for ops in per_layer)
-    bwd_host = sum(host(ops, "bwd_input") + host(ops, "bwd_weight") for ops in per_layer)
+    bwd_host = launch * sum(sum(launches(ops, "bwd_input")) + sum(launches(ops, "bwd_weight")) for ops in per_layer)
     return HostExcess(fwd=forward(per_layer), bwd=max(0.0, bwd_host - bwd_gpu),
                       recompute=forward([ops for ops in recomputed if ops]))
 

@@ -14,7 +14,8 @@ import pytest
 from clustersim.simulator.calibration.validate import load_runs
 from clustersim.simulator.calibration.validate_rules import TOKEN_DROP_CAPACITY, model_for_row
 from clustersim.simulator.plan.plan import ParallelPlan
-from clustersim.simulator.step.host import MOE_PATH_LAUNCHES, host_excess, kernel_launches, layer_syncs_host
+from clustersim.simulator.step.graphs import layer_launches
+from clustersim.simulator.step.host import MOE_PATH_LAUNCHES, Launches, host_excess, kernel_launches, layer_syncs_host
 from clustersim.simulator.step.partition import chunk_ops
 from clustersim.workloads import Op, TrainingSpec, get_model
 
@@ -73,9 +74,14 @@ def test_the_fused_grouped_mlp_replaces_the_per_expert_gemms_by_one_each() -> No
     assert _launches(ops, "bwd", 16, 8) - _launches(ops, "bwd", 16, 8, fused=True) == 4 * (16 - 1)
 
 
+def _counts(local: int, ep: int) -> Launches:
+    """Per-op launches without CUDA graphs (``graphs.layer_launches`` with no scope)."""
+    return lambda ops, which: layer_launches(ops, which, (), local, False, ep)
+
+
 def test_with_free_kernels_the_host_adds_launches_times_the_cost() -> None:
     ops, launch = _layer(EP8), 25e-6
-    out = host_excess(QWEN, [ops], [ops], lambda _ops, _which: 0.0, launch, 16, False, 8)
+    out = host_excess(QWEN, [ops], [ops], lambda _ops, _which: 0.0, launch, _counts(16, 8))
     assert out.fwd == pytest.approx(launch * _launches(ops, "fwd", 16, 8))
     assert out.recompute == pytest.approx(out.fwd)
     assert out.bwd == pytest.approx(launch * (_launches(ops, "bwd_input", 16, 8) + _launches(ops, "bwd_weight", 16, 8)))
@@ -99,7 +105,7 @@ def test_a_token_drop_run_is_padded_to_capacity_one_and_so_never_syncs() -> None
     assert layer_syncs_host(plain, ops) and not layer_syncs_host(model, ops)
     # without the sync the host overlaps the GPU across the whole pass: never slower than dropless
     gpu = lambda chunk, _which: 1e-4 * len(chunk)  # noqa: E731 - a stand-in GPU time per op
-    excess = {x: [host_excess(m, [ops] * 4, [], gpu, x, 16, False, 8).fwd for m in (model, plain)]
+    excess = {x: [host_excess(m, [ops] * 4, [], gpu, x, _counts(16, 8)).fwd for m in (model, plain)]
               for x in (5e-6, 25e-6, 60e-6)}
     assert all(padded <= synced + 1e-15 for padded, synced in excess.values())
     assert excess[25e-6][0] < excess[25e-6][1]  # the host binds before the sync, the GPU after it
