@@ -92,20 +92,20 @@ def tensor_copies_time(c: Costing, nbytes: float, ranks: int | None = None) -> f
 
 
 def tensor_call_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], nbytes: float,
-                     axis: Axis = "dp_shard") -> float:
+                     axis: Literal["dp_shard", "dp_hpz"] = "dp_shard") -> float:
     """Seconds of one parameter collective of ``nbytes`` on ``axis``: the NCCL call for ``module``;
     for ``tensor`` the list API's host loops and copies around it (``step.host.list_api_time``)."""
     coll = c.pricer.time(kind, nbytes, axis)
     if c.plan.param_gather_unit == "module" or nbytes <= 0:
         return coll
-    ranks = int(c.pricer.placement.groups(axis).shape[1])
+    ranks = c.plan.zero_hpz_partition_size if axis == "dp_hpz" else c.plan.param_shard  # the group's size
     return list_api_time(kind, ranks, coll, tensor_copies_time(c, nbytes, ranks), c.profile)
 
 
 def _call_time(c: Costing, call: Call) -> float:
     """Seconds of one unit call: a parameter gather or gradient scatter as ``tensor_call_time``,
     ZeRO++ qgZ's all-to-alls (one coalesced call each, not the list API) as priced."""
-    if call.kind in ("all_gather", "reduce_scatter"):
+    if call.kind in ("all_gather", "reduce_scatter") and call.axis in ("dp_shard", "dp_hpz"):
         return tensor_call_time(c, call.kind, call.size, call.axis)
     return c.pricer.time(call.kind, call.size, call.axis)
 
