@@ -97,6 +97,7 @@ PLAN = [
          r"zero_hpz_partition_size"),
     _sim("plan.zero_quantized_gradients string", ['plan.zero_quantized_gradients="on"'], r"zero_quantized_gradients"),
     _sim("plan.cuda_graph_scope unknown", ["plan.cuda_graph_scope=[router]"], r"cuda_graph_scope"),
+    _sim("plan.cross_entropy_fusion_impl unknown", ["plan.cross_entropy_fusion_impl=triton"], r"cross_entropy_fusion_impl"),
     _sim("plan.cuda_graph_scope a string", ["plan.cuda_graph_scope=attn"], r"cuda_graph_scope"),
     _sim("plan.cuda_graph_scope full_iteration with attn", ["plan.cuda_graph_scope=[full_iteration, attn]"],
          r"cuda_graph_scope"),

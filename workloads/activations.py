@@ -191,12 +191,19 @@ def embedding_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: i
 
 
 def head_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
-                          cp: int = 1, sp: bool = False, dtype_bytes: int = 2) -> float:
-    """Final norm input and output-projection input (2*s*b*h each, /t with sp) plus the fp32
-    logits kept for the cross-entropy backward, 4*s*b*V/t (Korthikanti et al. sec. 4.3)."""
+                          cp: int = 1, sp: bool = False, dtype_bytes: int = 2,
+                          te_cross_entropy: bool = False) -> float:
+    """Final norm input and output-projection input (2*s*b*h each, /t with sp) plus the logits kept
+    for the cross-entropy backward: 4*s*b*V/t, the fp32 softmax Megatron's cross entropy keeps
+    (Korthikanti et al. sec. 4.3; Megatron-Core's ``calculate_logits_max`` upcasts with ``.float()``),
+    or ``dtype_bytes`` per element with ``te_cross_entropy``: Transformer Engine's
+    ``parallel_cross_entropy`` keeps the logits themselves and forms the gradient in place
+    (transformer_engine/pytorch/cross_entropy.py @ 02965d2e: ``CrossEntropyFunction.forward`` saves
+    ``_input``)."""
     tokens = micro_batch * seq_len / cp
     hidden = 2 * dtype_bytes * tokens * model.hidden_size / (tp if sp else 1)
-    return hidden + FP32_BYTES * tokens * split_padded(model.vocab_size, tp)
+    logits_bytes = dtype_bytes if te_cross_entropy else FP32_BYTES
+    return hidden + logits_bytes * tokens * split_padded(model.vocab_size, tp)
 
 
 def moe_dispatch_buffer_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,

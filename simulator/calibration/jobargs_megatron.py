@@ -68,6 +68,7 @@ MEGATRON_USED = {
     "fp8-recipe", "fp4-format", "mixed-precision", "lightning-precision", "use-torch-fsdp2", "use-megatron-fsdp",
     "checkpoint-activations", "recompute-activations", "num_nodes", "num_gpus", "cuda-graph-impl",
     "cuda-graph-scope", "enable-cuda-graph", "external-cuda-graph", "recompute-modules",
+    "cross-entropy-loss-fusion", "cross-entropy-fusion-impl",
 }
 
 
@@ -145,8 +146,10 @@ def megatron_model(a: Mapping[str, Any], where: str, notes: list[str], command_l
     return fields
 
 
-def megatron_plan(a: Mapping[str, Any], where: str, layers: int) -> dict[str, Any]:
-    """ParallelPlan fields (all but dp) from Megatron's parallelism arguments."""
+def megatron_plan(a: Mapping[str, Any], where: str, layers: int, command_line: bool = True) -> dict[str, Any]:
+    """ParallelPlan fields (all but dp) from Megatron's parallelism arguments (``command_line``: a
+    Megatron-LM command line, whose store-true flags are off when absent; False for NeMo / Bridge YAML,
+    whose providers turn ``cross_entropy_loss_fusion`` on by default)."""
     pp = _opt_int(a, "pipeline-model-parallel-size", where) or 1
     vpp = _opt_int(a, "num-virtual-stages-per-pipeline-rank", where)
     per_stage = _opt_int(a, "num-layers-per-virtual-pipeline-stage", where)
@@ -166,6 +169,9 @@ def megatron_plan(a: Mapping[str, Any], where: str, layers: int) -> dict[str, An
             sh = read_sharding(spelled, where, f"--{flag}")
             plan.update(fsdp=sh["fsdp"], zero=sh["zero"])
     plan.update(_cuda_graphs(a))
+    fused = _flag(a, "cross-entropy-loss-fusion") if command_line or "cross-entropy-loss-fusion" in a else True
+    if fused and str(a.get("cross-entropy-fusion-impl", "native")) == "te":
+        plan["cross_entropy_fusion_impl"] = "te"  # arguments.py: the impl applies with the fusion on
     gran = a.get("recompute-granularity")
     if gran is None and _flag(a, "checkpoint-activations"):  # Megatron-DeepSpeed: every layer checkpointed
         gran = "full"
@@ -226,7 +232,7 @@ def read_megatron(args: Mapping[str, Any], where: str, framework: str = "megatro
     nodes = _opt_int(args, "nnodes", where) or _opt_int(args, "num_nodes", where)  # torchrun, or the deepspeed launcher
     per = (_opt_int(args, "nproc_per_node", where) or _opt_int(args, "nproc-per-node", where)
            or _opt_int(args, "num_gpus", where))
-    plan = megatron_plan(args, where, model["num_layers"])
+    plan = megatron_plan(args, where, model["num_layers"], command_line=framework == "megatron")
     if "cuda-graph-scope" in args and "cuda_graph_scope" not in plan:
         notes.append(f"cuda-graph-scope {args['cuda-graph-scope']!r} not used: no --cuda-graph-impl (Megatron-LM: "
                      "the scope has no effect when --cuda-graph-impl=none)")

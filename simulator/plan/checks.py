@@ -184,6 +184,9 @@ def _check_values(plan: ParallelPlan) -> None:
         raise PlanError(f"plan.recompute = {plan.recompute!r} is unknown; choose one of {list(RECOMPUTES)}")
     if plan.zero not in (0, 1, 2, 3):
         raise PlanError(f"plan.zero = {plan.zero} must be 0, 1, 2 or 3")
+    if plan.cross_entropy_fusion_impl not in ("native", "te"):
+        raise PlanError(f"plan.cross_entropy_fusion_impl = {plan.cross_entropy_fusion_impl!r} is unknown; choose native "
+                        "(Megatron's: fp32 softmax kept) or te (Transformer Engine's: logits kept in their dtype)")
     if plan.moe_dispatcher not in ("alltoall", "allgather", "deepep"):
         raise PlanError(f"plan.moe_dispatcher = {plan.moe_dispatcher!r} is unknown; choose alltoall, allgather or deepep")
     if plan.fsdp not in ("none", "full", "hybrid"):

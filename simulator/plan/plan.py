@@ -20,6 +20,7 @@ Recompute = Literal["none", "selective", "full"]
 Fsdp = Literal["none", "full", "hybrid"]
 ParamGatherUnit = Literal["module", "tensor"]
 MoeDispatcher = Literal["alltoall", "allgather", "deepep"]
+CrossEntropyImpl = Literal["native", "te"]
 SCHEDULES: tuple[str, ...] = ("gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe")
 RECOMPUTES: tuple[str, ...] = ("none", "selective", "full")
 AXES: tuple[str, ...] = ("tp", "cp", "ep", "dp", "pp")
@@ -82,6 +83,11 @@ class ParallelPlan:
     ``input.to(torch.float8_e4m3fn)``; DeepSeek-V3 report sec. 3.3.3 caches the same tensor in FP8).
     Memory only: the fused kernel writes the 1-byte copy in the pass that reads its input, and backward
     reads 1 byte instead of 2 (``workloads.activations``). Gated (SwiGLU) MLPs without a clamp only."""
+    cross_entropy_fusion_impl: CrossEntropyImpl = "native"
+    """Megatron-Core's ``cross_entropy_fusion_impl`` (with ``cross_entropy_loss_fusion``): ``native``
+    (Megatron's own, fused or not) keeps the fp32 softmax of the logits for the backward; ``te``
+    (Transformer Engine's ``parallel_cross_entropy``) keeps the logits in their dtype and forms the
+    gradient in place, half the last stage's logits memory (``workloads.head_activation_bytes``)."""
     cuda_graph_scope: tuple[str, ...] = ()
     """Megatron-Core CUDA graphs (``--cuda-graph-impl`` / ``--cuda-graph-scope``): the parts of each
     layer replayed as one graph launch per pass (``CUDA_GRAPH_SCOPES``; ``step.graphs``): host
@@ -257,6 +263,8 @@ class ParallelPlan:
             parts.append(f"offload{self.cpu_offloading_num_layers}")
         if self.activation_fp8_input_store:
             parts.append("act-in-fp8")
+        if self.cross_entropy_fusion_impl == "te":
+            parts.append("ce-te")
         if self.cuda_graph_scope:
             parts.append("cg:" + "+".join(self.cuda_graph_scope))
         if self.fsdp != "none":

@@ -243,7 +243,8 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
     if chunk == 0:
         total += embedding_activation_bytes(model, **shard)
     if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
-        total += head_activation_bytes(model, dtype_bytes=training.activation_bytes, **shard)
+        total += head_activation_bytes(model, dtype_bytes=training.activation_bytes,
+                                       te_cross_entropy=plan.cross_entropy_fusion_impl == "te", **shard)
     return total
 
 
