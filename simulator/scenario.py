@@ -237,11 +237,34 @@ HINTS["scenario"] = {"name": "a string", "mode": "one of symmetric, full", "seed
 
 
 def scenario_json_schema() -> dict[str, Any]:
-    """The JSON Schema of a scenario file (draft 2020-12, as pydantic writes it)."""
+    """The JSON Schema of a scenario file (draft 2020-12, as pydantic writes it), each plan, training
+    and model field described by its dataclass docstring (``attribute_docs``), for editors to show."""
     schema = ScenarioSpec.model_json_schema()
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "clustersim scenario"
+    for section, cls in (("plan", ParallelPlan), ("training", TrainingSpec), ("model", ModelSpec)):
+        docs = attribute_docs(cls)
+        for name, prop in schema["$defs"][section]["properties"].items():
+            if name in docs:
+                prop["description"] = docs[name]
     return schema
+
+
+def attribute_docs(cls: type) -> dict[str, str]:
+    """Field -> the docstring under it in the dataclass ``cls``'s source (the attribute-docstring
+    convention every ParallelPlan, TrainingSpec and ModelSpec field follows)."""
+    import ast
+    import inspect
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0]
+    out: dict[str, str] = {}
+    stmts = body.body if isinstance(body, ast.ClassDef) else []
+    for field_, doc in zip(stmts, stmts[1:]):
+        if (isinstance(field_, ast.AnnAssign) and isinstance(field_.target, ast.Name) and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            out[field_.target.id] = inspect.cleandoc(doc.value.value)
+    return out
 
 
 @dataclass(frozen=True)

@@ -30,12 +30,25 @@ BASE = yaml.safe_load((ROOT / "examples" / "llama3_70b_h100.yaml").read_text())
 def test_schema_names_types_ranges_and_choices() -> None:
     schema = scenario_json_schema()
     plan = schema["$defs"]["plan"]["properties"]
-    assert plan["tp"] == {"default": 1, "maximum": 131072, "minimum": 1, "title": "Tp", "type": "integer"}
+    assert {k: v for k, v in plan["tp"].items() if k != "description"} == {
+        "default": 1, "maximum": 131072, "minimum": 1, "title": "Tp", "type": "integer"}
     assert plan["schedule"]["enum"] == ["gpipe", "1f1b", "interleaved", "zb-h1", "dualpipe"]
     assert plan["sp"]["type"] == "boolean"
     assert schema["$defs"]["plan"]["additionalProperties"] is False
     assert set(schema["required"]) == {"model", "training", "cluster", "plan"}
     assert schema["$defs"]["cluster"]["properties"]["nvlink_bandwidth_gb_s"]["anyOf"][0]["exclusiveMinimum"] == 0
+
+
+def test_schema_describes_every_plan_training_and_model_field() -> None:
+    # editors show the field's own docstring: every field of the three dataclasses has one, and it is the text
+    schema = scenario_json_schema()
+    for section in ("plan", "training", "model"):
+        props = schema["$defs"][section]["properties"]
+        missing = [name for name, prop in props.items() if name != "preset" and not prop.get("description")]
+        assert missing == [], (section, missing)
+    plan = schema["$defs"]["plan"]["properties"]
+    assert plan["tp"]["description"].startswith("Tensor-parallel") or "tensor" in plan["tp"]["description"].lower()
+    assert "hpZ" in plan["zero_hpz_partition_size"]["description"]
 
 
 def test_schema_command_prints_the_same_schema(tmp_path: Path) -> None:
