@@ -198,30 +198,47 @@ def register(app: typer.Typer) -> None:
                   **({"price_basis": price.basis} if price else {}),
                   **({"pue": pue, "price_per_kwh": price_per_kwh, "capex_per_gpu": capex_per_gpu, "life_years": life_years}
                      if owner else {})}
-        title = (f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}), objective {objective}: "
-                 f"{rep.valid:,} valid plans bounded, {rep.engine_calls} priced by the engine, {rep.pruned:,} pruned by the bound")
-        caption = (f"#1 is the engine's best over all {rep.valid:,} valid plans (no unpriced plan's bound beats it); "
-                   f"GBS {sc.training.global_batch_size} x seq {sc.training.seq_len}, {sc.training.precision}; profile {prof.name} "
-                   f"(fit {prof.fit_date or 'not recorded'}); analytical tier {rep.valid:,} plans checked and bounded in "
-                   f"{rep.analytic_seconds + rep.bound_seconds:.2f} s = {rep.plans_per_second:,.0f} plans/s "
-                   f"({rep.plans_per_cpu_second:,.0f} per CPU second); engine "
-                   f"{rep.engine_seconds:.2f} s on {rep.workers} process{'es' if rep.workers > 1 else ''}"
-                   f"{f' ({rep.speculative} run past the stopping point, dropped)' if rep.speculative else ''}; "
-                   f"search command {time.perf_counter() - started:.2f} s after start-up")
+        title, caption = search_texts(sc, rep, prof, objective, time.perf_counter() - started)
         if not quiet:
-            console.print(report_table(rep, title, price, caption, kind))
-            console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0,
-                                                    objective=rep.objective),
-                                       "Pareto front of the priced plans: step time vs peak memory vs energy per token "
-                                       "(also the front with $/token: a price is a non-negative sum of time and energy)",
-                                       price, kind=kind))
+            print_search(rep, title, caption, price, kind)
         if not rep.ranked:
             raise ValueError("no plan fits in memory; try more GPUs, a smaller global batch or a bigger accelerator")
-        if json_out:
-            doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, price, objective, kind),
-                   "pareto": ranked_rows(rep.pareto, price, objective, kind)}
-            output.emit_json(output.stamped(doc), json_out, say)
-        if csv_out:
-            import pandas as pd  # heavy: imported when a table is written
+        write_search(rep, header, price, objective, kind, json_out, csv_out, say)
 
-            output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, price, objective, kind)), csv_out, say, output.stamped(header))
+
+def search_texts(sc: Any, rep: SearchReport, prof: Any, objective: str, elapsed: float) -> tuple[str, str]:
+    """The ranked table's title (what was searched) and caption (why #1 is proven, the tiers' speeds)."""
+    title = (f"{sc.model.name} on {sc.cluster.num_gpus}x {sc.cluster.accelerator.name} ({sc.cluster.name}), objective {objective}: "
+             f"{rep.valid:,} valid plans bounded, {rep.engine_calls} priced by the engine, {rep.pruned:,} pruned by the bound")
+    caption = (f"#1 is the engine's best over all {rep.valid:,} valid plans (no unpriced plan's bound beats it); "
+               f"GBS {sc.training.global_batch_size} x seq {sc.training.seq_len}, {sc.training.precision}; profile {prof.name} "
+               f"(fit {prof.fit_date or 'not recorded'}); analytical tier {rep.valid:,} plans checked and bounded in "
+               f"{rep.analytic_seconds + rep.bound_seconds:.2f} s = {rep.plans_per_second:,.0f} plans/s "
+               f"({rep.plans_per_cpu_second:,.0f} per CPU second); engine "
+               f"{rep.engine_seconds:.2f} s on {rep.workers} process{'es' if rep.workers > 1 else ''}"
+               f"{f' ({rep.speculative} run past the stopping point, dropped)' if rep.speculative else ''}; "
+               f"search command {elapsed:.2f} s after start-up")
+    return title, caption
+
+
+def print_search(rep: SearchReport, title: str, caption: str, price: Any, kind: str) -> None:
+    """The ranked plans and the Pareto front of the priced ones, on the terminal."""
+    console.print(report_table(rep, title, price, caption, kind))
+    console.print(report_table(SearchReport(ranked=rep.pareto, candidates=0, valid=0, fitting=0, analytic_seconds=0.0,
+                                            objective=rep.objective),
+                               "Pareto front of the priced plans: step time vs peak memory vs energy per token "
+                               "(also the front with $/token: a price is a non-negative sum of time and energy)",
+                               price, kind=kind))
+
+
+def write_search(rep: SearchReport, header: dict[str, Any], price: Any, objective: str, kind: str,
+                 json_out: Optional[Path], csv_out: Optional[Path], say: Any) -> None:
+    """The ranked plans, the Pareto front and the scenario as JSON; the ranked plans as CSV."""
+    if json_out:
+        doc = {"scenario": header, "ranked": ranked_rows(rep.ranked, price, objective, kind),
+               "pareto": ranked_rows(rep.pareto, price, objective, kind)}
+        output.emit_json(output.stamped(doc), json_out, say)
+    if csv_out:
+        import pandas as pd  # heavy: imported when a table is written
+
+        output.emit_csv(pd.DataFrame(ranked_rows(rep.ranked, price, objective, kind)), csv_out, say, output.stamped(header))
