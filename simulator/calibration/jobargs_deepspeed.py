@@ -77,7 +77,7 @@ def read_deepspeed(args: Mapping[str, Any], where: str, plan: dict[str, Any], tr
         elif (value > 1) if key == "zero_hpz_partition_size" else value:  # ZeRO++: DeepSpeed's stage-3 code only
             notes.append(f"zero_optimization.{key} = {zo[key]!r} not used: ZeRO++ extends stage 3, the job runs stage {stage}")
     plan["grad_dtype_bytes"] = 4 if str(cfg.get("communication_data_type", "")).lower() in ("fp32", "float32") else 2
-    if stage in (1, 2) and "reduce_bucket_size" in zo:
+    if stage in (1, 2) and _given(zo, "reduce_bucket_size"):
         plan["bucket_size"] = float(_int(zo["reduce_bucket_size"], src, "zero_optimization.reduce_bucket_size")) \
             * plan["grad_dtype_bytes"]
     _check_batch(cfg, plan, training, src)
@@ -117,14 +117,20 @@ def _refuse_offload(zo: Mapping[str, Any], src: str) -> None:
                                "or weights on the host or NVMe) is not modelled; import a run without offload")
 
 
+def _given(cfg: Mapping[str, Any], key: str) -> bool:
+    """A key the JSON sets to a value ("auto", the HF Trainer integration's placeholder, is filled from
+    the launcher's own arguments, so it says nothing here)."""
+    return key in cfg and cfg[key] != "auto"
+
+
 def _check_batch(cfg: Mapping[str, Any], plan: Mapping[str, Any], training: Mapping[str, Any], src: str) -> None:
     """DeepSpeed's batch fields against Megatron's (``train_batch_size`` = micro x accumulation x dp)."""
-    if "train_micro_batch_size_per_gpu" in cfg:
+    if _given(cfg, "train_micro_batch_size_per_gpu"):
         micro = _int(cfg["train_micro_batch_size_per_gpu"], src, "train_micro_batch_size_per_gpu")
         if micro != plan.get("micro_batch", 1):
             raise JobArgsError(f"{src}: train_micro_batch_size_per_gpu = {micro} but --micro-batch-size = "
                                f"{plan.get('micro_batch', 1)}; the two must agree")
-    if "train_batch_size" in cfg:
+    if _given(cfg, "train_batch_size"):
         total = _int(cfg["train_batch_size"], src, "train_batch_size")
         if total != training["global_batch_size"]:
             raise JobArgsError(f"{src}: train_batch_size = {total} but --global-batch-size = "

@@ -99,3 +99,10 @@ def test_zeropp_keys_below_stage_3_are_noted_unused(tmp_path: Path) -> None:
     job = read_job(_job(tmp_path, zero={"stage": 1}))
     assert job.plan["zero"] == 1 and "zero_quantized_weights" not in job.plan
     assert sum("not used: ZeRO++ extends stage 3" in n for n in job.notes) == 3
+
+
+def test_auto_values_are_not_checked(tmp_path: Path) -> None:
+    # "auto" (the HF Trainer integration's placeholder) is filled from the launcher's arguments
+    job = read_job(_job(tmp_path, {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"},
+                        {"stage": 2, "reduce_bucket_size": "auto"}))
+    assert job.plan["zero"] == 2 and "bucket_size" not in job.plan
