@@ -5,6 +5,7 @@ agree with Megatron's; offload and unreadable files are refused with the file an
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from pathlib import Path
 
@@ -106,3 +107,24 @@ def test_auto_values_are_not_checked(tmp_path: Path) -> None:
     job = read_job(_job(tmp_path, {"train_batch_size": "auto", "train_micro_batch_size_per_gpu": "auto"},
                         {"stage": 2, "reduce_bucket_size": "auto"}))
     assert job.plan["zero"] == 2 and "bucket_size" not in job.plan
+
+
+def _deepspeed_line(match: "re.Match[str]") -> str:
+    """A Megatron-LM iteration line in Megatron-DeepSpeed's ``training_log`` layout: no ``throughput per
+    GPU`` field, ``actual seqlen`` before the skipped count, ``samples per second`` and ``TFLOPs`` at the end."""
+    line = match.group(0)
+    ms = float(re.search(r"elapsed time per iteration \(ms\): ([\d.]+)", line).group(1))  # type: ignore[union-attr]
+    tf = re.search(r" throughput per GPU \(TFLOP/s/GPU\): ([\d.]+) \|", line)
+    assert tf is not None
+    line = line.replace(tf.group(0), "").replace(" number of skipped", " actual seqlen:  8192 | number of skipped")
+    return line.rstrip() + f" samples per second: {128 / (ms / 1000):.3f} | TFLOPs: {float(tf.group(1)):.2f} |"
+
+
+def test_a_megatron_deepspeed_log_reads_like_megatrons(tmp_path: Path) -> None:
+    text = (DATA / "megatron_llama3_8b.log").read_text()
+    log = tmp_path / "ds.log"
+    log.write_text(re.sub(r"^ \[[^\n]*iteration[^\n]*$", _deepspeed_line, text, flags=re.M))
+    ds_run, _ = import_run(DATA / SCRIPT, log, cluster={"preset": "dgx-h100"})
+    lm_run, _ = import_run(DATA / SCRIPT, DATA / "megatron_llama3_8b.log", cluster={"preset": "dgx-h100"})
+    assert ds_run.stats.median_s == pytest.approx(lm_run.stats.median_s) and ds_run.stats.median_s > 0
+    assert ds_run.stats.records == lm_run.stats.records
