@@ -102,6 +102,10 @@ class Placement:
         """Ranks of a shard group (``dp_shard``) that share a server and are consecutive in it: the
         size of ZeRO++ qgZ's intra-node hop; 1 when the group's consecutive ranks sit on different
         servers (then every hop crosses nodes)."""
+        return self._node_local_shard
+
+    @cached_property
+    def _node_local_shard(self) -> int:
         group = self.groups("dp_shard")[0]
         node = group // self.gpus_per_node
         local = int(np.sum(node == node[0]))

@@ -34,6 +34,11 @@ class Costing:
     pricer: CommPricer
 
     @property
+    def hbm_bandwidth(self) -> float:
+        """HBM bytes/s a memory-bound kernel gets: the datasheet figure at the profile's efficiency."""
+        return self.accelerator.hbm_bandwidth * self.profile.memory_efficiency
+
+    @property
     def expert_scale(self) -> float:
         """The busiest expert rank's tokens over the mean (imbalance, capped by a capacity factor)."""
         return expert_load(self.plan.expert_imbalance, self.model.capacity_factor)

@@ -87,8 +87,7 @@ def tensor_copies_time(c: Costing, nbytes: float, ranks: int | None = None) -> f
     ``step.host.list_api_time``. 0 for ``module`` (one flat buffer, ``_all_gather_base``)."""
     if c.plan.param_gather_unit == "module" or nbytes <= 0:
         return 0.0
-    hbm = c.accelerator.hbm_bandwidth * c.profile.memory_efficiency
-    return (ranks or c.plan.param_shard) * c.profile.kernel_overhead + 2.0 * nbytes / hbm
+    return (ranks or c.plan.param_shard) * c.profile.kernel_overhead + 2.0 * nbytes / c.hbm_bandwidth
 
 
 def tensor_call_time(c: Costing, kind: Literal["all_gather", "reduce_scatter"], nbytes: float,

@@ -15,7 +15,7 @@ from typing import TypedDict
 
 from clustersim.units import GIB
 from clustersim.simulator.step.compute import is_routed_expert
-from clustersim.simulator.step.zeropp import QWZ_BYTES
+from clustersim.simulator.step.zeropp import gather_buffer_bytes, secondary_weight_bytes
 from clustersim.simulator.errors import OutOfMemoryError
 from clustersim.simulator.plan import (
     ParallelPlan,
@@ -317,7 +317,7 @@ def _stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, 
         largest_layer = max(largest_layer, _largest_layer(memo, layers))
     params = dense + expert
     optimizer = plan.sharded_state(dense, expert, training.master_param_bytes + training.optimizer_state_bytes)
-    weights = params * training.param_bytes / plan.param_shard + zeropp_secondary(plan, params, training)
+    weights = params * training.param_bytes / plan.param_shard + secondary_weight_bytes(plan, params, training)
     gathered = 2 * largest_layer * gather_buffer_bytes(plan, training) if plan.param_shard > 1 else 0.0
     return StageMemory(
         stage=stage,
@@ -327,19 +327,6 @@ def _stage_memory(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, 
         activations=_peak_activations(plan, num_microbatches(plan, training), stage, act),
         buffers=RESERVED_BYTES + _dispatch_buffers(model, training, plan, chunks),
     )
-
-
-def zeropp_secondary(plan: ParallelPlan, params: float, training: TrainingSpec) -> float:
-    """Bytes of ZeRO++ hpZ's secondary weight copy on one device: the weights in their dtype sharded
-    over ``plan.zero_hpz_partition_size`` ranks (``step.zeropp``); 0 without hpZ."""
-    hpz = plan.zero_hpz_partition_size
-    return params * training.param_bytes / hpz if hpz > 1 and plan.param_shard > 1 else 0.0
-
-
-def gather_buffer_bytes(plan: ParallelPlan, training: TrainingSpec) -> float:
-    """Bytes per element of a gathered ZeRO-3/FSDP unit: the weights' dtype, plus qwZ's int8 receive
-    buffer (one fp32 scale per ``zeropp.QWZ_GROUP`` elements) that the dequantise reads."""
-    return training.param_bytes + (QWZ_BYTES if plan.zero_quantized_weights else 0.0)
 
 
 def _dispatch_buffers(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan,

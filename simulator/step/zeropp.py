@@ -14,7 +14,7 @@ quantized gradient averaging"; together "4x" less volume than ZeRO-3) changes wh
   find_string id 86264923); before the gather each rank quantises its shard, after it every rank
   dequantises the gathered unit (HBM-bound kernels on the gather's path);
 - hpZ (``plan.zero_hpz_partition_size`` > 1): the backward gathers read the secondary copy, sharded
-  over ``dp_hpz`` groups, in the weights' dtype (its memory is ``step.partition``'s);
+  over ``dp_hpz`` groups, in the weights' dtype (its memory: ``secondary_weight_bytes``);
 - qgZ (``plan.zero_quantized_gradients``): the gradient reduce-scatter becomes DeepSpeed's
   ``all_to_all_quant_reduce`` (deepspeed/runtime/comm/coalesced_collectives.py, find_string id
   16248476902): quantise the gradient to int4, all-to-all inside the node (``dp_local``), reduce the
@@ -22,8 +22,9 @@ quantized gradient averaging"; together "4x" less volume than ZeRO-3) changes wh
   dequantise and reduce. A shard group inside one node keeps the plain reduce-scatter (the function
   is used across nodes only); scales (one per row-group) are not counted.
 
-Owns the unit's calls (``gather_calls``, ``scatter_calls``) and the quantisation kernels' seconds
-(``gather_kernels``, ``scatter_kernels``). With every switch off the calls are ZeRO-3's own (one
+Owns the unit's calls (``gather_calls``, ``scatter_calls``), the quantisation kernels' seconds
+(``gather_kernels``, ``scatter_kernels``) and the memory the switches add (``secondary_weight_bytes``,
+``gather_buffer_bytes``; ``step.partition`` sums them). With every switch off the calls are ZeRO-3's own (one
 all-gather of the weights' dtype and one reduce-scatter of the gradients' over ``dp_shard``, per
 ``lower_dp.unit_tensors``) and the kernels 0, so a plan without ZeRO++ is priced as before.
 """
@@ -32,7 +33,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Literal
 
+from clustersim.simulator.plan import ParallelPlan
 from clustersim.simulator.step.costs import Call
+from clustersim.workloads import TrainingSpec
 
 if TYPE_CHECKING:  # costing imports the step's compute and host models; the constants below need none
     from clustersim.simulator.step.costing import Costing
@@ -64,7 +67,7 @@ def gather_kernels(c: Costing, tensors: list[float], which: Which) -> float:
         return 0.0
     elements = sum(tensors)
     moved = (elements / plan.param_shard + elements) * (c.training.param_bytes + QWZ_BYTES)
-    return moved / _hbm(c)
+    return moved / c.hbm_bandwidth
 
 
 def _qgz_hops(c: Costing) -> int:
@@ -95,8 +98,17 @@ def scatter_kernels(c: Costing, tensors: list[float]) -> float:
         return 0.0
     elements, g = sum(tensors), c.plan.grad_dtype_bytes
     moved = elements * (g + QGZ_BYTES) + elements * QGZ_BYTES * (1 + 1 / local) + elements / local * (QGZ_BYTES + g)
-    return moved / _hbm(c)
+    return moved / c.hbm_bandwidth
 
 
-def _hbm(c: Costing) -> float:
-    return c.accelerator.hbm_bandwidth * c.profile.memory_efficiency
+def secondary_weight_bytes(plan: ParallelPlan, params: float, training: TrainingSpec) -> float:
+    """Bytes of ZeRO++ hpZ's secondary weight copy on one device: the weights in their dtype sharded
+    over ``plan.zero_hpz_partition_size`` ranks; 0 without hpZ."""
+    hpz = plan.zero_hpz_partition_size
+    return params * training.param_bytes / hpz if hpz > 1 and plan.param_shard > 1 else 0.0
+
+
+def gather_buffer_bytes(plan: ParallelPlan, training: TrainingSpec) -> float:
+    """Bytes per element of a gathered ZeRO-3/FSDP unit: the weights' dtype, plus qwZ's int8 receive
+    buffer (one fp32 scale per ``QWZ_GROUP`` elements) that the dequantise reads."""
+    return training.param_bytes + (QWZ_BYTES if plan.zero_quantized_weights else 0.0)
