@@ -219,7 +219,7 @@ def moe_dispatch_buffer_bytes(model: ModelSpec, *, micro_batch: int, seq_len: in
         return 0.0
     pairs = micro_batch * seq_len / cp / tp * etp * model.top_k
     narrow = gemm_input_bytes is not None and gemm_input_bytes < dtype_bytes
-    return (2.0 if narrow else 1.0) * dtype_bytes * pairs * model.hidden_size
+    return (2.0 if narrow else 1.0) * dtype_bytes * pairs * model.expert_width
 
 
 def _saved_bytes(model: ModelSpec, layer_index: int, shape: LocalShape, flash_attention: bool,
@@ -344,8 +344,9 @@ def _mlp_terms(model: ModelSpec, n: float, ffn: int, prefix: str, dt: int,
 
 
 def _moe_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[ActivationTerm]:
-    """Router probabilities (fp32), routed token copies at the experts, expert MLP tensors."""
-    h, dt, k = model.hidden_size, shape.dtype_bytes, model.top_k
+    """Router probabilities (fp32), routed token copies at the experts, expert MLP tensors; a
+    LatentMoE's tokens at the latent width, and the combined latent output its up-projection keeps."""
+    h, dt, k = model.expert_width, shape.dtype_bytes, model.top_k
     f = split(_required(model.moe_ffn_hidden_size, "moe_ffn_hidden_size"), shape.etp, "moe_ffn_hidden_size", "etp")
     n_in = 2 if model.gated_mlp else 1
     pairs = n / shape.tp * shape.etp * k  # token-expert pairs on this device (see blocks.py)
@@ -361,6 +362,9 @@ def _moe_terms(model: ModelSpec, shape: LocalShape, n: int) -> list[ActivationTe
                        dropped_by=moe | {"moe_act"}),
         ActivationTerm(name="expert_probs", bytes=FP32_BYTES * pairs, sharding="device", dropped_by=moe),
     ]
+    if model.moe_latent_size:  # the down-projection's input is the block's input, kept anyway
+        terms.append(ActivationTerm(name="latent_up_input", bytes=dt * n * model.moe_latent_size, sharding="sp",
+                                    gemm_input=True, dropped_by=moe))
     if model.activation_clamp is not None and not shape.fused_grouped_mlp:
         # the clamped, concatenated gate|up that the fused GLU saves, beside the fc1 output the
         # clamps save (workloads/blocks.py expert_act_op); inside moe_act's output-discarding checkpoint

@@ -166,8 +166,12 @@ def mlp_ops(model: ModelSpec, shape: LocalShape, ffn: int, prefix: str = "mlp",
 
 
 def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
-    """Router, dispatch, grouped expert GEMMs, combine, and the shared experts (tp-sharded)."""
-    h, dt, E, k = model.hidden_size, shape.dtype_bytes, model.num_experts, model.top_k
+    """Router, dispatch, grouped expert GEMMs, combine, and the shared experts (tp-sharded). A
+    LatentMoE (``model.moe_latent_size``) projects the tokens down after the router and back up
+    after the combine; everything between runs at the latent width (``model.expert_width``). Its
+    projections are replicated over tp (Megatron-Core ``parallel_mode="duplicated"``), each rank
+    projecting its own sequence-parallel tokens."""
+    h, dt, E, k = model.expert_width, shape.dtype_bytes, model.num_experts, model.top_k
     local = split(E, shape.ep, "num_experts", "ep")
     f = split(required(model.moe_ffn_hidden_size, "moe_ffn_hidden_size"), shape.etp, "moe_ffn_hidden_size", "etp")
     n_in = 2 if model.gated_mlp else 1
@@ -182,9 +186,12 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
     bias_in, bias_out = (n_in * f, h) if model.linear_bias else (0, 0)
     q1, q2 = expert_quantize_elements(pairs, h, n_in * f, f, shape.fused_grouped_mlp)
     calls = expert_gemm_calls(local, shape.fused_grouped_mlp)
+    latent = model.moe_latent_size
     ops = [
-        gemm_op("router", t_in, E, h, dt, params=model.router_params(), fp8=False, kind="router",
+        gemm_op("router", t_in, E, model.hidden_size, dt, params=model.router_params(), fp8=False, kind="router",
                 role="router"),
+        *([gemm_op("moe_latent_down", t_in, latent, model.hidden_size, dt, params=model.hidden_size * latent,
+                   role="latent_proj")] if latent else []),
         memory_op("moe_permute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
                   flops_per_element=0.0, role="permute"),
         _alltoall("moe_dispatch", t_in * k * h * dt, "dispatch"),
@@ -198,6 +205,8 @@ def moe_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
         _alltoall("moe_combine", t_in * k * h * dt, "combine"),
         memory_op("moe_unpermute", "elementwise", t_in * k * h, dt, reads=1, writes=1,
                   flops_per_element=2.0, role="unpermute"),  # weighted sum of the top_k expert outputs
+        *([gemm_op("moe_latent_up", t_in, model.hidden_size, latent, dt, params=latent * model.hidden_size,
+                   role="latent_proj")] if latent else []),
     ]
     if model.num_shared_experts:
         ops.extend(mlp_ops(model, shape, model.num_shared_experts * model.shared_ffn, "shared",

@@ -52,20 +52,26 @@ def scan_flops_per_token(model: ModelSpec) -> float:
     models without a layer_pattern)."""
     if model.layer_pattern is None:
         return 0.0
-    return 3.0 * model.layer_pattern.count("M") * ssd_flops_per_token(model)
+    mtp = model.mtp_layers * model.mtp_block_kinds.count("mamba") if model.mtp_layer_pattern else 0
+    return 3.0 * (model.layer_pattern.count("M") + mtp) * ssd_flops_per_token(model)
 
 
 def attention_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
     """12*h_attn*keys summed over layers (MTP blocks included): keys = seq_len for full layers
     (halved when `causal`), min(window, seq_len) for sliding-window layers (the band)."""
     total = 0.0
-    layers = [*range(model.num_layers), *[model.num_layers - 1] * model.mtp_layers]
-    for i in layers:
+    full = seq_len / (2.0 if causal else 1.0)
+    for i in range(model.num_layers):
         if not model.has_attention(i):
             continue  # Mamba-2 / MLP / MoE layers of a hybrid model
         window = model.attention_window(i)
-        keys = seq_len / (2.0 if causal else 1.0) if window is None else min(window, seq_len)
+        keys = full if window is None else min(window, seq_len)
         total += 12.0 * attention_width(model) * keys
+    if model.mtp_layer_pattern is None and model.mtp_layers and model.has_attention(model.num_layers - 1):
+        window = model.attention_window(model.num_layers - 1)
+        total += model.mtp_layers * 12.0 * attention_width(model) * (full if window is None else min(window, seq_len))
+    elif model.mtp_layer_pattern is not None:  # pattern attention layers attend fully
+        total += model.mtp_layers * model.mtp_block_kinds.count("attention") * 12.0 * attention_width(model) * full
     return total
 
 

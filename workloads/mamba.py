@@ -41,7 +41,7 @@ not a cost.
 """
 
 from clustersim.workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
-from clustersim.workloads.model import ModelSpec
+from clustersim.workloads.model import LayerKind, ModelSpec
 from clustersim.workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split
 
 CONV_FLOPS_PER_TAP = 2.0  # one multiply-add per kernel tap of the depthwise conv1d
@@ -152,13 +152,18 @@ def mamba_ops(model: ModelSpec, shape: LocalShape) -> tuple[Op, ...]:
 
 def hybrid_layer_ops(model: ModelSpec, layer_index: int, shape: LocalShape) -> tuple[Op, ...]:
     """Pre-norm, the one block the pattern names for this layer, residual add."""
-    kind = model.layer_kind(layer_index)
+    return hybrid_block_ops(model, model.layer_kind(layer_index), shape, model.attention_window(layer_index))
+
+
+def hybrid_block_ops(model: ModelSpec, kind: LayerKind, shape: LocalShape, window: int | None = None) -> tuple[Op, ...]:
+    """Pre-norm, one block of ``kind`` (attention with ``window`` keys, None = full), residual add:
+    a hybrid layer, or one layer of an MTP depth's pattern (``ModelSpec.mtp_layer_pattern``)."""
     h, t_sp, dt = model.hidden_size, shape.tokens_sp, shape.dtype_bytes
     if kind == "mamba":
         block = mamba_ops(model, shape)
     elif kind == "attention":
         build = mla_ops if model.attention == "mla" else mha_ops
-        block = build(model, shape, model.attention_window(layer_index))
+        block = build(model, shape, window)
     elif kind == "mlp":
         block = mlp_ops(model, shape, model.ffn_hidden_size, role="dense_mlp")
     else:

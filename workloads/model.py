@@ -85,6 +85,13 @@ class ModelSpec:
     """Hidden width of one routed expert MLP."""
     num_shared_experts: int = 0
     """Always-active shared experts per MoE layer."""
+    moe_latent_size: int | None = None
+    """LatentMoE width (Megatron-Core ``moe_latent_size``, HF ``moe_latent_size``; Nemotron 3 Super:
+    1,024): each MoE layer projects its tokens from h down to this width after the router
+    (``fc1_latent_proj``, h x latent), dispatches, runs the routed experts and combines them at this
+    width, then projects back to h (``fc2_latent_proj``); router and shared experts stay at h
+    (NVIDIA/Megatron-LM megatron/core/transformer/moe/moe_layer.py @ 001199898c4b, ``MoELayer``:
+    ``router_and_preprocess`` / ``combine``). None = the experts run at h."""
     shared_expert_ffn_hidden_size: int | None = None
     """Hidden width of one shared expert; None means moe_ffn_hidden_size."""
     first_dense_layers: int = 0
@@ -149,8 +156,16 @@ class ModelSpec:
     """With a sliding window, layer i attends fully when (i + 1) % full_attention_freq == 0 and
     uses the window otherwise (gpt-oss: 2, alternating; HF `layer_types`)."""
     mtp_layers: int = 0
-    """DeepSeek-V3 multi-token-prediction modules, each two norms, a 2h->h projection and one
-    transformer layer shaped like the last layer, sharing embedding and output head (0 = none)."""
+    """Multi-token-prediction depths (DeepSeek-V3 modules; Megatron-Core ``mtp_num_layers``), each
+    two norms, a 2h->h projection and a block (``mtp_layer_pattern``), sharing embedding and output
+    head (0 = none)."""
+    mtp_layer_pattern: str | None = None
+    """The block of each MTP depth as hybrid-pattern characters (Megatron-Core
+    ``mtp_hybrid_override_pattern``; Nemotron 3 Super: "*E", an attention and an MoE layer, each
+    behind its own pre-norm); None = one layer shaped like the model's last (DeepSeek-V3)."""
+    mtp_shared_weights: bool = False
+    """Every MTP depth runs the same module (Megatron-Core ``mtp_use_repeated_layer``): its weights
+    are held once, its compute repeats ``mtp_layers`` times."""
     layer_pattern: str | None = None
     """Hybrid models: one PATTERN_KINDS character per layer (len == num_layers), each layer one
     block behind one pre-norm; None = every layer is attention + MLP/MoE (a transformer)."""
@@ -231,6 +246,20 @@ class ModelSpec:
         return int(self.moe_ffn_hidden_size or 0)
 
     @property
+    def expert_width(self) -> int:
+        """Width of the tokens the routed experts take and the EP dispatch moves: the latent
+        size of a LatentMoE, else h."""
+        return self.moe_latent_size if self.moe_latent_size else self.hidden_size
+
+    @property
+    def mtp_block_kinds(self) -> tuple[LayerKind, ...]:
+        """The layer kinds of one MTP depth's block (``mtp_layer_pattern``; without one, the
+        last layer's kind)."""
+        if self.mtp_layer_pattern is None:
+            return (self.layer_kind(self.num_layers - 1),)
+        return tuple(PATTERN_KINDS[c] for c in self.mtp_layer_pattern)
+
+    @property
     def num_moe_layers(self) -> int:
         """How many layers are MoE layers."""
         return sum(self.is_moe_layer(i) for i in range(self.num_layers))
@@ -261,20 +290,39 @@ class ModelSpec:
         conv = self.mamba_conv_dim * (self.mamba_conv_kernel + 1)  # weights + bias
         return in_proj + conv + 3 * heads + self.norm_params(d_in) + d_in * h
 
+    def expert_params(self) -> int:
+        """Parameters of one routed expert MLP, at ``expert_width``."""
+        ffn, w = required(self.moe_ffn_hidden_size, "moe_ffn_hidden_size"), self.expert_width
+        n_in = 2 if self.gated_mlp else 1
+        bias = (n_in * ffn + w) if self.linear_bias else 0
+        return (n_in + 1) * w * ffn + bias
+
+    def latent_proj_params(self) -> int:
+        """Parameters of a LatentMoE's two projections, h x latent each (0 without a latent)."""
+        if not self.moe_latent_size:
+            return 0
+        bias = (self.moe_latent_size + self.hidden_size) if self.linear_bias else 0
+        return 2 * self.hidden_size * self.moe_latent_size + bias
+
     def moe_block_params(self) -> int:
-        """Parameters of one MoE block: every routed expert, shared experts and router."""
-        experts = self.num_experts * self.mlp_params(required(self.moe_ffn_hidden_size, "moe_ffn_hidden_size"))
+        """Parameters of one MoE block: every routed expert, shared experts, router and latent
+        projections."""
+        experts = self.num_experts * self.expert_params()
         shared = self.num_shared_experts * self.mlp_params(self.shared_ffn)
-        return experts + shared + self.router_params()
+        return experts + shared + self.router_params() + self.latent_proj_params()
+
+    def hybrid_block_params(self, kind: LayerKind) -> int:
+        """Parameters of one hybrid layer of ``kind``: its pre-norm and its one block."""
+        block = {"mamba": self.mamba_params, "attention": self.attention_params,
+                 "mlp": lambda: self.mlp_params(self.ffn_hidden_size),
+                 "moe": self.moe_block_params}[kind]()
+        return self.norm_params(self.hidden_size) + block
 
     def layer_params(self, i: int) -> int:
         """All parameters of layer i (every expert counted)."""
         kind = self.layer_kind(i)
         if kind != "transformer":
-            block = {"mamba": self.mamba_params, "attention": self.attention_params,
-                     "mlp": lambda: self.mlp_params(self.ffn_hidden_size),
-                     "moe": self.moe_block_params}[kind]()
-            return self.norm_params(self.hidden_size) + block
+            return self.hybrid_block_params(kind)
         base = self.attention_params() + 2 * self.norm_params(self.hidden_size)
         if not self.is_moe_layer(i):
             return base + self.mlp_params(self.ffn_hidden_size)
@@ -284,8 +332,11 @@ class ModelSpec:
         """Parameters of layer i that one token uses (top_k routed + shared experts + router)."""
         if not self.is_moe_layer(i):
             return self.layer_params(i)
-        unused = (self.num_experts - self.top_k) * self.mlp_params(required(self.moe_ffn_hidden_size, "moe_ffn_hidden_size"))
-        return self.layer_params(i) - unused
+        return self.layer_params(i) - self._unused_expert_params()
+
+    def _unused_expert_params(self) -> int:
+        """Routed-expert parameters of one MoE block that one token does not use."""
+        return (self.num_experts - self.top_k) * self.expert_params()
 
     def embedding_params(self) -> int:
         """Input word embeddings plus learned position embeddings (if any)."""
@@ -298,14 +349,26 @@ class ModelSpec:
         proj = 0 if self.tied_embeddings else self.vocab_size * self.hidden_size
         return self.norm_params(self.hidden_size) + proj
 
-    def mtp_params(self, active: bool = False) -> int:
-        """Parameters of the MTP modules (DeepSeek-V3 report sec. 2.2: three norms, projection
-        M_k of 2h x h, one transformer block; embedding and output head shared, not counted)."""
-        last = self.num_layers - 1
-        block = self.layer_active_params(last) if active else self.layer_params(last)
+    def mtp_module_params(self, active: bool = False) -> int:
+        """Parameters of one MTP module (DeepSeek-V3 report sec. 2.2: three norms, projection M_k
+        of 2h x h, its block; embedding and output head shared, not counted); ``active``: what
+        one token uses (MoE: top_k + shared experts)."""
+        if self.mtp_layer_pattern is None:
+            last = self.num_layers - 1
+            block = self.layer_active_params(last) if active else self.layer_params(last)
+        else:
+            block = sum(self.hybrid_block_params(k) - (self._unused_expert_params() if active and k == "moe" else 0)
+                        for k in self.mtp_block_kinds)
         # norms: embedding, hidden state and the module's own final norm (HF shared_head.norm)
         own = 2 * self.hidden_size * self.hidden_size + 3 * self.norm_params(self.hidden_size)
-        return self.mtp_layers * (block + own)
+        return block + own
+
+    def mtp_params(self, active: bool = False) -> int:
+        """Parameters of the MTP modules: one module per depth, or one for all with
+        ``mtp_shared_weights``; ``active``: the parameters one token's compute runs through, once
+        per depth either way (the FLOP count's view)."""
+        modules = 1 if self.mtp_shared_weights and not active and self.mtp_layers else self.mtp_layers
+        return modules * self.mtp_module_params(active)
 
     def num_params(self) -> int:
         """Total parameters including embeddings, head, every expert and MTP modules."""

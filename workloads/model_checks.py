@@ -24,6 +24,7 @@ def check_model(m: ModelSpec) -> None:
     _check_moe(m)
     _check_mla(m)
     _check_pattern(m)
+    _check_mtp(m)
     _check_dropout(m)
 
 
@@ -92,10 +93,10 @@ def _check_moe(m: ModelSpec) -> None:
         raise WorkloadError(f"{m.name}: num_experts = {m.num_experts}: must be >= 0 (0 = dense)")
     _check_clamp(m)
     if m.num_experts == 0:
-        if m.top_k or m.num_shared_experts:
+        if m.top_k or m.num_shared_experts or m.moe_latent_size:
             raise WorkloadError(
-                f"{m.name}: top_k = {m.top_k}, num_shared_experts = {m.num_shared_experts} "
-                "need num_experts > 0: set num_experts or zero them"
+                f"{m.name}: top_k = {m.top_k}, num_shared_experts = {m.num_shared_experts}, moe_latent_size = "
+                f"{m.moe_latent_size} need num_experts > 0: set num_experts or zero them"
             )
         return
     if not 1 <= m.top_k <= m.num_experts:
@@ -119,6 +120,9 @@ def _check_moe(m: ModelSpec) -> None:
             f"{m.name}: expert_groups = {m.expert_groups}, expert_groups_per_token = "
             f"{m.expert_groups_per_token}: need groups dividing num_experts = {m.num_experts} and "
             "0 <= expert_groups_per_token <= expert_groups (0 and 0: no group limit)")
+    if m.moe_latent_size is not None and m.moe_latent_size <= 0:
+        raise WorkloadError(f"{m.name}: moe_latent_size = {m.moe_latent_size}: must be a positive width "
+                            "(Nemotron 3 Super: 1024) or None for experts at hidden_size")
     if m.capacity_factor is not None and m.capacity_factor <= 0:
         raise WorkloadError(f"{m.name}: capacity_factor = {m.capacity_factor}: must be > 0 or None")
     if m.pad_to_capacity and m.capacity_factor is None:
@@ -160,6 +164,23 @@ def _check_pattern(m: ModelSpec) -> None:
     if ("E" in p) != m.is_moe:
         raise WorkloadError(f"{m.name}: layer_pattern has MoE layers: {'E' in p} but num_experts = "
                             f"{m.num_experts}: set num_experts > 0 exactly when 'E' is used")
+
+
+def _check_mtp(m: ModelSpec) -> None:
+    """An MTP block pattern and shared MTP weights need MTP depths; the pattern's layers need
+    what the model's own pattern would (Mamba sizes, experts)."""
+    p = m.mtp_layer_pattern
+    if (p is not None or m.mtp_shared_weights) and m.mtp_layers == 0:
+        raise WorkloadError(f"{m.name}: mtp_layer_pattern = {p!r}, mtp_shared_weights = {m.mtp_shared_weights} "
+                            "need mtp_layers > 0: set mtp_layers or drop them")
+    if p is None:
+        return
+    if not p or set(p) - set(PATTERN_KINDS):
+        raise WorkloadError(f"{m.name}: mtp_layer_pattern = {p!r}: use one or more of {''.join(PATTERN_KINDS)} "
+                            "(Megatron-Core mtp_hybrid_override_pattern, e.g. '*E')")
+    if ("M" in p and m.mamba_num_heads <= 0) or ("E" in p and not m.is_moe):
+        raise WorkloadError(f"{m.name}: mtp_layer_pattern = {p!r} uses a Mamba or MoE layer the model does not "
+                            f"have (mamba_num_heads = {m.mamba_num_heads}, num_experts = {m.num_experts})")
 
 
 def _check_mla(m: ModelSpec) -> None:

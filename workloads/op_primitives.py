@@ -25,7 +25,7 @@ weight gradient); 'attention': a fused attention kernel (FlashAttention); the re
 
 OpRole = Literal["", "attention_core", "ssm_scan", "router", "permute", "dispatch", "routed_expert",
                  "combine", "unpermute", "shared_expert", "input_norm", "mla_up_proj", "dense_mlp",
-                 "expert_sort", "qkv_proj"]
+                 "expert_sort", "qkv_proj", "latent_proj"]
 """What an op is for in its layer, for the simulator to select ops by (never by name):
 'attention_core' the attention kernel (fused, or the score/context GEMMs of the unfused path);
 'ssm_scan' the Mamba-2 SSD scan; the MoE path in order: 'router' (gate GEMM and top-k),
@@ -33,7 +33,8 @@ OpRole = Literal["", "attention_core", "ssm_scan", "router", "permute", "dispatc
 (the grouped expert GEMMs and their activation), 'combine' (the all-to-all back), 'unpermute'
 (the weighted sum of the top-k outputs), 'shared_expert' (the shared experts' MLP), 'expert_sort'
 (the all-to-all dispatcher's sort of the received tokens by local expert and the unsort before the
-combine, ``blocks.expert_sort_ops``);
+combine, ``blocks.expert_sort_ops``); 'latent_proj' a LatentMoE's down-projection after the router and
+up-projection after the combine (``ModelSpec.moe_latent_size``);
 'input_norm' a layer's pre-attention or pre-MLP norm; 'mla_up_proj' MLA's query and key/value
 up-projections; 'dense_mlp' a dense MLP's GEMMs and activation; 'qkv_proj' the fused QKV
 projection of MHA/GQA/MQA; '' none. Megatron-Core's ``recompute_modules`` and the outputs a full

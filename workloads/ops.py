@@ -20,7 +20,7 @@ Conventions:
 import dataclasses
 
 from clustersim.workloads.blocks import mha_ops, mla_ops, mlp_ops, moe_ops, norm_op, residual_op
-from clustersim.workloads.mamba import hybrid_layer_ops
+from clustersim.workloads.mamba import hybrid_block_ops, hybrid_layer_ops
 from clustersim.workloads.model import ModelSpec
 from clustersim.workloads.op_primitives import LocalShape, Op, gemm_op, memory_op, split, split_padded
 
@@ -85,15 +85,19 @@ def head_ops(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1, c
              ep: int = 1, etp: int = 1, dtype_bytes: int = 2,
              sp: bool = True) -> tuple[Op, ...]:
     """Final norm, vocabulary-parallel output projection and fp32 cross-entropy loss, then the
-    MTP modules if the model has them (each: norms, 2h->h projection, one transformer layer
-    like the last one, and the shared output head and loss again; DeepSeek-V3 sec. 2.2)."""
+    MTP depths if the model has them (each: norms, 2h->h projection, its block, and the shared
+    output head and loss again; DeepSeek-V3 sec. 2.2). With ``mtp_shared_weights`` the later depths
+    rerun the first one's module: their ops hold no parameters."""
     shape = LocalShape(micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, ep=ep, etp=etp,
                        sp=sp, dtype_bytes=dtype_bytes)
     v_local = split_padded(model.vocab_size, tp)
     head_params = 0 if model.tied_embeddings else v_local * model.hidden_size
     ops = list(_output_ops(model, shape, "", head_params))
     for j in range(model.mtp_layers):
-        ops.extend(_mtp_ops(model, shape, f"mtp{j}_"))
+        depth = _mtp_ops(model, shape, f"mtp{j}_")
+        if j and model.mtp_shared_weights:
+            depth = [dataclasses.replace(op, params=0) for op in depth]
+        ops.extend(depth)
     return tuple(ops)
 
 
@@ -110,12 +114,16 @@ def _output_ops(model: ModelSpec, shape: LocalShape, prefix: str, params: int) -
 
 
 def _mtp_ops(model: ModelSpec, shape: LocalShape, prefix: str) -> list[Op]:
-    """One MTP module; its projection is column-parallel over tp, its output head shared."""
+    """One MTP depth; its projection is column-parallel over tp, its output head shared; its block
+    the last layer's shape, or the layers of ``mtp_layer_pattern``."""
     h, dt = model.hidden_size, shape.dtype_bytes
     h_local = split(h, shape.tp, "hidden_size", "tp")
-    block = layer_ops(model, model.num_layers - 1, micro_batch=shape.micro_batch,
-                      seq_len=shape.seq_len, tp=shape.tp, cp=shape.cp, ep=shape.ep,
-                      etp=shape.etp, dtype_bytes=dt, sp=shape.sp)
+    if model.mtp_layer_pattern is None:
+        block: tuple[Op, ...] = layer_ops(model, model.num_layers - 1, micro_batch=shape.micro_batch,
+                                          seq_len=shape.seq_len, tp=shape.tp, cp=shape.cp, ep=shape.ep,
+                                          etp=shape.etp, dtype_bytes=dt, sp=shape.sp)
+    else:
+        block = tuple(op for kind in model.mtp_block_kinds for op in hybrid_block_ops(model, kind, shape))
     return [
         norm_op(model, f"{prefix}input_norms", shape.tokens_sp, 2 * h, dt),
         gemm_op(f"{prefix}proj", shape.tokens, h_local, 2 * h, dt, params=2 * h * h_local),

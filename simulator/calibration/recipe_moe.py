@@ -68,6 +68,8 @@ _QWEN = _CFG + "qwen/qwen3_workload_base_configs.py (commit 01b2977, stored copy
 _KIMI = _CFG + "kimi/kimi_workload_base_configs.py (commit 013180a, stored copy 56158669520) "
 _OSS = _CFG + "gpt_oss/gpt_oss_workload_base_configs.py (commit 07eea52, stored copy 56362006345) "
 _NANO = _CFG + "nemotronh/nemotron_3_nano_workload_base_configs.py (stored copy 52410454804) "
+_SUPER_A = _CFG + "nemotronh/nemotron_3_workload_base_configs.py (commit f601ba97, stored copy 51797797963) "
+_SUPER_B = _CFG + "nemotronh/nemotron_3_workload_base_configs.py (later copy, commit 06e8da4e, stored copy 51976451604) "
 _DSV3 = ("deepseek-v3", "deepseek-v3-mtp")
 _Q235, _Q30 = ("qwen3-235b-a22b",), ("qwen3-30b-a3b",)
 _OSS120 = ("gpt-oss-120b",)
@@ -179,10 +181,22 @@ def _nano() -> tuple[RecipeMoeComm, ...]:
             _e(nano, "H100", _BF + _FP8, (1, 1, 1, 8, 1), 1024, "hybridep", False, n + "H100_BF16_V1, _FP8_CS_V1"))
 
 
-RECIPE_MOE_COMM: tuple[RecipeMoeComm, ...] = (*_deepseek(), *_qwen3(), *_kimi_oss(), *_nano())
+def _super() -> tuple[RecipeMoeComm, ...]:
+    """Nemotron 3 Super (LatentMoE hybrid): GBS 512, micro-batch 1, no overlap; the earlier copy runs
+    every GPU on hybridep (GB200 at TP 2, B300 at EP 8), the later one GB200 at TP 1, B300 at EP 64
+    on deepep and B200 at EP 8."""
+    a, b, sup = _SUPER_A + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_", _SUPER_B + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_", ("nemotron-3-super",)
+    early = ((gpu, (tp, 1, 1, ep, 1)) for gpu, tp, ep in (("GB300", 1, 64), ("GB200", 2, 64), ("B300", 1, 8), ("B200", 1, 64)))
+    late = ((gpu, (1, 1, 1, ep, 1), backend) for gpu, ep, backend in
+            (("GB300", 64, "hybridep"), ("GB200", 64, "hybridep"), ("B300", 64, "deepep"), ("B200", 8, "hybridep")))
+    return (*(_e(sup, gpu, _ALL, d, 512, "hybridep", False, a + f"{gpu}_*_V1") for gpu, d in early),
+            *(_e(sup, gpu, _ALL, d, 512, backend, False, b + f"{gpu}_*_V1") for gpu, d, backend in late))
+
+
+RECIPE_MOE_COMM: tuple[RecipeMoeComm, ...] = (*_deepseek(), *_qwen3(), *_kimi_oss(), *_nano(), *_super())
 """Framework recipe -> dispatcher and EP overlap, for Megatron-Bridge MoE rows (which never print
 them): the performance recipes of DeepSeek-V3, Qwen3 235B-A22B and 30B-A3B, Kimi K2, GPT-OSS
-120B and Nemotron 3 Nano from the stored copies named in each entry (DeepSeek-V3 from two copies: the later one adds
+120B, Nemotron 3 Nano and Nemotron 3 Super from the stored copies named in each entry (DeepSeek-V3 from two copies: the later one adds
 ``moe_a2a_overlap`` to the MXFP8 recipes and the B200 EP32 deepep recipes)."""
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # the recipe files' locators are recipe_moe's: one spelling of each stored copy
-from clustersim.simulator.calibration.recipe_moe import _CFG, _DSV3, _DSV3_NEW, _DSV3_OLD, _NANO, _OSS
+from clustersim.simulator.calibration.recipe_moe import _CFG, _DSV3, _DSV3_NEW, _DSV3_OLD, _NANO, _OSS, _SUPER_A, _SUPER_B
 from clustersim.simulator.calibration.recipe_moe import _KIMI as _KIMI_NEW
 from clustersim.simulator.step import pipeline_split
 
@@ -86,6 +86,17 @@ RECIPE_RECOMPUTE: tuple[RecipeRecompute, ...] = (
        _NANO + "NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_FP8_CS_V1"),
     _r(("nemotron-3-nano",), "H100", ("bf16",), (1, 1, 1, 8, 1), ("moe", "layernorm"),
        _NANO + "NEMOTRON_3_NANO_PRETRAIN_CONFIG_H100_BF16_V1"),
+    # Nemotron 3 Super (LatentMoE hybrid); the GB300 recipes and B300 MXFP8 set none
+    _r(("nemotron-3-super",), "B300", ("bf16", "nvfp4"), (1, 1, 1, 8, 1), ("moe_act", "layernorm"),
+       _SUPER_A + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B300_BF16_V1 (= _NVFP4_V1)"),
+    _r(("nemotron-3-super",), "B200", ("bf16",), (1, 1, 1, 64, 1), ("moe_act", "moe", "layernorm", "core_attn"),
+       _SUPER_A + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_BF16_V1"),
+    _r(("nemotron-3-super",), "B200", ("mxfp8", "nvfp4"), (1, 1, 1, 64, 1), ("moe_act", "layernorm"),
+       _SUPER_A + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_FP8_MX_V1, _NVFP4_V1"),
+    _r(("nemotron-3-super",), "GB200", ("bf16", "mxfp8"), (1, 1, 1, 64, 1), ("moe_act", "layernorm", "core_attn", "moe"),
+       _SUPER_B + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_GB200_BF16_V1 (= _FP8_MX_V1)"),
+    _r(("nemotron-3-super",), "B200", _ALL, (1, 1, 1, 8, 1), ("moe_act", "layernorm", "core_attn"),
+       _SUPER_B + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_B200_*_V1"),
     # GPT-OSS 120B
     _r(("gpt-oss-120b",), "GB200", ("bf16",), (1, 1, 1, 64, 4), ("layernorm", "moe_act"),
        _OSS + "GPT_OSS_120B_PRETRAIN_CONFIG_GB200_BF16_V1, _V2"),

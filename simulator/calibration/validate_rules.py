@@ -182,8 +182,8 @@ def model_for_row(row: Mapping[str, Any], notes: list[str]) -> ModelSpec:
         model = get_model(resolve_model_name(name))
     except WorkloadError:
         if "nemotron_3" in name.lower() or "nemotron-3" in name.lower():
-            raise SkipRow("hybrid Mamba-Transformer without a preset (Nemotron 3 Super/Ultra/3.5 "
-                          "Lightning: no citable layer pattern, LatentMoE and MTP shapes)") from None
+            raise SkipRow(f"model {name!r}: hybrid Mamba-Transformer without a preset (Nemotron 3 Ultra, 3.5 "
+                          "Lightning: no citable layer pattern, expert, latent and MTP sizes)") from None
         if text(row, "arch_type") != "dense":
             raise SkipRow(f"model {name!r}: MoE without a preset; the table has no columns for its expert FFN width, "
                           "shared experts, dense layers or norm/MLP kind, so a printed num_experts / moe_topk cannot "

@@ -206,13 +206,13 @@ class Estimator:
             cp_f, cp_b = cp_f + a2a, cp_b + a2a * (2 if plan.recompute == "full" else 1)
         ep = 0.0
         if moe and plan.ep > 1 and plan.moe_dispatcher == "alltoall":
-            per_rank = tokens / plan.tp * self.model.top_k * self.model.hidden_size * t.activation_bytes
+            per_rank = tokens / plan.tp * self.model.top_k * self.model.expert_width * t.activation_bytes
             ep = 2 * self.comm("all_to_all", per_rank, plan.ep, plan.etp)
         elif moe and plan.ep > 1:
             domain = self.cluster.nvlink_domain_size
             shape = EpShape(ranks=plan.ep, per_domain=min(plan.ep, max(1, domain // plan.etp) if plan.etp < domain else 1))
             ep = 2 * dispatch_time(plan.moe_dispatcher, self.model, tokens / plan.tp,
-                                   self.model.hidden_size * t.activation_bytes, shape, self.cluster, self.profile)
+                                   self.model.expert_width * t.activation_bytes, shape, self.cluster, self.profile)
         full = 2 if plan.recompute == "full" else 1
         if plan.pairs_passes:
             # paired chunks (engine): a layer's all-to-alls of F and B hide behind its F and B compute,

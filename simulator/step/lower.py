@@ -102,7 +102,7 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, n_bl
         a2a = 2 * c.pricer.time("all_to_all", ep_alltoall_bytes(c), "ep")
     elif moe and plan.ep > 1:  # dispatch and combine by the plan's dispatcher, bytes per tier
         shape = ep_shape(c.pricer.placement, c.pricer.cluster)
-        a2a = 2 * dispatch_time(plan.moe_dispatcher, m, tokens / plan.tp, m.hidden_size * t.activation_bytes,
+        a2a = 2 * dispatch_time(plan.moe_dispatcher, m, tokens / plan.tp, m.expert_width * t.activation_bytes,
                                 shape, c.pricer.cluster, c.profile)
     rec = 2 if full_recompute or moe_recomputes_dispatch(moe, plan.recomputed_modules) else 1
     paired = plan.pairs_passes
@@ -115,9 +115,10 @@ def _layer_comm(c: Costing, ops: list[Op], moe: bool, full_recompute: bool, n_bl
 
 def ep_alltoall_bytes(c: Costing) -> float:
     """Bytes per rank of one EP all-to-all (dispatch or combine) of one MoE layer and micro-batch,
-    ``alltoall`` dispatcher: the tp group's tokens, ``top_k`` copies of each, full-width."""
+    ``alltoall`` dispatcher: the tp group's tokens, ``top_k`` copies of each, at the experts' width
+    (h, or a LatentMoE's latent size)."""
     plan, t, m = c.plan, c.training, c.model
-    return plan.micro_batch * t.seq_len / plan.cp / plan.tp * m.top_k * m.hidden_size * t.activation_bytes
+    return plan.micro_batch * t.seq_len / plan.cp / plan.tp * m.top_k * m.expert_width * t.activation_bytes
 
 
 def ep_pass_calls(c: Costing, per_layer: list[tuple[list[Op], bool]], n_full: int) -> tuple[Call | None, Call | None]:

@@ -24,8 +24,8 @@ from typing import Callable, Mapping, Sequence
 
 from clustersim.workloads import Op
 
-MOE_ROLES = frozenset({"router", "permute", "dispatch", "expert_sort", "routed_expert", "combine", "unpermute",
-                       "shared_expert"})
+MOE_ROLES = frozenset({"router", "latent_proj", "permute", "dispatch", "expert_sort", "routed_expert", "combine",
+                       "unpermute", "shared_expert"})
 """Roles of the ops inside Megatron-Core's MoELayer (what 'moe' checkpoints)."""
 
 
