@@ -251,11 +251,66 @@ def _llama4(cfg: Config, where: str) -> dict[str, Any]:
             "num_shared_experts": 1, **_sparse_step(step)}
 
 
+_BLOCK_CHARS = {"mamba": "M", "attention": "*", "mlp": "-", "moe": "E"}
+"""Hugging Face ``layers_block_type`` names -> hybrid-pattern characters (NemotronHConfig)."""
+
+
+def _block_pattern(cfg: Config, pattern_key: str, list_key: str, where: str) -> str | None:
+    """A Nemotron-H layer pattern: the ``pattern_key`` string, or the ``list_key`` list of block names
+    that later configs write instead; None when the config has neither."""
+    if cfg.get(pattern_key):
+        return str(cfg[pattern_key])
+    blocks = cfg.get(list_key)
+    if not blocks:
+        return None
+    unknown = sorted({str(b) for b in blocks} - set(_BLOCK_CHARS))
+    if unknown:
+        raise WorkloadError(f"hf_config {where}: {list_key} has block types {unknown}; known: {sorted(_BLOCK_CHARS)}")
+    return "".join(_BLOCK_CHARS[str(b)] for b in blocks)
+
+
+def _nemotron_h(cfg: Config, where: str) -> dict[str, Any]:
+    """Nemotron-H / Nemotron 3 (NemotronHForCausalLM): a hybrid pattern of Mamba-2, attention, squared-ReLU
+    MLP and MoE layers (``hybrid_override_pattern`` or ``layers_block_type``); routed experts of
+    ``moe_intermediate_size`` with shared experts, a LatentMoE width (``moe_latent_size``) and MTP modules
+    (``num_nextn_predict_layers``, each ``mtp_hybrid_override_pattern`` / ``mtp_layers_block_type``)."""
+    pattern = _block_pattern(cfg, "hybrid_override_pattern", "layers_block_type", where)
+    if pattern is None:
+        raise WorkloadError(f"hf_config {where}: field 'hybrid_override_pattern' (or 'layers_block_type') missing; "
+                            "it is required for model_type 'nemotron_h'")
+    act = str(cfg.get("mlp_hidden_act", "relu2"))
+    if act != "relu2":
+        raise WorkloadError(f"hf_config {where}: mlp_hidden_act = {act!r}: only Nemotron-H's squared ReLU (relu2, "
+                            "a non-gated MLP) is modelled")
+    layers = int(cfg.get("num_hidden_layers") or len(pattern))
+    out = {**_common({**cfg, "num_hidden_layers": layers,
+                      "intermediate_size": cfg.get("intermediate_size") or cfg.get("moe_intermediate_size")}, where),
+           "layer_pattern": pattern, "gated_mlp": False, "mamba_num_heads": int(_req(cfg, "mamba_num_heads", where)),
+           "mamba_head_dim": int(_req(cfg, "mamba_head_dim", where)), "mamba_state_dim": int(_req(cfg, "ssm_state_size", where)),
+           "mamba_num_groups": int(_req(cfg, "n_groups", where)), "mamba_conv_kernel": int(cfg.get("conv_kernel") or 4),
+           "mamba_chunk_size": int(cfg.get("chunk_size") or 128)}
+    if "E" in pattern:
+        shared = int(cfg.get("n_shared_experts") or 0)
+        out.update(num_experts=int(_req(cfg, "n_routed_experts", where)), top_k=int(_req(cfg, "num_experts_per_tok", where)),
+                   moe_ffn_hidden_size=int(_req(cfg, "moe_intermediate_size", where)), num_shared_experts=shared,
+                   moe_latent_size=int(cfg["moe_latent_size"]) if cfg.get("moe_latent_size") else None)
+        if shared and cfg.get("moe_shared_expert_intermediate_size"):
+            out["shared_expert_ffn_hidden_size"] = int(cfg["moe_shared_expert_intermediate_size"])
+        if int(cfg.get("n_group") or 1) > 1:
+            out.update(expert_groups=int(cfg["n_group"]), expert_groups_per_token=int(cfg.get("topk_group") or 0))
+    depths = int(cfg.get("num_nextn_predict_layers") or 0)
+    if depths:
+        out.update(mtp_layers=depths,
+                   mtp_layer_pattern=_block_pattern(cfg, "mtp_hybrid_override_pattern", "mtp_layers_block_type", where))
+    return out
+
+
 ARCHITECTURES: Mapping[str, Callable[[Config, str], dict[str, Any]]] = {
     "llama": _llama, "mistral": _llama, "qwen2": _llama, "qwen3": _llama, "mixtral": _mixtral,
     "qwen3_moe": _qwen3_moe, "qwen2_moe": _qwen3_moe, "deepseek_v3": _deepseek, "deepseek_v2": _deepseek,
     "gpt_neox": _gpt_neox, "gemma2": _gemma2, "gpt_oss": _gpt_oss, "olmo2": _olmo2, "phi3": _phi3, "falcon": _falcon,
     "gemma3": _gemma3, "gemma3_text": _gemma3, "dbrx": _dbrx, "llama4": _llama4, "llama4_text": _llama4,
+    "nemotron_h": _nemotron_h,
 }
 """``model_type`` -> field mapping."""
 
@@ -276,6 +331,10 @@ NOT_MODELLED: Mapping[str, str] = {
                "the chunk); query/key L2 norms"),
     "llama4_text": ("chunked attention (attention_chunk_size) and the NoPE layers (taken as full attention: the "
                     "same for sequences up to the chunk); query/key L2 norms"),
+    "nemotron_h": ("the MTP modules as the config counts them (num_nextn_predict_layers, each its own weights): "
+                   "Megatron-Bridge's Nemotron 3 Super pre-training recipe runs its one module twice "
+                   "(mtp_num_layers 2, mtp_use_repeated_layer; the nemotron-3-super preset); the Mamba-2 "
+                   "time-step and the router's score-correction bias (a few vectors per layer)"),
     "dbrx": ("the QKV clamp (attn_config.clip_qkv, one elementwise pass); its LayerNorms have no bias, "
              "counted with one (2 x d_model per layer, < 0.001 % of the parameters)"),
 }

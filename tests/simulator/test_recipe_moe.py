@@ -98,3 +98,16 @@ def test_the_rule_reads_no_row_or_source_id() -> None:
     a = plan_for_row(_row(row_id=381, source_id="megatron-bridge-26.04.01"), DSV3, training, cluster, [])
     b = plan_for_row(_row(row_id=1, source_id="other"), DSV3, training, cluster, [])
     assert a == b and a.moe_dispatcher == "deepep"
+
+
+def test_nemotron_3_super_rows_get_their_recipe_dispatcher_from_the_copy_with_their_degrees() -> None:
+    # the earlier copy: GB200 at TP 2, B300 at EP 8, all hybridep; the later one: B300 at EP 64 on deepep
+    gb200 = _choice("GB200", "mxfp8", (2, 1, 1, 64, 1), 512, model="nemotron-3-super")
+    b300_ep8 = _choice("B300", "nvfp4", (1, 1, 1, 8, 1), 512, model="nemotron-3-super")
+    b300_ep64 = _choice("B300", "mxfp8", (1, 1, 1, 64, 1), 512, model="nemotron-3-super")
+    for c, copy in ((gb200, "f601ba97"), (b300_ep8, "f601ba97"), (b300_ep64, "06e8da4e")):
+        assert (c.moe_dispatcher, c.ep_overlap) == ("deepep", False)
+        assert all(copy in n for n in c.notes)
+    assert _choice("B200", "nvfp4", (2, 1, 1, 64, 1), 512, model="nemotron-3-super").moe_dispatcher is None  # no copy
+    gb300 = _choice("GB300", "mxfp8", (1, 1, 1, 64, 1), 512, model="nemotron-3-super")  # both copies: hybridep
+    assert gb300.moe_dispatcher == "deepep" and any("f601ba97" in n and "06e8da4e" in n for n in gb300.notes)

@@ -165,3 +165,33 @@ def test_dbrx_nested_attention_dropout_is_read_and_a_bad_one_named() -> None:
     assert model_from_hf_config(cfg).attention_dropout == 0.1
     with pytest.raises(WorkloadError, match="hidden_dropout = 1.5: must be a probability"):
         model_from_hf_config({**cfg, "resid_pdrop": 1.5})
+
+
+HYBRID = ("layer_pattern", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups", "mamba_conv_kernel",
+          "mamba_chunk_size", "shared_expert_ffn_hidden_size", "moe_latent_size", "mtp_layers", "mtp_layer_pattern")
+
+
+def test_nemotron_h_config_gives_the_nano_preset() -> None:
+    got, want = model_from_hf_config(DATA / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json"), get_model("nemotron-3-nano")
+    assert {k: getattr(got, k) for k in SHAPE + HYBRID} == {k: getattr(want, k) for k in SHAPE + HYBRID}
+    assert got.num_params() == want.num_params()
+    assert "mtp" in got.source.lower()  # what the mapping leaves out is said
+
+
+def test_nemotron_h_reads_latent_moe_mtp_and_the_block_list() -> None:
+    nano = json.loads((DATA / "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16" / "config.json").read_text())
+    blocks = {"M": "mamba", "E": "moe", "*": "attention", "-": "mlp"}
+    listed = {k: v for k, v in nano.items() if k != "hybrid_override_pattern"}
+    listed["layers_block_type"] = [blocks[c] for c in nano["hybrid_override_pattern"]]
+    assert model_from_hf_config(listed).layer_pattern == nano["hybrid_override_pattern"]
+    latent = model_from_hf_config({**nano, "moe_latent_size": 512, "num_nextn_predict_layers": 1,
+                                   "mtp_layers_block_type": ["attention", "moe"]})
+    assert (latent.moe_latent_size, latent.expert_width, latent.mtp_layers, latent.mtp_layer_pattern) == (512, 512, 1, "*E")
+    h, lat, f, experts = 2688, 512, 1856, 128  # each MoE layer: experts at the latent width, two h x latent projections
+    base = model_from_hf_config(nano)
+    assert latent.moe_block_params() - base.moe_block_params() == experts * 2 * f * (lat - h) + 2 * h * lat
+    assert latent.num_params() - latent.mtp_params() == base.num_params() + 23 * (latent.moe_block_params() - base.moe_block_params())
+    with pytest.raises(WorkloadError, match="mlp_hidden_act"):
+        model_from_hf_config({**nano, "mlp_hidden_act": "silu"})
+    with pytest.raises(WorkloadError, match="layers_block_type"):
+        model_from_hf_config({**listed, "layers_block_type": ["mamba", "gdn"] * 26})
