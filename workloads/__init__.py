@@ -8,6 +8,7 @@ from clustersim.workloads.activations import (
     embedding_activation_bytes,
     head_activation_bytes,
     layer_activation_bytes,
+    mtp_activation_bytes,
     moe_dispatch_buffer_bytes,
 )
 from clustersim.workloads.errors import WorkloadError
@@ -31,6 +32,7 @@ __all__ = [
     "head_activation_bytes",
     "head_ops",
     "layer_activation_bytes",
+    "mtp_activation_bytes",
     "layer_ops",
     "load_model",
     "megatron_flops_per_step",

@@ -55,10 +55,10 @@ scan output y (d_inner, the gated-norm input) and the out_proj input (d_inner); 
 """
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from clustersim.workloads.errors import WorkloadError
-from clustersim.workloads.model import ModelSpec
+from clustersim.workloads.model import LayerKind, ModelSpec
 from clustersim.workloads.op_primitives import LocalShape, split, split_padded
 
 Recompute = Literal["none", "selective", "full"]
@@ -106,11 +106,12 @@ def _required(value: int | None, name: str) -> int:
     return value
 
 def layer_activation_terms(model: ModelSpec, layer_index: int, shape: LocalShape, *,
-                           flash_attention: bool = True) -> tuple[ActivationTerm, ...]:
-    """The tensors layer `layer_index` stores for backward, per Korthikanti et al. sec. 4.1."""
+                           flash_attention: bool = True, kind: LayerKind | None = None) -> tuple[ActivationTerm, ...]:
+    """The tensors layer `layer_index` stores for backward, per Korthikanti et al. sec. 4.1; with
+    ``kind``, a hybrid layer of that kind (an MTP depth's pattern layer, full attention)."""
     n, h, dt = shape.micro_batch * shape.seq_len // shape.cp, model.hidden_size, shape.dtype_bytes
-    if model.layer_pattern is not None:
-        return _hybrid_terms(model, layer_index, shape, n, flash_attention)
+    if kind is not None or model.layer_pattern is not None:
+        return _hybrid_terms(model, layer_index, shape, n, flash_attention, kind)
     window = model.attention_window(layer_index)
     attention = _attention_terms(model, shape, n, flash_attention, window)
     moe = model.is_moe_layer(layer_index)
@@ -146,8 +147,10 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: i
                            etp: int = 1, flash_attention: bool = True,
                            gemm_input_bytes: int | None = None,
                            recompute_modules: tuple[str, ...] = (),
-                           recompute_saved: tuple[str, ...] = (), act_input_fp8: bool = False) -> float:
-    """Bytes of activations layer `layer_index` keeps on one device for one micro-batch.
+                           recompute_saved: tuple[str, ...] = (), act_input_fp8: bool = False,
+                           kind: LayerKind | None = None) -> float:
+    """Bytes of activations layer `layer_index` keeps on one device for one micro-batch (with ``kind``:
+    a hybrid layer of that kind, ``layer_activation_terms``).
 
     ``gemm_input_bytes`` (default ``dtype_bytes``): bytes per element of the tensors saved only as
     a linear layer's input (1 in FP8 runs, ``TrainingSpec.gemm_input_bytes``).
@@ -162,8 +165,8 @@ def layer_activation_bytes(model: ModelSpec, layer_index: int, *, micro_batch: i
                        sp=sp, dtype_bytes=dtype_bytes)
     if recompute == "full":
         layer_input = dtype_bytes * shape.tokens * model.hidden_size / (tp if sp else 1)
-        return layer_input + _saved_bytes(model, layer_index, shape, flash_attention, recompute_saved)
-    terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention)
+        return layer_input + _saved_bytes(model, layer_index, shape, flash_attention, recompute_saved, kind)
+    terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention, kind=kind)
     kept = [t for t in terms if not _recomputed(t, recompute, recompute_modules)]
     narrow = 1.0 if gemm_input_bytes is None else gemm_input_bytes / dtype_bytes
     fp8_act = 1.0 / dtype_bytes if act_input_fp8 and model.gated_mlp and model.activation_clamp is None else 1.0
@@ -206,6 +209,26 @@ def head_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, t
     return hidden + logits_bytes * tokens * split_padded(model.vocab_size, tp)
 
 
+def mtp_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1, cp: int = 1,
+                         sp: bool = False, dtype_bytes: int = 2, te_cross_entropy: bool = False,
+                         **layer_kw: Any) -> float:
+    """Activations the MTP depths keep on the last stage for one micro-batch: per depth, the input of
+    its 2h -> h projection (the two normed halves, 2*s*b*h, /t with sp), its block's layers (the last
+    layer's shape, or each ``mtp_layer_pattern`` layer with full attention; ``layer_activation_bytes``
+    with ``layer_kw``, the plan's recompute and dtypes) and its own pass of the shared output head
+    (``head_activation_bytes``); 0 without MTP. Depths that share one module's weights still keep
+    their own activations (each is a separate forward)."""
+    if not model.mtp_layers:
+        return 0.0
+    shard = {"micro_batch": micro_batch, "seq_len": seq_len, "tp": tp, "cp": cp, "sp": sp}
+    last = model.num_layers - 1
+    kinds: tuple[LayerKind | None, ...] = (None,) if model.mtp_layer_pattern is None else model.mtp_block_kinds
+    block = sum(layer_activation_bytes(model, last, kind=k, dtype_bytes=dtype_bytes, **shard, **layer_kw) for k in kinds)
+    proj = 2 * dtype_bytes * micro_batch * seq_len / cp * model.hidden_size / (tp if sp else 1)
+    head = head_activation_bytes(model, dtype_bytes=dtype_bytes, te_cross_entropy=te_cross_entropy, **shard)
+    return model.mtp_layers * (proj + block + head)
+
+
 def moe_dispatch_buffer_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp: int = 1,
                               cp: int = 1, etp: int = 1, dtype_bytes: int = 2,
                               gemm_input_bytes: int | None = None) -> float:
@@ -223,7 +246,7 @@ def moe_dispatch_buffer_bytes(model: ModelSpec, *, micro_batch: int, seq_len: in
 
 
 def _saved_bytes(model: ModelSpec, layer_index: int, shape: LocalShape, flash_attention: bool,
-                 saved: tuple[str, ...]) -> float:
+                 saved: tuple[str, ...], kind: LayerKind | None = None) -> float:
     """Bytes of the ``SAVED_OUTPUTS`` a full recompute keeps on one device."""
     unknown = [s for s in saved if s not in SAVED_OUTPUTS]
     if unknown:
@@ -231,7 +254,7 @@ def _saved_bytes(model: ModelSpec, layer_index: int, shape: LocalShape, flash_at
     if not saved:
         return 0.0
     names = {n for s in saved for n in SAVED_OUTPUTS[s]}
-    terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention)
+    terms = layer_activation_terms(model, layer_index, shape, flash_attention=flash_attention, kind=kind)
     return sum(_per_device(t, shape.tp, shape.sp) for t in terms if t.name in names)
 
 
@@ -246,13 +269,14 @@ def _per_device(term: ActivationTerm, tp: int, sp: bool) -> float:
 
 
 def _hybrid_terms(model: ModelSpec, layer_index: int, shape: LocalShape, n: int,
-                  flash: bool) -> tuple[ActivationTerm, ...]:
+                  flash: bool, kind_override: LayerKind | None = None) -> tuple[ActivationTerm, ...]:
     """Pre-norm input, the layer's one block, its dropout mask (module docstring)."""
-    kind, h, dt = model.layer_kind(layer_index), model.hidden_size, shape.dtype_bytes
+    kind = kind_override or model.layer_kind(layer_index)
+    h, dt = model.hidden_size, shape.dtype_bytes
     if kind == "mamba":
         block = _mamba_terms(model, shape, n)
     elif kind == "attention":
-        window = model.attention_window(layer_index)
+        window = None if kind_override else model.attention_window(layer_index)
         block = _attention_terms(model, shape, n, flash, window)
     elif kind == "mlp":
         dense = frozenset({"mlp"})

@@ -200,6 +200,29 @@ them): the performance recipes of DeepSeek-V3, Qwen3 235B-A22B and 30B-A3B, Kimi
 ``moe_a2a_overlap`` to the MXFP8 recipes and the B200 EP32 deepep recipes)."""
 
 
+@dataclass(frozen=True, kw_only=True)
+class RecipeMoeBase:
+    """The dispatcher a recipe file sets on the base config every variant of a model derives from
+    (``dataclasses.replace(BASE_..., ...)``): it reaches a variant whose degrees no stored variant has,
+    unless that variant overrides it. Consulted only when no ``RECIPE_MOE_COMM`` entry matches."""
+
+    models: tuple[str, ...]
+    backend: Backend
+    overlap: bool
+    locator: str
+
+
+RECIPE_MOE_BASE: tuple[RecipeMoeBase, ...] = (
+    RecipeMoeBase(models=("nemotron-3-super",), backend="hybridep", overlap=False,
+                  locator=_SUPER_A + "BASE_NEMOTRON_3_SUPER_CONFIG (moe_flex_dispatcher_backend='hybridep'; no variant "
+                                     "of that copy overrides it or sets moe_a2a_overlap)"),
+    RecipeMoeBase(models=("nemotron-3-nano",), backend="hybridep", overlap=False,
+                  locator=_SUPER_B + "BASE_NEMOTRON_3_NANO_CONFIG (moe_flex_dispatcher_backend='hybridep')"),
+)
+"""Model -> the dispatcher its recipes' base config sets, for Megatron-Bridge MoE rows whose printed
+degrees match no stored variant (``recipe_moe_comm``)."""
+
+
 @dataclass(frozen=True)
 class MoeCommChoice:
     """What the rule gives a row: the plan fields and one note per field."""
@@ -234,7 +257,13 @@ def recipe_moe_comm(*, framework: str, model: str, gpu: str, precision: str, deg
             if e.gpu == gpu and model in e.models and precision in e.precisions and e.global_batch == global_batch
             and all(a == b for a, b, c in zip(degrees, e.degrees, compared) if c)]
     if not hits:
-        return MoeCommChoice(None, None, ())
+        base = next((b for b in RECIPE_MOE_BASE if model in b.models), None)
+        if base is None:
+            return MoeCommChoice(None, None, ())
+        where = f"no stored variant has the row's degrees; the base config every variant derives from: {base.locator}"
+        return MoeCommChoice("alltoall" if base.backend == "alltoall" else "deepep", base.overlap,
+                             (f"moe dispatcher = {base.backend} (not printed; {where})",
+                              f"moe_a2a_overlap = {base.overlap} (not printed; {where})"))
     notes: list[str] = []
     sources = "; ".join(e.locator for e in hits)
     backend = _agreed({e.backend for e in hits}, "moe dispatcher", sources, notes)

@@ -37,6 +37,7 @@ from clustersim.workloads import (
     layer_activation_bytes,
     layer_ops,
     moe_dispatch_buffer_bytes,
+    mtp_activation_bytes,
 )
 
 RESERVED_BYTES = 2.0 * 2**30  # CUDA context, cuBLAS/NCCL workspaces, allocator slack (~2 GiB, as seen in Megatron runs)
@@ -243,8 +244,13 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
     if chunk == 0:
         total += embedding_activation_bytes(model, **shard)
     if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
-        total += head_activation_bytes(model, dtype_bytes=training.activation_bytes,
-                                       te_cross_entropy=plan.cross_entropy_fusion_impl == "te", **shard)
+        te_ce = plan.cross_entropy_fusion_impl == "te"
+        total += head_activation_bytes(model, dtype_bytes=training.activation_bytes, te_cross_entropy=te_ce, **shard)
+        total += mtp_activation_bytes(model, dtype_bytes=training.activation_bytes, te_cross_entropy=te_ce,
+                                      recompute=plan.recompute, ep=plan.ep, etp=plan.etp,
+                                      flash_attention=training.flash_attention, gemm_input_bytes=training.gemm_input_bytes,
+                                      recompute_modules=plan.recompute_modules, recompute_saved=plan.recompute_saved,
+                                      act_input_fp8=plan.activation_fp8_input_store, **shard)
     return total
 
 

@@ -108,6 +108,15 @@ def test_nemotron_3_super_rows_get_their_recipe_dispatcher_from_the_copy_with_th
     for c, copy in ((gb200, "f601ba97"), (b300_ep8, "f601ba97"), (b300_ep64, "06e8da4e")):
         assert (c.moe_dispatcher, c.ep_overlap) == ("deepep", False)
         assert all(copy in n for n in c.notes)
-    assert _choice("B200", "nvfp4", (2, 1, 1, 64, 1), 512, model="nemotron-3-super").moe_dispatcher is None  # no copy
+    assert _choice("B200", "nvfp4", (2, 1, 1, 64, 1), 512, model="nemotron-3-super").moe_dispatcher == "deepep"  # base config
     gb300 = _choice("GB300", "mxfp8", (1, 1, 1, 64, 1), 512, model="nemotron-3-super")  # both copies: hybridep
     assert gb300.moe_dispatcher == "deepep" and any("f601ba97" in n and "06e8da4e" in n for n in gb300.notes)
+
+
+def test_a_variant_no_copy_stores_takes_the_dispatcher_of_the_recipes_base_config() -> None:
+    # Super on B200 at TP 2 is in neither copy; every variant of the earlier copy derives from a base
+    # config that sets hybridep; a model without such a base keeps the default
+    c = _choice("B200", "nvfp4", (2, 1, 1, 64, 1), 512, model="nemotron-3-super")
+    assert (c.moe_dispatcher, c.ep_overlap) == ("deepep", False)
+    assert any("BASE_NEMOTRON_3_SUPER_CONFIG" in n for n in c.notes)
+    assert _choice("B200", "bf16", (1, 8, 2, 32, 1), 4096).moe_dispatcher is None  # DeepSeek-V3: no base entry

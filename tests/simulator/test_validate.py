@@ -97,7 +97,7 @@ def test_error_is_signed_relative_to_measured(runs: pd.DataFrame) -> None:
 
 
 def test_rows_missing_what_no_rule_infers_are_skipped_with_a_reason(runs: pd.DataFrame) -> None:
-    nemotron = runs[runs.model.str.startswith("Nemotron_3_Super")].iloc[0].to_dict()  # no preset
+    nemotron = runs[runs.model.str.startswith("Nemotron_3_Ultra")].iloc[0].to_dict()  # no preset
     strong = _row(runs, 246)  # README strong scaling: tp, pp, dp not published
     no_time = {**_row(runs, 1), "iteration_time_s": None, "tokens_per_s_total": None,
                "tokens_per_s_per_gpu": None, "tflops_per_gpu": None, "mfu_pct": None}

@@ -117,3 +117,22 @@ def test_a_step_of_the_latent_model_is_bounded_by_its_compute() -> None:
     res = simulate(SMALL, training, cluster, ParallelPlan(dp=16, ep=16, zero=1))
     assert 0 < res.mfu <= 1.0
     assert res.step_time >= res.model_flops / (res.num_gpus * res.peak_flops)
+
+
+def test_each_mtp_depth_keeps_its_projection_input_block_and_head_on_the_last_stage() -> None:
+    from clustersim.workloads.activations import head_activation_bytes, layer_activation_bytes, mtp_activation_bytes
+
+    kw = {"micro_batch": 2, "seq_len": 256, "tp": 2, "sp": True}
+    one = (2 * 2 * 2 * 256 * 512 / 2  # the 2h projection input, bf16, sequence-parallel
+           + layer_activation_bytes(SMALL, 3, kind="attention", **kw) + layer_activation_bytes(SMALL, 3, kind="moe", **kw)
+           + head_activation_bytes(SMALL, **kw))
+    assert mtp_activation_bytes(SMALL, **kw) == pytest.approx(2 * one)  # shared weights, two forwards
+    none = dataclasses.replace(SMALL, mtp_layers=0, mtp_layer_pattern=None, mtp_shared_weights=False)
+    assert mtp_activation_bytes(none, **kw) == 0.0
+    # the engine's stage memory carries exactly that on the one (last) stage
+    cluster = get_cluster("dgx-b200", 8)
+    training = TrainingSpec(seq_len=256, global_batch_size=16, precision="bf16")
+    plan = ParallelPlan(tp=2, dp=4, ep=4, zero=1, micro_batch=2, sp=True)
+    with_mtp = simulate(SMALL, training, cluster, plan).memory[0]
+    without = simulate(dataclasses.replace(SMALL, mtp_layers=1, mtp_shared_weights=False), training, cluster, plan).memory[0]
+    assert with_mtp.activations - without.activations == pytest.approx(mtp_activation_bytes(SMALL, **kw) / 2)
