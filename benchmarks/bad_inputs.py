@@ -150,6 +150,8 @@ MODEL = [
     _sim("model.vocab_size nan", ["model.vocab_size=.nan"], r"vocab_size"),
     _sim("model.gated_mlp string", ['model.gated_mlp="no"'], r"gated_mlp"),
     _sim("model.num_experts negative", ["model.num_experts=-1"], r"num_experts"),
+    _sim("model.moe_latent_size without experts", ["model.moe_latent_size=64"], r"moe_latent_size"),
+    _sim("model.mtp_layer_pattern unknown", ['model.mtp_layers=1', 'model.mtp_layer_pattern="*X"'], r"mtp_layer_pattern"),
     _sim("model.bogus key", ["model.bogus=1"], r"bogus"),
 ]
 

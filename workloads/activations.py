@@ -220,12 +220,13 @@ def mtp_activation_bytes(model: ModelSpec, *, micro_batch: int, seq_len: int, tp
     their own activations (each is a separate forward)."""
     if not model.mtp_layers:
         return 0.0
-    shard = {"micro_batch": micro_batch, "seq_len": seq_len, "tp": tp, "cp": cp, "sp": sp}
     last = model.num_layers - 1
     kinds: tuple[LayerKind | None, ...] = (None,) if model.mtp_layer_pattern is None else model.mtp_block_kinds
-    block = sum(layer_activation_bytes(model, last, kind=k, dtype_bytes=dtype_bytes, **shard, **layer_kw) for k in kinds)
+    block = sum(layer_activation_bytes(model, last, kind=k, dtype_bytes=dtype_bytes, micro_batch=micro_batch,
+                                       seq_len=seq_len, tp=tp, cp=cp, sp=sp, **layer_kw) for k in kinds)
     proj = 2 * dtype_bytes * micro_batch * seq_len / cp * model.hidden_size / (tp if sp else 1)
-    head = head_activation_bytes(model, dtype_bytes=dtype_bytes, te_cross_entropy=te_cross_entropy, **shard)
+    head = head_activation_bytes(model, dtype_bytes=dtype_bytes, te_cross_entropy=te_cross_entropy,
+                                 micro_batch=micro_batch, seq_len=seq_len, tp=tp, cp=cp, sp=sp)
     return model.mtp_layers * (proj + block + head)
 
 

@@ -187,8 +187,9 @@ def _super() -> tuple[RecipeMoeComm, ...]:
     on deepep and B200 at EP 8."""
     a, b, sup = _SUPER_A + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_", _SUPER_B + "NEMOTRON_3_SUPER_PRETRAIN_CONFIG_", ("nemotron-3-super",)
     early = ((gpu, (tp, 1, 1, ep, 1)) for gpu, tp, ep in (("GB300", 1, 64), ("GB200", 2, 64), ("B300", 1, 8), ("B200", 1, 64)))
-    late = ((gpu, (1, 1, 1, ep, 1), backend) for gpu, ep, backend in
-            (("GB300", 64, "hybridep"), ("GB200", 64, "hybridep"), ("B300", 64, "deepep"), ("B200", 8, "hybridep")))
+    variants: tuple[tuple[str, int, Backend], ...] = (
+        ("GB300", 64, "hybridep"), ("GB200", 64, "hybridep"), ("B300", 64, "deepep"), ("B200", 8, "hybridep"))
+    late = ((gpu, (1, 1, 1, ep, 1), backend) for gpu, ep, backend in variants)
     return (*(_e(sup, gpu, _ALL, d, 512, "hybridep", False, a + f"{gpu}_*_V1") for gpu, d in early),
             *(_e(sup, gpu, _ALL, d, 512, backend, False, b + f"{gpu}_*_V1") for gpu, d, backend in late))
 
