@@ -60,6 +60,9 @@ MEGATRON_USED = {
     "micro-batch-size", "vocab-size", "swiglu", "normalization", "untie-embeddings-and-output-weights",
     "disable-bias-linear", "position-embedding-type", "hidden-dropout", "attention-dropout",
     "activation-func-fp8-input-store", "num-experts", "moe-router-topk", "moe-ffn-hidden-size",
+    "moe-shared-expert-intermediate-size", "moe-latent-size", "squared-relu", "hybrid-override-pattern",
+    "hybrid-layer-pattern", "mamba-num-heads", "mamba-head-dim", "mamba-state-dim", "mamba-num-groups",
+    "mtp-num-layers", "mtp-hybrid-override-pattern", "mtp-use-repeated-layer",
     "tensor-model-parallel-size", "pipeline-model-parallel-size", "context-parallel-size",
     "expert-model-parallel-size", "sequence-parallel", "num-layers-per-virtual-pipeline-stage",
     "num-virtual-stages-per-pipeline-rank", "recompute-granularity", "recompute-num-layers",
@@ -143,7 +146,38 @@ def megatron_model(a: Mapping[str, Any], where: str, notes: list[str], command_l
         fields.update(num_experts=_int(a, "num-experts", where), top_k=_opt_int(a, "moe-router-topk", where) or 2)
         if "moe-ffn-hidden-size" in a:
             fields["moe_ffn_hidden_size"] = _int(a, "moe-ffn-hidden-size", where)
+        if _opt_int(a, "moe-shared-expert-intermediate-size", where):  # one merged shared MLP of that width
+            fields.update(num_shared_experts=1, shared_expert_ffn_hidden_size=_int(a, "moe-shared-expert-intermediate-size", where))
+        if _opt_int(a, "moe-latent-size", where):
+            fields["moe_latent_size"] = _int(a, "moe-latent-size", where)
+    fields.update(_hybrid_and_mtp(a, where, h, notes))
     return fields
+
+
+def _hybrid_and_mtp(a: Mapping[str, Any], where: str, h: int, notes: list[str]) -> dict[str, Any]:
+    """A hybrid Mamba model's pattern and Mamba-2 sizes (``--hybrid-override-pattern``, Megatron-Bridge's
+    ``hybrid_layer_pattern`` too; ``--mamba-num-heads/-head-dim/-state-dim/-num-groups``, Megatron-Core's
+    defaults 64 / 128 / 8 and, without a head count, d_inner = 2h as its expand of 2) and the MTP depths
+    (``--mtp-num-layers``, ``--mtp-hybrid-override-pattern``, ``--mtp-use-repeated-layer``)."""
+    out: dict[str, Any] = {}
+    pattern = a.get("hybrid-override-pattern") or a.get("hybrid-layer-pattern")
+    if pattern:
+        out["layer_pattern"] = str(pattern)
+        head_dim = _opt_int(a, "mamba-head-dim", where) or 64
+        out.update(mamba_head_dim=head_dim, mamba_state_dim=_opt_int(a, "mamba-state-dim", where) or 128,
+                   mamba_num_groups=_opt_int(a, "mamba-num-groups", where) or 8)
+        heads = _opt_int(a, "mamba-num-heads", where)
+        if heads is None and "M" in str(pattern):
+            heads = 2 * h // head_dim
+            notes.append(f"mamba_num_heads = {heads}: Megatron-Core's default d_inner = 2 x hidden / head_dim (flag not given)")
+        out["mamba_num_heads"] = heads or 0
+    depths = _opt_int(a, "mtp-num-layers", where)
+    if depths:
+        out["mtp_layers"] = depths
+        if a.get("mtp-hybrid-override-pattern"):
+            out["mtp_layer_pattern"] = str(a["mtp-hybrid-override-pattern"])
+        out["mtp_shared_weights"] = _flag(a, "mtp-use-repeated-layer")
+    return out
 
 
 def megatron_plan(a: Mapping[str, Any], where: str, layers: int, command_line: bool = True) -> dict[str, Any]:

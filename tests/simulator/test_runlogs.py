@@ -229,3 +229,36 @@ def test_torchrun_rank_prefixes_and_interleaved_ranks() -> None:
     composer = (DATA / "composer_mpt_7b.log").read_text()
     prefixed = parse_log("".join(f"[rank0]:{line}" for line in composer.splitlines(keepends=True)), "c.log")
     assert [s.time_s for s in prefixed.steps] == [s.time_s for s in read_log(DATA / "composer_mpt_7b.log").steps]
+
+
+SUPER_FIELDS = ("num_layers", "layer_pattern", "hidden_size", "num_heads", "num_kv_heads", "head_dim", "gated_mlp",
+                "num_experts", "top_k", "moe_ffn_hidden_size", "num_shared_experts", "shared_expert_ffn_hidden_size",
+                "moe_latent_size", "mamba_num_heads", "mamba_head_dim", "mamba_state_dim", "mamba_num_groups",
+                "mtp_layers", "mtp_layer_pattern", "mtp_shared_weights", "vocab_size")
+
+
+def test_a_nemotron_3_super_command_line_gives_the_preset_shape(tmp_path: Path) -> None:
+    # the flags Megatron-LM's hybrid converters pass for Super (--hybrid-override-pattern, --mamba-*, --moe-latent-size,
+    # --moe-shared-expert-intermediate-size, --squared-relu, --mtp-num-layers, --mtp-use-repeated-layer, ...)
+    from clustersim.workloads import ModelSpec, get_model
+
+    want = get_model("nemotron-3-super")
+    p = tmp_path / "super.sh"
+    p.write_text(
+        f"--num-layers 88 --hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 2 "
+        f"--kv-channels 128 --ffn-hidden-size 2688 --vocab-size 131072 --normalization RMSNorm --squared-relu "
+        f"--position-embedding-type none --untie-embeddings-and-output-weights --disable-bias-linear "
+        f"--hybrid-override-pattern {want.layer_pattern} --mamba-num-heads 128 --mamba-head-dim 64 --mamba-state-dim 128 "
+        f"--mamba-num-groups 8 --num-experts 512 --moe-router-topk 22 --moe-ffn-hidden-size 2688 "
+        f"--moe-shared-expert-intermediate-size 5376 --moe-latent-size 1024 --mtp-num-layers 2 "
+        f"--mtp-hybrid-override-pattern '*E' --mtp-use-repeated-layer --hidden-dropout 0 --attention-dropout 0 "
+        f"--seq-length 8192 --global-batch-size 512\n")
+    job = read_job(p)
+    got = ModelSpec(**job.model)  # type: ignore[arg-type]
+    assert {f: getattr(got, f) for f in SUPER_FIELDS} == {f: getattr(want, f) for f in SUPER_FIELDS}
+    assert got.num_params() == want.num_params()
+    assert not {"moe-latent-size", "hybrid-override-pattern", "mtp-use-repeated-layer", "squared-relu"} & set(job.ignored)
+    # without --mamba-num-heads: Megatron-Core's d_inner = 2h, said in the notes
+    p.write_text(p.read_text().replace("--mamba-num-heads 128 ", ""))
+    job = read_job(p)
+    assert job.model["mamba_num_heads"] == 2 * 4096 // 64 and any("mamba_num_heads" in n for n in job.notes)  # type: ignore[index]
