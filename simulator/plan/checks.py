@@ -230,6 +230,21 @@ def _check_tp(model: ModelSpec, plan: ParallelPlan) -> None:
         raise PlanError(f"plan.tp = {plan.tp} and num_kv_heads = {kv}: one must divide the other")
     if model.ffn_hidden_size % plan.tp:
         raise PlanError(f"plan.tp = {plan.tp} does not divide ffn_hidden_size = {model.ffn_hidden_size}")
+    for field, value in tp_split_sizes(model):
+        if value % plan.tp:
+            raise PlanError(f"plan.tp = {plan.tp} does not divide {field} = {value} (Megatron-Core shards it over "
+                            "tensor parallelism); pick a divisor")
+
+
+def tp_split_sizes(model: ModelSpec) -> tuple[tuple[str, int], ...]:
+    """The sizes besides heads and FFN that tensor parallelism shards: a Mamba-2 layer's heads and B/C
+    groups (Megatron-Core MambaMixer splits both over tp), the shared experts' width."""
+    out: list[tuple[str, int]] = []
+    if "M" in (model.layer_pattern or "") + (model.mtp_layer_pattern or ""):
+        out += [("mamba_num_heads", model.mamba_num_heads), ("mamba_num_groups", model.mamba_num_groups)]
+    if model.is_moe and model.num_shared_experts:
+        out.append(("shared expert width", model.num_shared_experts * model.shared_ffn))
+    return tuple(out)
 
 
 def _check_pp(model: ModelSpec, plan: ParallelPlan) -> None:

@@ -17,6 +17,7 @@ from typing import Sequence
 
 import numpy as np
 
+from clustersim.simulator.plan.checks import tp_split_sizes
 from clustersim.simulator.plan.plan import RECOMPUTES, SCHEDULES, ParallelPlan
 from clustersim.topologies import Cluster
 from clustersim.workloads import ModelSpec, TrainingSpec
@@ -98,9 +99,12 @@ def _values(c: PlanColumns) -> np.ndarray:
 
 
 def _tp(model: ModelSpec, c: PlanColumns) -> np.ndarray:
-    """``checks._check_tp``: tp divides the heads and the FFN; tp and the KV heads divide one another."""
+    """``checks._check_tp``: tp divides the heads, the FFN and ``checks.tp_split_sizes``; tp and the KV heads
+    divide one another."""
     tp, kv = np.maximum(c.tp, 1), model.num_kv_heads
     ok: np.ndarray = (model.num_heads % tp == 0) & ((kv % tp == 0) | (tp % kv == 0)) & (model.ffn_hidden_size % tp == 0)
+    for _, value in tp_split_sizes(model):
+        ok &= value % tp == 0
     return ok
 
 

@@ -136,3 +136,20 @@ def test_each_mtp_depth_keeps_its_projection_input_block_and_head_on_the_last_st
     with_mtp = simulate(SMALL, training, cluster, plan).memory[0]
     without = simulate(dataclasses.replace(SMALL, mtp_layers=1, mtp_shared_weights=False), training, cluster, plan).memory[0]
     assert with_mtp.activations - without.activations == pytest.approx(mtp_activation_bytes(SMALL, **kw) / 2)
+
+
+def test_tp_must_divide_the_mamba_heads_groups_and_shared_experts_and_search_skips_what_does_not() -> None:
+    from clustersim.simulator.errors import PlanError
+    from clustersim.simulator.plan.checks import check_plan
+    from clustersim.simulator.search.search import search
+
+    # 8 query heads / 2 KV heads allow tp 8 (KV replicated), but the toy's Mamba layers have 8 heads and
+    # 8 groups by default: tp 16 would not divide them; a model with 4 groups refuses tp 8 naming the field
+    grouped = dataclasses.replace(SMALL, mamba_num_groups=4)
+    cluster = get_cluster("dgx-b200", 8)
+    training = TrainingSpec(seq_len=256, global_batch_size=16, precision="bf16")
+    with pytest.raises(PlanError, match="mamba_num_groups = 4"):
+        check_plan(grouped, training, cluster, ParallelPlan(tp=8, sp=True))
+    check_plan(grouped, training, cluster, ParallelPlan(tp=4, dp=2, sp=True))  # 4 divides everything
+    result = search(grouped, training, cluster, top=3)
+    assert result.ranked and all(4 % r.plan.tp == 0 for r in result.ranked)
