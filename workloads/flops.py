@@ -59,20 +59,16 @@ def scan_flops_per_token(model: ModelSpec) -> float:
 def attention_flops_per_token(model: ModelSpec, seq_len: int, causal: bool = False) -> float:
     """12*h_attn*keys summed over layers (MTP blocks included): keys = seq_len for full layers
     (halved when `causal`), min(window, seq_len) for sliding-window layers (the band)."""
-    total = 0.0
+    last = model.num_layers - 1
+    # (window, count) of every attention layer: the model's, then each MTP depth's block (the last
+    # layer's shape, or the pattern's attention layers, which attend fully)
+    windows = [(model.attention_window(i), 1) for i in range(model.num_layers) if model.has_attention(i)]
+    if model.mtp_layer_pattern is None:
+        windows += [(model.attention_window(last), model.mtp_layers)] if model.has_attention(last) else []
+    else:
+        windows.append((None, model.mtp_layers * model.mtp_block_kinds.count("attention")))
     full = seq_len / (2.0 if causal else 1.0)
-    for i in range(model.num_layers):
-        if not model.has_attention(i):
-            continue  # Mamba-2 / MLP / MoE layers of a hybrid model
-        window = model.attention_window(i)
-        keys = full if window is None else min(window, seq_len)
-        total += 12.0 * attention_width(model) * keys
-    if model.mtp_layer_pattern is None and model.mtp_layers and model.has_attention(model.num_layers - 1):
-        window = model.attention_window(model.num_layers - 1)
-        total += model.mtp_layers * 12.0 * attention_width(model) * (full if window is None else min(window, seq_len))
-    elif model.mtp_layer_pattern is not None:  # pattern attention layers attend fully
-        total += model.mtp_layers * model.mtp_block_kinds.count("attention") * 12.0 * attention_width(model) * full
-    return total
+    return sum(n * 12.0 * attention_width(model) * (full if w is None else min(w, seq_len)) for w, n in windows)
 
 
 def input_lookup_params(model: ModelSpec) -> int:

@@ -273,11 +273,13 @@ class ModelSpec:
         """Parameters of the attention block (projections, their biases, MLA norms)."""
         return attention_param_parts(self)["total"]
 
-    def mlp_params(self, ffn: int) -> int:
-        """Parameters of one (dense or expert) MLP of hidden width `ffn`."""
+    def mlp_params(self, ffn: int, width: int | None = None) -> int:
+        """Parameters of one (dense or expert) MLP of hidden width `ffn` on tokens of `width`
+        (default h)."""
+        w = self.hidden_size if width is None else width
         n_in = 2 if self.gated_mlp else 1
-        bias = (n_in * ffn + self.hidden_size) if self.linear_bias else 0
-        return (n_in + 1) * self.hidden_size * ffn + bias
+        bias = (n_in * ffn + w) if self.linear_bias else 0
+        return (n_in + 1) * w * ffn + bias
 
     def router_params(self) -> int:
         """Parameters of the MoE router (one logit per expert; bias for gpt-oss style)."""
@@ -292,10 +294,7 @@ class ModelSpec:
 
     def expert_params(self) -> int:
         """Parameters of one routed expert MLP, at ``expert_width``."""
-        ffn, w = required(self.moe_ffn_hidden_size, "moe_ffn_hidden_size"), self.expert_width
-        n_in = 2 if self.gated_mlp else 1
-        bias = (n_in * ffn + w) if self.linear_bias else 0
-        return (n_in + 1) * w * ffn + bias
+        return self.mlp_params(required(self.moe_ffn_hidden_size, "moe_ffn_hidden_size"), self.expert_width)
 
     def latent_proj_params(self) -> int:
         """Parameters of a LatentMoE's two projections, h x latent each (0 without a latent)."""

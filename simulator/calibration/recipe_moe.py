@@ -58,7 +58,13 @@ class RecipeMoeComm:
     @property
     def dispatcher(self) -> str:
         """The simulator's ``plan.moe_dispatcher`` for this recipe's dispatcher."""
-        return "alltoall" if self.backend == "alltoall" else "deepep"
+        return plan_dispatcher(self.backend)
+
+
+def plan_dispatcher(backend: Backend) -> str:
+    """The simulator's ``plan.moe_dispatcher`` for a recipe's dispatcher: both flex backends send a
+    token once per NVLink domain (module docstring), the simulator's ``deepep``."""
+    return "alltoall" if backend == "alltoall" else "deepep"
 
 
 _CFG = "Megatron-Bridge scripts/performance/configs/"
@@ -262,7 +268,7 @@ def recipe_moe_comm(*, framework: str, model: str, gpu: str, precision: str, deg
         if base is None:
             return MoeCommChoice(None, None, ())
         where = f"no stored variant has the row's degrees; the base config every variant derives from: {base.locator}"
-        return MoeCommChoice("alltoall" if base.backend == "alltoall" else "deepep", base.overlap,
+        return MoeCommChoice(plan_dispatcher(base.backend), base.overlap,
                              (f"moe dispatcher = {base.backend} (not printed; {where})",
                               f"moe_a2a_overlap = {base.overlap} (not printed; {where})"))
     notes: list[str] = []

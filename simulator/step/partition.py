@@ -11,7 +11,7 @@ nothing.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypedDict
+from typing import Any, TypedDict
 
 from clustersim.units import GIB
 from clustersim.simulator.step.compute import is_routed_expert
@@ -215,12 +215,16 @@ def _params(ops: list[Op]) -> tuple[float, float]:
 def layer_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPlan, layer: int) -> float:
     """Activations one micro-batch leaves on a device for ``layer`` (Korthikanti et al. 2022, with the
     plan's recompute and per-module recompute)."""
+    return layer_activation_bytes(model, layer, **_layer_memory_kwargs(training, plan))
+
+
+def _layer_memory_kwargs(training: TrainingSpec, plan: ParallelPlan) -> dict[str, Any]:
+    """The plan's and training's arguments of ``layer_activation_bytes`` (shard, recompute, dtypes)."""
     shard = _Shard(micro_batch=plan.micro_batch, seq_len=training.seq_len, tp=plan.tp, cp=plan.cp, sp=plan.sp)
-    return layer_activation_bytes(model, layer, recompute=plan.recompute, dtype_bytes=training.activation_bytes,
-                                  ep=plan.ep, etp=plan.etp, flash_attention=training.flash_attention,
-                                  gemm_input_bytes=training.gemm_input_bytes,
-                                  recompute_modules=plan.recompute_modules, recompute_saved=plan.recompute_saved,
-                                  act_input_fp8=plan.activation_fp8_input_store, **shard)
+    return dict(recompute=plan.recompute, dtype_bytes=training.activation_bytes, ep=plan.ep, etp=plan.etp,
+                flash_attention=training.flash_attention, gemm_input_bytes=training.gemm_input_bytes,
+                recompute_modules=plan.recompute_modules, recompute_saved=plan.recompute_saved,
+                act_input_fp8=plan.activation_fp8_input_store, **shard)
 
 
 def kept_layer_bytes(per_layer: list[float], offloaded: int) -> float:
@@ -246,11 +250,7 @@ def _activation_bytes(model: ModelSpec, training: TrainingSpec, plan: ParallelPl
     if chunk == num_model_chunks(plan.schedule, plan.pp, plan.vpp) - 1:
         te_ce = plan.cross_entropy_fusion_impl == "te"
         total += head_activation_bytes(model, dtype_bytes=training.activation_bytes, te_cross_entropy=te_ce, **shard)
-        total += mtp_activation_bytes(model, dtype_bytes=training.activation_bytes, te_cross_entropy=te_ce,
-                                      recompute=plan.recompute, ep=plan.ep, etp=plan.etp,
-                                      flash_attention=training.flash_attention, gemm_input_bytes=training.gemm_input_bytes,
-                                      recompute_modules=plan.recompute_modules, recompute_saved=plan.recompute_saved,
-                                      act_input_fp8=plan.activation_fp8_input_store, **shard)
+        total += mtp_activation_bytes(model, te_cross_entropy=te_ce, **_layer_memory_kwargs(training, plan))
     return total
 
 
